@@ -1,0 +1,5 @@
+"""The `pmem extract` command(s). Registered on the app by importing this module (see app.py)."""
+
+from __future__ import annotations
+
+from .app import app, command  # noqa: F401

@@ -1,0 +1,109 @@
+"""Open the one SQLite file: a driver that can load extensions, sqlite-vec, and the pragmas.
+
+Many Pythons (this project's CI, macOS system Python) ship an sqlite3 module without
+`enable_load_extension`; sqlean.py and pysqlite3 are drop-in drivers that have it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+from .errors import DatabaseError, ExtensionError
+
+_DRIVERS = ("sqlite3", "sqlean", "pysqlite3.dbapi2")
+_driver: ModuleType | None = None
+
+
+def driver() -> ModuleType:
+    """The first SQLite driver whose connections can load extensions."""
+    global _driver
+    if _driver is not None:
+        return _driver
+    tried = []
+    for name in _DRIVERS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            tried.append(f"{name} (not installed)")
+            continue
+        if hasattr(module.Connection, "enable_load_extension"):
+            _driver = module
+            return module
+        tried.append(f"{name} (no extension loading)")
+    raise ExtensionError(
+        "no SQLite driver here can load sqlite-vec; tried "
+        + ", ".join(tried)
+        + ". Install one with: pip install sqlean.py"
+    )
+
+
+def _vec_path() -> str:
+    """Path of sqlite-vec's loadable library, found without importing the package."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.origin:
+        raise ExtensionError("sqlite-vec is not installed: pip install sqlite-vec")
+    return os.path.join(os.path.dirname(spec.origin), "vec0")
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only; SQLite gives -wal/-shm the same mode."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 5000):
+    """Open `path` with sqlite-vec loaded, WAL on, and a busy timeout for concurrent writers."""
+    sqlite = driver()
+    path = Path(path)
+    memory = str(path) == ":memory:"
+    if not memory:
+        if not path.exists():
+            if not create:
+                raise DatabaseError(f"no database at {path}")
+            _create_private(path)
+        elif path.is_dir():
+            raise DatabaseError(f"{path} is a directory, not a database file")
+    try:
+        conn = sqlite.connect(str(path), isolation_level=None, check_same_thread=False,
+                              timeout=busy_timeout_ms / 1000)
+    except sqlite.Error as exc:
+        raise DatabaseError(f"cannot open {path}: {exc}") from None
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(_vec_path())
+        conn.enable_load_extension(False)
+    except sqlite.Error as exc:
+        conn.close()
+        raise ExtensionError(f"cannot load sqlite-vec into {sqlite.__name__}: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not memory:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite.DatabaseError as exc:
+        conn.close()
+        if is_locked_error(exc):
+            raise DatabaseError(f"database {path} is locked by another process; try again") from None
+        raise DatabaseError(f"{path} is not a usable pmem database: {exc}") from None
+    return conn
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    """The driver's exception classes, for callers that translate them."""
+    return (driver().Error,)

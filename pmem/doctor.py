@@ -1,0 +1,92 @@
+"""Health checks behind `pmem doctor`: each says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import config, db, paths
+from .errors import PmemError
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def run_checks(db_override=None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        drv = db.driver()
+        checks.append(Check("sqlite driver", True, f"{drv.__name__} (SQLite {drv.sqlite_version})"))
+    except PmemError as exc:
+        checks.append(Check("sqlite driver", False, str(exc), "pip install sqlean.py"))
+        return checks
+    try:
+        conn = db.connect(":memory:")
+        version = conn.execute("SELECT vec_version()").fetchone()[0]
+        conn.close()
+        checks.append(Check("sqlite-vec", True, version))
+    except PmemError as exc:
+        checks.append(Check("sqlite-vec", False, str(exc), "pip install --force-reinstall sqlite-vec"))
+        return checks
+    try:
+        cfg = config.load()
+        checks.append(Check("config", True, str(cfg.path) + ("" if cfg.path.exists() else " (defaults)")))
+    except PmemError as exc:
+        checks.append(Check("config", False, str(exc), "fix or delete the config file"))
+        return checks
+    path = paths.db_path(db_override)
+    if not path.exists():
+        checks.append(Check("database", True, f"{path} (not created yet: the first `pmem add` creates it)"))
+    else:
+        try:
+            conn = db.connect(path, create=False)
+            result = conn.execute("PRAGMA quick_check").fetchone()[0]
+            mode = path.stat().st_mode & 0o777
+            checks.append(Check("database", result == "ok", f"{path}: integrity {result}",
+                                "restore from a backup in " + str(paths.backups_dir())))
+            checks.append(Check("permissions", mode & 0o077 == 0, f"{path} mode {oct(mode)}",
+                                f"chmod 600 {path}"))
+            from .migrations import MIGRATIONS, applied
+
+            done = applied(conn)
+            checks.append(Check("schema", len(done) <= len(MIGRATIONS), f"{len(done)} of {len(MIGRATIONS)} migrations",
+                                "upgrade pmem"))
+            row = conn.execute("SELECT value FROM settings WHERE key = 'embed_model'").fetchone() \
+                if "settings" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")} else None
+            conn.close()
+            if row and row[0] != _model_name(cfg.embed_model):
+                checks.append(Check("vectors", False, f"stored vectors come from {row[0]}, configured model is "
+                                    f"{cfg.embed_model}", "pmem reindex"))
+        except PmemError as exc:
+            checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
+    from . import provision
+
+    for key in ("embed_model", "chat_model"):
+        spec = cfg.get(key)
+        if spec in provision.known_models():
+            f = provision.model_file(spec, paths.models_dir())
+            ok = f.exists()
+            checks.append(Check(key, ok, f"{spec}: {f}" if ok else f"{spec}: not installed yet",
+                                "" if ok else "pmem models pull (also happens on first use)"))
+        else:
+            from pathlib import Path
+
+            p = Path(spec).expanduser()
+            ok = p.is_file() and p.read_bytes()[:4] == b"GGUF" if p.is_file() else False
+            checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
+                                f"pmem config set {key} PATH_TO_A_GGUF"))
+    return checks
+
+
+def _model_name(spec: str) -> str:
+    from pathlib import Path
+
+    from . import provision
+
+    if spec in provision.known_models():
+        return provision.model_file(spec, paths.models_dir()).stem
+    return Path(spec).expanduser().stem

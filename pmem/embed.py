@@ -1,0 +1,257 @@
+"""Text -> unit vectors: the Embedder protocol, the llama.cpp GGUF embedder, and a fast fake.
+
+llama_cpp is imported only when a real model is loaded, so `import pmem` stays light.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from .errors import ModelError
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One L2-normalised vector per text, in order."""
+        ...
+
+
+# --- fake ---------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class FakeEmbedder:
+    """Deterministic hashing embedder for tests: shared words and trigrams give high cosine.
+
+    Uses blake2b rather than hash() so vectors are identical across processes and runs.
+    """
+
+    def __init__(self, dim: int = 64):
+        if dim < 1:
+            raise ValueError("dim must be positive")
+        self.dim = dim
+        self.name = f"fake-{dim}"
+
+    def _features(self, text: str):
+        low = text.lower()
+        for word in _WORD.findall(low):
+            yield "w:" + word, 1.0
+        padded = f"  {' '.join(low.split())} "
+        for i in range(len(padded) - 2):
+            yield "c:" + padded[i : i + 3], 0.5
+
+    def _one(self, text: str) -> list[float]:
+        vec = [0.0] * self.dim
+        for feature, weight in self._features(text):
+            h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+            vec[h % self.dim] += weight if (h >> 63) & 1 else -weight
+        norm = math.sqrt(sum(v * v for v in vec))
+        if norm == 0.0:  # empty text: still a unit vector, the same one every time
+            vec[0], norm = 1.0, 1.0
+        return [v / norm for v in vec]
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+
+# --- llama.cpp ----------------------------------------------------------------------------
+
+_log_lock = threading.Lock()
+_log_state: dict = {"callback": None, "errors": []}
+
+
+def _silence_llama_logs(llama_cpp) -> None:
+    """Route llama.cpp's log to nowhere, keeping error lines for our own one-line message."""
+    with _log_lock:
+        if _log_state["callback"] is not None:
+            return
+
+        @llama_cpp.llama_log_callback
+        def _callback(level, text, user_data):  # pragma: no cover - called from C
+            if level == 4 and text:  # GGML_LOG_LEVEL_ERROR
+                line = text.decode("utf-8", "replace").strip()
+                if line:
+                    _log_state["errors"].append(line)
+
+        _log_state["callback"] = _callback  # keep a reference: C holds only a pointer
+        llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def _load_error(exc: Exception) -> str:
+    """The most telling line llama.cpp logged while failing to load, else the exception."""
+    lines = _log_state["errors"]
+    for line in lines:
+        if "error loading model:" in line:
+            return line.split("error loading model:", 1)[1].strip()
+    return lines[0] if lines else (str(exc).splitlines() or ["unknown error"])[0]
+
+
+def _check_gguf(path: Path) -> None:
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    if magic != b"GGUF":
+        raise ModelError(f"not a GGUF file: {path}")
+
+
+class LlamaEmbedder:
+    """A GGUF embedding model run by llama.cpp, many texts per forward pass.
+
+    Texts are packed into one batch as separate sequences (non-causal attention keeps them
+    apart) and pooled per sequence by llama.cpp, which is several times faster than one call
+    per text. Texts longer than the context are truncated, keeping the final separator token.
+    """
+
+    def __init__(self, path: Path | str, threads: int = 0, batch_tokens: int = 512, max_tokens: int = 512):
+        path = Path(path).expanduser()
+        _check_gguf(path)
+        try:
+            import llama_cpp
+        except ImportError:
+            raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
+        _silence_llama_logs(llama_cpp)
+        self._lib = llama_cpp
+        self.path = path
+        self.name = path.stem
+        threads = threads or os.cpu_count() or 1
+        self._llm = self._load(path, threads, batch_tokens, llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
+        if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
+            # The GGUF does not say how to pool: mean pooling is the sentence-embedding default.
+            self._llm.close()
+            self._llm = self._load(path, threads, batch_tokens, llama_cpp.LLAMA_POOLING_TYPE_MEAN)
+        if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_RANK:
+            self._llm.close()
+            raise ModelError(f"{path.name} is a reranker, not an embedding model")
+        self.dim = int(self._llm.n_embd())
+        self._n_batch = int(self._llm.n_batch)
+        self._n_seq = int(self._llm.context_params.n_seq_max)
+        train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model)) or max_tokens
+        self.max_tokens = min(max_tokens, train, self._n_batch)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._lock = threading.Lock()  # one llama context: one batch at a time
+
+    @staticmethod
+    def _load(path: Path, threads: int, batch_tokens: int, pooling: int):
+        from llama_cpp import Llama
+
+        _log_state["errors"] = []
+        try:
+            return Llama(
+                model_path=str(path),
+                embedding=True,
+                n_ctx=batch_tokens,
+                n_batch=batch_tokens,
+                n_ubatch=batch_tokens,  # non-causal models need a whole batch in one ubatch
+                n_threads=threads,
+                n_threads_batch=threads,
+                pooling_type=pooling,
+                n_gpu_layers=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelError(f"cannot load {path.name}: {_load_error(exc)}") from None
+
+    def tokenize(self, text: str) -> list[int]:
+        """Model tokens with [CLS]/[SEP] (or BOS/EOS) added, cut to the context size."""
+        tokens = self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=True, special=False)
+        if not tokens:
+            tokens = [max(0, int(self._lib.llama_vocab_bos(self._lib.llama_model_get_vocab(self._llm.model))))]
+        if len(tokens) > self.max_tokens:
+            tokens = tokens[: self.max_tokens - 1] + tokens[-1:]
+        return tokens
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a list of texts")
+        out: list[list[float]] = []
+        group: list[list[int]] = []
+        used = 0
+        with self._lock:
+            for tokens in map(self.tokenize, texts):
+                if group and (used + len(tokens) > self._n_batch or len(group) >= self._n_seq):
+                    out.extend(self._encode(group))
+                    group, used = [], 0
+                group.append(tokens)
+                used += len(tokens)
+            if group:
+                out.extend(self._encode(group))
+        return out
+
+    def _encode(self, group: list[list[int]]) -> list[list[float]]:
+        lib, batch = self._lib, self._batch
+        k = 0
+        for seq, tokens in enumerate(group):
+            for pos, tok in enumerate(tokens):
+                batch.token[k] = tok
+                batch.pos[k] = pos
+                batch.n_seq_id[k] = 1
+                batch.seq_id[k][0] = seq
+                batch.logits[k] = True
+                k += 1
+        batch.n_tokens = k
+        rc = lib.llama_encode(self._llm.ctx, batch)
+        if rc != 0:
+            raise ModelError(f"{self.name}: llama.cpp could not embed this batch (code {rc})")
+        vectors = []
+        for seq in range(len(group)):
+            ptr = lib.llama_get_embeddings_seq(self._llm.ctx, seq)
+            if not ptr:
+                raise ModelError(f"{self.name}: llama.cpp returned no pooled embedding")
+            vec = ptr[: self.dim]
+            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+            vectors.append([v / norm for v in vec])
+        return vectors
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            self._lib.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_llm", None) is not None:
+            self._llm.close()
+            self._llm = None
+
+    def __del__(self):  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --- choosing one -------------------------------------------------------------------------
+
+_cache: dict[tuple[str, int], LlamaEmbedder] = {}
+_cache_lock = threading.Lock()
+_FAKE = re.compile(r"^fake(?:-(\d+))?$")
+
+
+def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0) -> Embedder:
+    """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process)."""
+    match = _FAKE.match(spec.strip())
+    if match:
+        return FakeEmbedder(int(match.group(1) or 64))
+    from .provision import resolve_model
+
+    path = resolve_model(spec, "embed", models_dir)
+    key = (str(Path(path).resolve()), threads)
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = LlamaEmbedder(path, threads=threads)
+        return _cache[key]

@@ -1,0 +1,193 @@
+"""Import and export: JSONL (lossless, every field) and Markdown (for people).
+
+Parsing validates everything first and reports `line N: problem`; only a clean file is stored,
+as one operation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from typing import IO, Any, Iterable, Iterator
+
+from . import timeutil
+from .errors import UsageError
+from .models import TIERS, Memory
+
+FORMATS = ("jsonl", "md")
+_FIELDS = {f.name for f in fields(Memory)}
+_TIME_FIELDS = ("created_at", "updated_at", "expires_at", "valid_from", "valid_to", "forgotten_at",
+                "last_accessed_at")
+_META_COMMENT = re.compile(r"\s*<!--\s*pmem\s+(\{.*\})\s*-->\s*$")
+_TRAILING_TAGS = re.compile(r"(?:\s+#[\w/-]+)+\s*$")
+
+
+def _record(obj: Any, where: str) -> Memory:
+    if not isinstance(obj, dict):
+        raise UsageError(f"{where}: expected a JSON object with a 'text' field")
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"{where}: 'text' must be a non-empty string")
+    values: dict[str, Any] = {"text": text}
+    for key, value in obj.items():
+        if key not in _FIELDS or key == "text" or value is None:
+            continue  # unknown keys (e.g. 'score', 'forgotten') are ignored, not fatal
+        if key in _TIME_FIELDS:
+            if not isinstance(value, str):
+                raise UsageError(f"{where}: {key!r} must be a date string")
+            try:
+                value = timeutil.parse_when(value)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {key}: {exc}") from None
+        elif key in ("tags", "derived_from"):
+            if isinstance(value, str):
+                value = [t.strip() for t in value.split(",") if t.strip()]
+            if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+                raise UsageError(f"{where}: {key!r} must be a list of strings")
+        elif key == "tier":
+            if value not in TIERS:
+                raise UsageError(f"{where}: tier must be one of {', '.join(TIERS)}")
+        elif key == "pinned":
+            if not isinstance(value, bool):
+                raise UsageError(f"{where}: 'pinned' must be true or false")
+        elif key == "meta":
+            if not isinstance(value, dict):
+                raise UsageError(f"{where}: 'meta' must be a JSON object")
+        elif key == "access_count":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UsageError(f"{where}: 'access_count' must be a whole number")
+        elif not isinstance(value, str):
+            raise UsageError(f"{where}: {key!r} must be a string")
+        values[key] = value
+    values.setdefault("id", "")
+    return Memory(**values)
+
+
+def parse_jsonl(lines: Iterable[str]) -> list[Memory]:
+    out = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"line {n}: not valid JSON ({exc.msg})") from None
+        out.append(_record(obj, f"line {n}"))
+    return out
+
+
+def parse_markdown(lines: Iterable[str]) -> list[Memory]:
+    """List items and paragraphs become memories; trailing #tags become tags; a heading that is
+    a date dates the items under it, any other heading becomes a tag of them."""
+    out: list[Memory] = []
+    heading_tag: str | None = None
+    heading_date: str | None = None
+    heading_tier: str | None = None
+    para: list[str] = []
+    para_start = 0
+
+    def emit(text: str, n: int) -> None:
+        nonlocal heading_tier
+        meta: dict[str, Any] = {}
+        m = _META_COMMENT.search(text)
+        if m:
+            try:
+                meta = json.loads(m.group(1))
+            except json.JSONDecodeError:
+                raise UsageError(f"line {n}: broken pmem comment") from None
+            text = text[:m.start()]
+        tags: list[str] = []
+        t = _TRAILING_TAGS.search(text)
+        if t:
+            tags = [w[1:] for w in t.group(0).split()]
+            text = text[:t.start()]
+        record = {"text": text.strip(), **meta}
+        record["tags"] = sorted(set(record.get("tags", [])) | set(tags) | ({heading_tag} if heading_tag else set()))
+        if heading_tier and "tier" not in record:
+            record["tier"] = heading_tier
+        if heading_date and "created_at" not in record:
+            record["created_at"] = heading_date
+        if record["text"]:
+            out.append(_record(record, f"line {n}"))
+
+    def flush() -> None:
+        nonlocal para
+        if para:
+            emit(" ".join(para), para_start)
+            para = []
+
+    in_fence = False
+    for n, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\n")
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("#") and re.match(r"#+\s", stripped):
+            flush()
+            title = stripped.lstrip("#").strip()
+            if title.lower() in TIERS:
+                heading_tier, heading_tag = title.lower(), None
+                continue
+            try:
+                heading_date, heading_tag = timeutil.parse_when(title), None
+            except UsageError:
+                heading_tag = None if stripped.startswith("# ") else re.sub(r"\W+", "-", title.lower()).strip("-") or None
+            continue
+        item = re.match(r"^\s*(?:[-*+]|\d+\.)\s+(?:\[[ xX]\]\s+)?(.*)$", line)
+        if item:
+            flush()
+            emit(item.group(1), n)
+        elif not stripped:
+            flush()
+        else:
+            if not para:
+                para_start = n
+            para.append(stripped)
+    flush()
+    return out
+
+
+def parse(stream: IO[str], fmt: str | None = None, name: str = "") -> list[Memory]:
+    """Read a whole import file; `fmt` None guesses from the name, then from the content."""
+    try:
+        text = stream.read()
+    except UnicodeDecodeError:
+        raise UsageError(f"{name or 'input'} is not UTF-8 text") from None
+    if "\x00" in text:
+        raise UsageError(f"{name or 'input'} looks binary (NUL bytes); expected JSONL or Markdown")
+    if fmt is None:
+        if name.endswith((".md", ".markdown", ".txt")):
+            fmt = "md"
+        elif name.endswith((".jsonl", ".json", ".ndjson")):
+            fmt = "jsonl"
+        else:
+            fmt = "jsonl" if text.lstrip().startswith("{") else "md"
+    if fmt == "jsonl":
+        return parse_jsonl(text.splitlines())
+    if fmt == "md":
+        return parse_markdown(text.splitlines())
+    raise UsageError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+
+
+def export_jsonl(memories: Iterable[Memory]) -> Iterator[str]:
+    for m in memories:
+        yield json.dumps(m.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def export_markdown(memories: Iterable[Memory]) -> Iterator[str]:
+    yield "# pmem export\n"
+    tier = None
+    for m in sorted(memories, key=lambda m: (TIERS.index(m.tier), m.created_at, m.id)):
+        if m.tier != tier:
+            tier = m.tier
+            yield f"\n## {tier}\n\n"
+        meta = {"id": m.id, "created_at": m.created_at, "tier": m.tier}
+        if m.expires_at:
+            meta["expires_at"] = m.expires_at
+        text = " ".join(m.text.split())
+        tags = "".join(f" #{t}" for t in m.tags if re.fullmatch(r"[\w/-]+", t))
+        yield f"- {text}{tags} <!-- pmem {json.dumps(meta, ensure_ascii=False)} -->\n"

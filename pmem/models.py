@@ -1,0 +1,131 @@
+"""Plain records the library hands out. `to_dict()` gives the stable JSON shape of each."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TIERS = ("core", "archival", "episodic")
+
+# Column order of the memories table, as read by Memory.from_row.
+MEMORY_COLUMNS = (
+    "id", "text", "tier", "pinned", "tags", "source", "meta", "created_at", "updated_at",
+    "expires_at", "valid_from", "valid_to", "superseded_by", "derived_from", "merged_into",
+    "forgotten_at", "access_count", "last_accessed_at",
+)
+_JSON_COLUMNS = {"tags": list, "meta": dict, "derived_from": list}
+
+
+@dataclass
+class Memory:
+    id: str
+    text: str
+    tier: str = "archival"
+    pinned: bool = False
+    tags: list[str] = field(default_factory=list)
+    source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    created_at: str = ""
+    updated_at: str = ""
+    expires_at: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    superseded_by: str | None = None
+    derived_from: list[str] = field(default_factory=list)
+    merged_into: str | None = None
+    forgotten_at: str | None = None
+    access_count: int = 0
+    last_accessed_at: str | None = None
+
+    @classmethod
+    def from_row(cls, row) -> "Memory":
+        values = dict(zip(MEMORY_COLUMNS, row))
+        for key in _JSON_COLUMNS:
+            values[key] = json.loads(values[key]) if values[key] else _JSON_COLUMNS[key]()
+        values["pinned"] = bool(values["pinned"])
+        return cls(**values)
+
+    def to_row(self) -> tuple:
+        d = asdict(self)
+        for key in _JSON_COLUMNS:
+            d[key] = json.dumps(d[key], ensure_ascii=False, sort_keys=key == "meta")
+        d["pinned"] = int(d["pinned"])
+        return tuple(d[c] for c in MEMORY_COLUMNS)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["forgotten"] = self.forgotten_at is not None
+        return d
+
+    @property
+    def forgotten(self) -> bool:
+        return self.forgotten_at is not None
+
+    def is_expired(self, at: str) -> bool:
+        return self.expires_at is not None and self.expires_at <= at
+
+    def is_superseded(self, at: str) -> bool:
+        return self.valid_to is not None and self.valid_to <= at
+
+    def status(self, at: str) -> str:
+        """One word for where a memory stands: active, forgotten, merged, superseded, expired."""
+        if self.forgotten_at:
+            return "forgotten"
+        if self.merged_into:
+            return "merged"
+        if self.is_superseded(at):
+            return "superseded"
+        if self.is_expired(at):
+            return "expired"
+        return "active"
+
+
+@dataclass
+class Hit:
+    memory: Memory
+    score: float
+    keyword_rank: int | None = None
+    semantic_rank: int | None = None
+    distance: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.memory.to_dict()
+        d["score"] = round(self.score, 6)
+        d["keyword_rank"] = self.keyword_rank
+        d["semantic_rank"] = self.semantic_rank
+        d["distance"] = None if self.distance is None else round(self.distance, 6)
+        return d
+
+
+@dataclass
+class Event:
+    seq: int
+    op_id: str
+    memory_id: str
+    action: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        """Fields that differ between before and after."""
+        before, after = self.before or {}, self.after or {}
+        keys = [k for k in MEMORY_COLUMNS if before.get(k) != after.get(k)]
+        return {k: (before.get(k), after.get(k)) for k in keys}
+
+
+@dataclass
+class Operation:
+    id: str
+    kind: str
+    summary: str
+    at: str
+    undone_at: str | None = None
+    events: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,65 @@
+"""Where pmem keeps things.
+
+One variable moves everything: PMEM_HOME holds the database, config and models.
+PMEM_DB overrides only the database file. Without either, platformdirs decides.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP = "pmem"
+
+
+def home() -> Path | None:
+    value = os.environ.get("PMEM_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_dir() -> Path:
+    h = home()
+    if h is not None:
+        return h
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP, appauthor=False))
+
+
+def config_dir() -> Path:
+    h = home()
+    if h is not None:
+        return h
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP, appauthor=False))
+
+
+def db_path(override: str | os.PathLike | None = None) -> Path:
+    if override:
+        return Path(override).expanduser()
+    value = os.environ.get("PMEM_DB")
+    if value:
+        return Path(value).expanduser()
+    return data_dir() / "pmem.db"
+
+
+def config_path() -> Path:
+    return config_dir() / "config.toml"
+
+
+def models_dir() -> Path:
+    value = os.environ.get("PMEM_MODELS_DIR")
+    if value:
+        return Path(value).expanduser()
+    return data_dir() / "models"
+
+
+def backups_dir() -> Path:
+    return data_dir() / "backups"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create a directory readable by its owner only (memories are personal data)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path

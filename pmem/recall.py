@@ -1,0 +1,132 @@
+"""Context for other LLMs: core memories first, then the most relevant (or most recent) others,
+packed under a token budget, rendered as Markdown, XML, JSON or plain text."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape, quoteattr
+
+from .errors import UsageError
+from .models import Memory
+
+if TYPE_CHECKING:
+    from .store import Filter, MemoryStore
+
+FORMATS = ("md", "xml", "json", "text")
+_WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens an LLM tokenizer will need for `text`, erring high.
+
+    The larger of two common rules: one token per word or punctuation mark, times 1.2 for words
+    split into pieces, and one token per 3.5 characters (which covers digits, ids and non-English
+    text). tests/test_recall.py checks it never undercounts the real WordPiece tokenizer of the
+    embedding model on the benchmark sentences, so a budget is a ceiling, not a wish.
+    """
+    if not text:
+        return 0
+    pieces = len(_WORD.findall(text))
+    return max(math.ceil(pieces * 1.2), math.ceil(len(text) / 3.5))
+
+
+@dataclass
+class Recalled:
+    query: str | None
+    budget: int
+    core: list[Memory] = field(default_factory=list)
+    relevant: list[Memory] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    left_out: int = 0
+
+    def memories(self) -> list[Memory]:
+        return self.core + self.relevant
+
+
+def _day(m: Memory) -> str:
+    return (m.valid_from or m.created_at)[:10]
+
+
+def _line(m: Memory, fmt: str) -> str:
+    if fmt == "xml":
+        tags = f" tags={quoteattr(','.join(m.tags))}" if m.tags else ""
+        return f'<memory id="{m.id}" date="{_day(m)}"{tags}>{escape(m.text)}</memory>'
+    if fmt == "text":
+        return f"{_day(m)} [{m.id}] {m.text}"
+    tags = " " + " ".join("#" + t for t in m.tags) if m.tags else ""
+    return f"- [{_day(m)} · {m.id}] {m.text}{tags}"
+
+
+def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
+           flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60) -> Recalled:
+    from .search import search
+    from .store import Filter
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+    budget = int(store.config.recall_budget if budget is None else budget)
+    if budget <= 0:
+        raise UsageError("--budget must be a positive number of tokens")
+    flt = flt or Filter()
+    query = (query or "").strip() or None
+    result = Recalled(query=query, budget=budget)
+    used = estimate_tokens(_header(query, fmt))
+
+    core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
+    others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
+    if query:
+        hits = search(store, query, others_flt, limit=candidates)
+        others = [h.memory for h in hits]
+        result.scores = {h.memory.id: h.score for h in hits}
+    else:
+        others = store.list(others_flt, sort="created", limit=candidates)
+
+    for bucket, items in ((result.core, core), (result.relevant, others)):
+        for m in items:
+            cost = estimate_tokens(_line(m, fmt)) + 1
+            if used + cost > budget:
+                result.left_out += 1
+                continue
+            used += cost
+            bucket.append(m)
+    result.tokens = used
+    store.touch(m.id for m in result.memories())
+    return result
+
+
+def _header(query: str | None, fmt: str) -> str:
+    if fmt == "md":
+        return "# What I remember (pmem)\n## Core\n## Relevant" + (f" to: {query}" if query else "")
+    if fmt == "xml":
+        return "<memories><core></core><relevant></relevant></memories>"
+    return ""
+
+
+def render(r: Recalled, fmt: str = "md") -> str:
+    if fmt == "json":
+        return json.dumps({
+            "query": r.query, "budget": r.budget, "tokens": r.tokens, "left_out": r.left_out,
+            "core": [m.to_dict() for m in r.core],
+            "relevant": [{**m.to_dict(), "score": round(r.scores.get(m.id, 0.0), 6)} for m in r.relevant],
+        }, ensure_ascii=False, indent=2)
+    if fmt == "xml":
+        query = f" query={quoteattr(r.query)}" if r.query else ""
+        lines = [f"<memories{query}>", "<core>", *(_line(m, fmt) for m in r.core), "</core>",
+                 "<relevant>", *(_line(m, fmt) for m in r.relevant), "</relevant>", "</memories>"]
+        return "\n".join(lines)
+    if fmt == "text":
+        return "\n".join(_line(m, fmt) for m in r.memories())
+    lines = ["# What I remember (pmem)"]
+    if r.core:
+        lines += ["", "## Core", *(_line(m, fmt) for m in r.core)]
+    if r.relevant:
+        lines += ["", "## Relevant" + (f" to: {r.query}" if r.query else " (most recent)"),
+                  *(_line(m, fmt) for m in r.relevant)]
+    if not r.core and not r.relevant:
+        lines += ["", "(nothing stored yet)"]
+    return "\n".join(lines)

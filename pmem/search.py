@@ -1,0 +1,135 @@
+"""Hybrid retrieval: FTS5 BM25 and sqlite-vec KNN, fused by weighted reciprocal rank.
+
+A query is always plain text: it is split into words and each word is quoted, so FTS5 syntax
+in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import UsageError
+from .models import Hit
+
+if TYPE_CHECKING:
+    from .store import Filter, MemoryStore
+
+MODES = ("hybrid", "semantic", "keyword")
+
+# Common English function words: they match almost everything and drown BM25 in noise.
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my
+myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+some such than that the their theirs them themselves then there these they this those through to too
+under until up very was we were what when where which while who whom why will with would you your
+yours yourself yourselves s t don did does didn doesn isn wasn weren aren won wouldn shouldn ever
+also get got go going gone like really much many tell told say said well yes yeah oh hey hi
+""".split())
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Fusion constants, tuned on the LoCoMo development set (see benchmarks/README.md)."""
+
+    rrf_k: int = 60
+    keyword_weight: float = 1.0
+    semantic_weight: float = 1.0
+    candidates: int = 100
+
+
+DEFAULT_TUNING = Tuning()
+
+
+def query_words(text: str) -> list[str]:
+    words = re.findall(r"\w+", text.lower())
+    content = [w for w in words if w not in STOP_WORDS and len(w) > 1]
+    return list(dict.fromkeys(content or words))
+
+
+def fts_query(text: str) -> str | None:
+    """Plain text to a safe FTS5 query: every word quoted, OR-ed; None when there are no words."""
+    words = query_words(text)
+    if not words:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def keyword_ranks(store: "MemoryStore", query: str, flt: "Filter", n: int) -> list[tuple[int, float]]:
+    """(seq, bm25) best first; bm25 is negative, lower is better."""
+    match = fts_query(query)
+    if match is None:
+        return []
+    where, params = flt.where(store.clock())
+    sql = (f"SELECT m.seq, bm25(memories_fts) AS rank FROM memories_fts "
+           f"JOIN memories m ON m.seq = memories_fts.rowid "
+           f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
+    return [(r[0], r[1]) for r in store.conn.execute(sql, [match, *params, n])]
+
+
+def semantic_ranks(store: "MemoryStore", query: str, flt: "Filter", n: int,
+                   vector: bytes | None = None) -> list[tuple[int, float]]:
+    """(seq, cosine distance) best first, after filters; widens the KNN until n survive them."""
+    if not store._has_vec_table():
+        return []
+    blob = vector if vector is not None else store.query_vector(query)
+    where, params = flt.where(store.clock())
+    live = "" if (flt.include_forgotten or flt.include_merged) else " AND live = 1"
+    total = store.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0]
+    k = min(max(n * 2, 32), total)
+    while True:
+        sql = (f"WITH knn AS (SELECT seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ?{live}) "
+               f"SELECT knn.seq, knn.distance FROM knn JOIN memories m ON m.seq = knn.seq "
+               f"WHERE {where} ORDER BY knn.distance LIMIT ?")
+        rows = [(r[0], r[1]) for r in store.conn.execute(sql, [blob, k, *params, n])]
+        if len(rows) >= n or k >= total:
+            return rows
+        k = min(k * 4, total)
+
+
+def search(store: "MemoryStore", query: str, flt: "Filter | None" = None, *, limit: int = 10,
+           mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING) -> list[Hit]:
+    from .store import Filter
+
+    flt = flt or Filter()
+    if mode not in MODES:
+        raise UsageError(f"unknown search mode {mode!r}: use {', '.join(MODES)}")
+    if limit <= 0:
+        raise UsageError("--limit must be at least 1")
+    query = query.strip()
+    if not query:
+        raise UsageError("empty query")
+    n = max(limit, tuning.candidates)
+    kw = keyword_ranks(store, query, flt, n) if mode in ("hybrid", "keyword") else []
+    sem = semantic_ranks(store, query, flt, n) if mode in ("hybrid", "semantic") else []
+
+    scores: dict[int, float] = {}
+    kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
+    sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}
+    distance = dict(sem)
+    if mode == "keyword":
+        scores = {seq: -bm25 for seq, bm25 in kw}
+    elif mode == "semantic":
+        scores = {seq: 1.0 - d for seq, d in sem}
+    else:
+        for seq, r in kw_rank.items():
+            scores[seq] = scores.get(seq, 0.0) + tuning.keyword_weight / (tuning.rrf_k + r)
+        for seq, r in sem_rank.items():
+            scores[seq] = scores.get(seq, 0.0) + tuning.semantic_weight / (tuning.rrf_k + r)
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    if not ranked:
+        return []
+    seqs = [seq for seq, _ in ranked]
+    from .store import _COLUMNS_SQL  # noqa: PLC0415 - shared column list
+    from .models import Memory
+
+    placeholders = ", ".join("?" * len(seqs))
+    rows = store.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq IN ({placeholders})",
+                              seqs).fetchall()
+    by_seq = {r[0]: Memory.from_row(r[1:]) for r in rows}
+    return [Hit(memory=by_seq[seq], score=score, keyword_rank=kw_rank.get(seq),
+                semantic_rank=sem_rank.get(seq), distance=distance.get(seq))
+            for seq, score in ranked if seq in by_seq]

@@ -1,0 +1,677 @@
+"""MemoryStore: every read and write of memories, each write an undoable event.
+
+Writes happen inside `operation()`: one transaction, one row in `operations`, one event per
+changed memory with its state before and after. `undo()` replays the last operation's events
+backwards. Models are loaded only when a vector is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import struct
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+from . import db, migrations, paths, timeutil
+from .config import Config
+from .config import load as load_config
+from .errors import AmbiguousId, DatabaseError, ModelMismatch, NotFound, UsageError
+from .models import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
+
+if TYPE_CHECKING:
+    from .embed import Embedder
+
+_COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
+_ID = re.compile(r"^[0-9a-z]{1,32}$")
+MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
+
+Progress = Callable[[int, int], None]
+
+
+def serialize(vector: Sequence[float]) -> bytes:
+    """Little-endian float32, the layout sqlite-vec reads."""
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def deserialize(blob: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
+
+
+@dataclass
+class Filter:
+    """Which memories a list, search or recall considers. The defaults are what a user means by
+    'my memories': core and archival, not forgotten, merged, expired or superseded."""
+
+    tiers: tuple[str, ...] = ("core", "archival")
+    tags: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    as_of: str | None = None
+    pinned: bool | None = None
+    source: str | None = None
+    include_expired: bool = False
+    include_forgotten: bool = False
+    include_superseded: bool = False
+    include_merged: bool = False
+    ids: tuple[str, ...] | None = None
+
+    @classmethod
+    def everything(cls, **kw) -> "Filter":
+        return cls(tiers=TIERS, include_expired=True, include_forgotten=True,
+                   include_superseded=True, include_merged=True, **kw)
+
+    def where(self, now: str, alias: str = "m") -> tuple[str, list[Any]]:
+        a = alias
+        clauses: list[str] = []
+        params: list[Any] = []
+        for tier in self.tiers:
+            if tier not in TIERS:
+                raise UsageError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
+        if set(self.tiers) != set(TIERS):
+            clauses.append(f"{a}.tier IN ({', '.join('?' * len(self.tiers))})")
+            params.extend(self.tiers)
+        for tag in self.tags:
+            clauses.append(f"EXISTS (SELECT 1 FROM json_each({a}.tags) WHERE value = ?)")
+            params.append(tag)
+        if self.since:
+            clauses.append(f"{a}.created_at >= ?")
+            params.append(self.since)
+        if self.until:
+            clauses.append(f"{a}.created_at <= ?")
+            params.append(self.until)
+        if self.pinned is not None:
+            clauses.append(f"{a}.pinned = ?")
+            params.append(int(self.pinned))
+        if self.source is not None:
+            clauses.append(f"{a}.source = ?")
+            params.append(self.source)
+        if self.ids is not None:
+            clauses.append(f"{a}.id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(self.ids)))
+        if not self.include_forgotten:
+            clauses.append(f"{a}.forgotten_at IS NULL")
+        if not self.include_merged:
+            clauses.append(f"{a}.merged_into IS NULL")
+        if self.as_of:
+            # Facts valid at that moment: begun by then, not yet ended, not yet expired.
+            clauses.append(f"coalesce({a}.valid_from, {a}.created_at) <= ?")
+            clauses.append(f"({a}.valid_to IS NULL OR {a}.valid_to > ?)")
+            params.extend([self.as_of, self.as_of])
+            if not self.include_expired:
+                clauses.append(f"({a}.expires_at IS NULL OR {a}.expires_at > ?)")
+                params.append(self.as_of)
+        else:
+            if not self.include_superseded:
+                clauses.append(f"({a}.valid_to IS NULL OR {a}.valid_to > ?)")
+                params.append(now)
+            if not self.include_expired:
+                clauses.append(f"({a}.expires_at IS NULL OR {a}.expires_at > ?)")
+                params.append(now)
+        return (" AND ".join(clauses) or "1"), params
+
+
+def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {f.name: getattr(m, f.name) for f in fields(Memory)}
+
+
+class MemoryStore:
+    """The memory database. Open one per process; it is cheap until a model is needed."""
+
+    def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
+                 embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None):
+        self.path = paths.db_path(path)
+        self.config = config if config is not None else load_config()
+        self.clock = clock or timeutil.now_iso
+        self._embedder = embedder
+        self._op: str | None = None
+        self._sqlite_errors = db.errors()
+        self.conn = db.connect(self.path)
+        try:
+            migrations.migrate(self.conn)
+        except self._sqlite_errors as exc:
+            self.conn.close()
+            raise self._db_error(exc) from None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _db_error(self, exc: BaseException) -> DatabaseError:
+        if db.is_locked_error(exc):
+            return DatabaseError(f"database {self.path} is locked by another process; try again")
+        return DatabaseError(f"database {self.path}: {exc}")
+
+    def setting(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set_setting(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) "
+                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or join the transaction already open."""
+        if self.conn.in_transaction:
+            yield
+            return
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except self._sqlite_errors as exc:
+            raise self._db_error(exc) from None
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except self._sqlite_errors as exc:
+            self.conn.execute("ROLLBACK")
+            raise self._db_error(exc) from None
+
+    @contextmanager
+    def operation(self, kind: str, summary: str = "") -> Iterator[str]:
+        """Group writes into one undoable operation (nested calls join the outer one)."""
+        if self._op is not None:
+            yield self._op
+            return
+        op_id = secrets.token_hex(4)
+        with self.transaction():
+            self.conn.execute("INSERT INTO operations (id, kind, summary, at) VALUES (?, ?, ?, ?)",
+                              (op_id, kind, summary[:500], self.clock()))
+            self._op = op_id
+            try:
+                yield op_id
+            finally:
+                self._op = None
+            n = self.conn.execute("SELECT count(*) FROM events WHERE op_id = ?", (op_id,)).fetchone()[0]
+            if n == 0:
+                self.conn.execute("DELETE FROM operations WHERE id = ?", (op_id,))
+
+    def _record(self, memory_id: str, action: str, before: Memory | None, after: Memory | None,
+                before_vec: bytes | None = None) -> None:
+        if self._op is None:
+            raise RuntimeError("writes must happen inside MemoryStore.operation()")
+        self.conn.execute(
+            "INSERT INTO events (op_id, memory_id, action, before, after, before_vec, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self._op, memory_id, action,
+             None if before is None else json.dumps(_memory_dict(before), ensure_ascii=False),
+             None if after is None else json.dumps(_memory_dict(after), ensure_ascii=False),
+             before_vec, self.clock()))
+
+    # -- vectors --------------------------------------------------------------------------
+
+    @property
+    def embedder(self) -> "Embedder":
+        if self._embedder is None:
+            from .embed import load_embedder
+
+            self._embedder = load_embedder(self.config.embed_model, threads=self.config.threads)
+        return self._embedder
+
+    def vector_model(self) -> tuple[str | None, int | None]:
+        """The model and dimension the stored vectors come from (None before the first)."""
+        name, dim = self.setting("embed_model"), self.setting("embed_dim")
+        return name, (int(dim) if dim else None)
+
+    def _has_vec_table(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_vec'").fetchone() is not None
+
+    def check_model(self) -> None:
+        """Fail clearly when the configured embedder does not match the stored vectors."""
+        name, dim = self.vector_model()
+        if name is None:
+            return
+        e = self.embedder
+        if name != e.name or dim != e.dim:
+            raise ModelMismatch(
+                f"the stored vectors come from {name} ({dim}-d) but the configured model is "
+                f"{e.name} ({e.dim}-d); run `pmem reindex` to re-embed, or configure {name} again")
+
+    def _ensure_vec_table(self) -> None:
+        if self._has_vec_table():
+            return
+        e = self.embedder
+        self.conn.execute(
+            f"CREATE VIRTUAL TABLE memory_vec USING vec0(seq INTEGER PRIMARY KEY, "
+            f"embedding float[{int(e.dim)}] distance_metric=cosine, live integer)")
+        self._set_setting("embed_model", e.name)
+        self._set_setting("embed_dim", str(e.dim))
+
+    def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64) -> list[bytes]:
+        self.check_model()
+        out: list[bytes] = []
+        for start in range(0, len(texts), batch):
+            chunk = texts[start:start + batch]
+            out.extend(serialize(v) for v in self.embedder.embed(chunk))
+            if progress:
+                progress(min(start + batch, len(texts)), len(texts))
+        return out
+
+    def query_vector(self, text: str) -> bytes:
+        return self.embed([text])[0]
+
+    def _seq(self, memory_id: str) -> int:
+        return self.conn.execute("SELECT seq FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
+
+    def _put_vec(self, seq: int, blob: bytes, live: bool) -> None:
+        self._ensure_vec_table()
+        self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
+        self.conn.execute("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
+                          (seq, blob, int(live)))
+
+    def _get_vec(self, seq: int) -> bytes | None:
+        if not self._has_vec_table():
+            return None
+        row = self.conn.execute("SELECT embedding FROM memory_vec WHERE seq = ?", (seq,)).fetchone()
+        return row[0] if row else None
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _select(self, where: str, params: Sequence[Any], tail: str = "") -> list[Memory]:
+        sql = f"SELECT {_COLUMNS_SQL} FROM memories m WHERE {where} {tail}"
+        return [Memory.from_row(r) for r in self.conn.execute(sql, list(params))]
+
+    def resolve(self, prefix: str) -> str:
+        """A full id from a unique prefix, like git."""
+        p = prefix.strip().lower()
+        if not _ID.match(p):
+            raise NotFound(f"no memory with id {prefix!r}")
+        rows = self.conn.execute(
+            "SELECT id FROM memories WHERE id >= ? AND id < ? ORDER BY id LIMIT 6",
+            (p, p + "\uffff")).fetchall()
+        if not rows:
+            raise NotFound(f"no memory with id {prefix!r}")
+        if len(rows) > 1:
+            exact = [r[0] for r in rows if r[0] == p]
+            if exact:
+                return exact[0]
+            shown = ", ".join(r[0] for r in rows[:5])
+            raise AmbiguousId(f"id prefix {prefix!r} matches several memories: {shown}")
+        return rows[0][0]
+
+    def get(self, memory_id: str) -> Memory:
+        full = self.resolve(memory_id)
+        return self._select("m.id = ?", [full])[0]
+
+    def get_many(self, ids: Iterable[str]) -> list[Memory]:
+        ids = list(ids)
+        found = {m.id: m for m in self._select("m.id IN (SELECT value FROM json_each(?))", [json.dumps(ids)])}
+        return [found[i] for i in ids if i in found]
+
+    def list(self, flt: Filter | None = None, *, sort: str = "created", reverse: bool = False,
+             limit: int | None = 50, offset: int = 0) -> list[Memory]:
+        flt = flt or Filter()
+        where, params = flt.where(self.clock())
+        order = {"created": "m.created_at", "updated": "m.updated_at", "accessed": "m.last_accessed_at",
+                 "id": "m.id", "expires": "m.expires_at"}.get(sort)
+        if order is None:
+            raise UsageError(f"unknown sort {sort!r}: use created, updated, accessed, expires or id")
+        direction = "ASC" if (sort in ("id", "expires")) != reverse else "DESC"
+        tail = f"ORDER BY {order} {direction}, m.seq {direction}"
+        if limit is not None:
+            tail += f" LIMIT {int(limit)} OFFSET {int(offset)}"
+        return self._select(where, params, tail)
+
+    def count(self, flt: Filter | None = None) -> int:
+        where, params = (flt or Filter()).where(self.clock())
+        return self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
+
+    def iter_all(self, batch: int = 1000) -> Iterator[Memory]:
+        last = 0
+        while True:
+            rows = self.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq > ? "
+                                     f"ORDER BY m.seq LIMIT ?", (last, batch)).fetchall()
+            if not rows:
+                return
+            for r in rows:
+                yield Memory.from_row(r[1:])
+            last = rows[-1][0]
+
+    def touch(self, ids: Iterable[str]) -> None:
+        """Count an access (recall, show). Not an event: reading changes no memory."""
+        ids = list(ids)
+        if not ids:
+            return
+        try:
+            with self.transaction():
+                self.conn.execute(
+                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? "
+                    "WHERE id IN (SELECT value FROM json_each(?))", (self.clock(), json.dumps(ids)))
+        except DatabaseError:
+            pass  # a busy database must not fail a read
+
+    def find_exact(self, text: str) -> Memory | None:
+        rows = self._select("m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",
+                            [text.strip()], "ORDER BY m.seq LIMIT 1")
+        return rows[0] if rows else None
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        while True:
+            candidate = secrets.token_hex(4)
+            if not self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (candidate,)).fetchone():
+                return candidate
+
+    @staticmethod
+    def _normalize(m: Memory) -> Memory:
+        text = m.text.strip() if isinstance(m.text, str) else m.text
+        if not text:
+            raise UsageError("a memory needs some text")
+        if "\x00" in text:
+            raise UsageError("memory text contains NUL bytes (binary input?)")
+        if len(text) > MAX_TEXT:
+            raise UsageError(f"memory text is {len(text):,} characters; the limit is {MAX_TEXT:,} "
+                             "(use `pmem extract` for long text)")
+        if m.tier not in TIERS:
+            raise UsageError(f"unknown tier {m.tier!r}: use one of {', '.join(TIERS)}")
+        tags = sorted({t.strip() for t in m.tags if t and t.strip()})
+        pinned = m.pinned or m.tier == "core"
+        tier = "core" if pinned else m.tier
+        return replace(m, text=text, tags=tags, pinned=pinned, tier=tier)
+
+    def _insert(self, m: Memory, blob: bytes | None, action: str = "add") -> Memory:
+        self.conn.execute(
+            f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({', '.join('?' * len(MEMORY_COLUMNS))})",
+            m.to_row())
+        if blob is not None:
+            self._put_vec(self._seq(m.id), blob, live=self._live(m))
+        self._record(m.id, action, None, m)
+        return m
+
+    @staticmethod
+    def _live(m: Memory) -> bool:
+        return m.forgotten_at is None and m.merged_into is None
+
+    def _write(self, before: Memory, after: Memory, action: str, blob: bytes | None = None) -> Memory:
+        """Replace a stored memory's row with `after`, recording the change."""
+        if _memory_dict(before) == _memory_dict(after) and blob is None:
+            return after
+        seq = self._seq(before.id)
+        old_vec = None
+        if blob is not None or after.text != before.text:
+            old_vec = self._get_vec(seq)
+        sets = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
+        row = after.to_row()
+        self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*row[1:], before.id))
+        if blob is not None:
+            self._put_vec(seq, blob, self._live(after))
+        elif self._live(before) != self._live(after) and self._has_vec_table():
+            self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(after)), seq))
+        self._record(before.id, action, before, after, old_vec)
+        return after
+
+    def new_memory(self, text: str, *, tags: Iterable[str] = (), tier: str = "archival", pinned: bool = False,
+                   source: str | None = None, meta: dict | None = None, created_at: str | None = None,
+                   expires_at: str | None = None, valid_from: str | None = None,
+                   derived_from: Iterable[str] = (), memory_id: str | None = None) -> Memory:
+        """A validated Memory that is not stored yet (see `insert`)."""
+        now = self.clock()
+        m = Memory(id=memory_id or "", text=text, tier=tier, pinned=pinned, tags=list(tags), source=source,
+                   meta=dict(meta or {}), created_at=created_at or now, updated_at=now, expires_at=expires_at,
+                   valid_from=valid_from, derived_from=list(derived_from))
+        return self._normalize(m)
+
+    def add(self, text: str, *, allow_duplicate: bool = False, **kw) -> tuple[Memory, bool]:
+        """Store one memory. Returns (memory, created); an exact duplicate of an active memory
+        is not stored twice unless asked: the existing one comes back with created=False."""
+        m = self.new_memory(text, **kw)
+        if not allow_duplicate:
+            existing = self.find_exact(m.text)
+            if existing is not None:
+                return existing, False
+        blob = self.embed([m.text])[0]
+        with self.operation("add", m.text[:80]):
+            self._ensure_vec_table()
+            m = replace(m, id=self._new_id())
+            self._insert(m, blob)
+        return m, True
+
+    def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
+               progress: Progress | None = None, keep_ids: bool = True) -> list[Memory]:
+        """Store many memories as one operation (one `undo` takes them all back).
+
+        Memories are validated first and embedded in batches; then everything is written in one
+        transaction, so a failure stores nothing."""
+        items = [self._normalize(m) for m in memories]
+        blobs = self.embed([m.text for m in items], progress=progress) if items else []
+        out: list[Memory] = []
+        with self.operation(kind, summary or f"{len(items)} memories"):
+            if items:
+                self._ensure_vec_table()
+            taken: set[str] = set()
+            for m, blob in zip(items, blobs):
+                mid = m.id
+                if not (keep_ids and mid and _ID.match(mid) and mid not in taken and not self.conn.execute(
+                        "SELECT 1 FROM memories WHERE id = ?", (mid,)).fetchone()):
+                    mid = self._new_id()
+                    while mid in taken:
+                        mid = self._new_id()
+                taken.add(mid)
+                m = replace(m, id=mid, created_at=m.created_at or self.clock(),
+                            updated_at=m.updated_at or self.clock())
+                out.append(self._insert(m, blob, action=kind if kind in ("import", "extract") else "add"))
+        return out
+
+    def edit(self, memory_id: str, *, text: str | None = None, tags: Iterable[str] | None = None,
+             add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,
+             meta: dict | None = None, source: str | None = None, expires_at: str | None | bool = False,
+             valid_from: str | None = None, action: str | None = None) -> Memory:
+        """Change a memory; a text change re-embeds it (the old vector is kept for undo)."""
+        before = self.get(memory_id)
+        new_tags = list(before.tags if tags is None else tags)
+        new_tags = [t for t in new_tags if t not in set(remove_tags)] + list(add_tags)
+        after = replace(before, tags=new_tags)
+        if text is not None:
+            after = replace(after, text=text)
+        if tier is not None:
+            after = replace(after, tier=tier, pinned=tier == "core")
+        if meta is not None:
+            after = replace(after, meta=meta)
+        if source is not None:
+            after = replace(after, source=source)
+        if expires_at is not False:
+            after = replace(after, expires_at=expires_at)
+        if valid_from is not None:
+            after = replace(after, valid_from=valid_from)
+        after = self._normalize(after)
+        if _memory_dict(after) == _memory_dict(before):
+            return before
+        after = replace(after, updated_at=self.clock())
+        blob = self.embed([after.text])[0] if after.text != before.text else None
+        if action is None:
+            changed = {k for k in _memory_dict(after) if _memory_dict(after)[k] != _memory_dict(before)[k]}
+            action = "retag" if changed <= {"tags", "updated_at"} else "edit"
+        with self.operation(action, f"{action} {before.id}"):
+            return self._write(before, after, action, blob)
+
+    def _change(self, memory_id: str, action: str, **changes) -> Memory:
+        before = self.get(memory_id)
+        after = replace(before, **changes)
+        if _memory_dict(after) == _memory_dict(before):
+            return before
+        after = replace(after, updated_at=self.clock())
+        with self.operation(action, f"{action} {before.id}"):
+            return self._write(before, after, action)
+
+    def pin(self, memory_id: str) -> Memory:
+        """Make a memory core: always recalled first."""
+        return self._change(memory_id, "pin", pinned=True, tier="core")
+
+    def unpin(self, memory_id: str) -> Memory:
+        m = self.get(memory_id)
+        return self._change(m.id, "unpin", pinned=False, tier="archival" if m.tier == "core" else m.tier)
+
+    def expire(self, memory_id: str, at: str | None = None) -> Memory:
+        return self._change(memory_id, "expire", expires_at=at or self.clock())
+
+    def forget(self, memory_id: str) -> Memory:
+        m = self.get(memory_id)
+        if m.forgotten_at:
+            return m
+        return self._change(m.id, "forget", forgotten_at=self.clock())
+
+    def restore(self, memory_id: str) -> Memory:
+        """Bring back a forgotten, expired or merged memory."""
+        m = self.get(memory_id)
+        now = self.clock()
+        return self._change(m.id, "restore", forgotten_at=None, merged_into=None,
+                            expires_at=None if m.is_expired(now) else m.expires_at)
+
+    def supersede(self, old_id: str, new_id: str, at: str | None = None) -> Memory:
+        """Mark `old_id` as no longer true from `at`, replaced by `new_id`. It stays findable with --as-of."""
+        old, new = self.get(old_id), self.get(new_id)
+        if old.id == new.id:
+            raise UsageError("a memory cannot supersede itself")
+        at = at or new.valid_from or new.created_at
+        with self.operation("supersede", f"{new.id} supersedes {old.id}"):
+            if new.valid_from is None:
+                self._write(new, replace(new, valid_from=at, updated_at=self.clock()), "supersede")
+            return self._write(old, replace(old, valid_to=at, superseded_by=new.id, updated_at=self.clock()),
+                               "supersede")
+
+    def set_fields(self, memory_id: str, action: str, **changes) -> Memory:
+        """Low-level change used by extract and dream, inside their own operation."""
+        return self._change(memory_id, action, **changes)
+
+    # -- history and undo -----------------------------------------------------------------
+
+    def _event(self, row) -> Event:
+        return Event(seq=row[0], op_id=row[1], memory_id=row[2], action=row[3],
+                     before=json.loads(row[4]) if row[4] else None,
+                     after=json.loads(row[5]) if row[5] else None, at=row[6])
+
+    def history(self, memory_id: str) -> list[tuple[Event, Operation]]:
+        try:
+            full = self.resolve(memory_id)
+        except NotFound:
+            full = memory_id.strip().lower()  # an undone add leaves only its history
+        rows = self.conn.execute(
+            "SELECT e.seq, e.op_id, e.memory_id, e.action, e.before, e.after, e.at, "
+            "o.id, o.kind, o.summary, o.at, o.undone_at FROM events e JOIN operations o ON o.id = e.op_id "
+            "WHERE e.memory_id = ? ORDER BY e.seq", (full,)).fetchall()
+        if not rows:
+            raise NotFound(f"no memory with id {memory_id!r}")
+        return [(self._event(r[:7]), Operation(*r[7:])) for r in rows]
+
+    def operations(self, limit: int = 20) -> list[Operation]:
+        rows = self.conn.execute(
+            "SELECT o.id, o.kind, o.summary, o.at, o.undone_at, "
+            "(SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o "
+            "ORDER BY o.rowid DESC LIMIT ?", (limit,)).fetchall()
+        return [Operation(*r) for r in rows]
+
+    def events(self, op_id: str) -> list[Event]:
+        rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at FROM events "
+                                 "WHERE op_id = ? ORDER BY seq", (op_id,)).fetchall()
+        return [self._event(r) for r in rows]
+
+    def undo(self, op_id: str | None = None) -> Operation:
+        """Revert the last operation not yet undone (or `op_id`, if it is that one), exactly."""
+        row = self.conn.execute("SELECT id, kind, summary, at, undone_at FROM operations "
+                                "WHERE undone_at IS NULL ORDER BY rowid DESC LIMIT 1").fetchone()
+        if row is None:
+            raise NotFound("nothing to undo")
+        if op_id is not None and row[0] != op_id:
+            raise UsageError(f"operation {op_id} is not the latest; undo goes back one operation at a time")
+        op = Operation(*row)
+        rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at, before_vec "
+                                 "FROM events WHERE op_id = ? ORDER BY seq DESC", (op.id,)).fetchall()
+        needs_vec = [json.loads(r[4]) for r in rows if r[4] and r[7] is None and r[5]
+                     and json.loads(r[4])["text"] != json.loads(r[5])["text"]]
+        blobs = dict(zip([d["text"] for d in needs_vec], self.embed([d["text"] for d in needs_vec]))) \
+            if needs_vec else {}
+        with self.transaction():
+            for r in rows:
+                mid, before_json, before_vec = r[2], r[4], r[7]
+                exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
+                if before_json is None:  # the operation created it
+                    if exists:
+                        if self._has_vec_table():
+                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
+                        self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
+                    continue
+                before = Memory(**json.loads(before_json))
+                if exists:
+                    sets = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
+                    self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*before.to_row()[1:], mid))
+                    seq = exists[0]
+                else:
+                    self.conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
+                                      f"({', '.join('?' * len(MEMORY_COLUMNS))})", before.to_row())
+                    seq = self._seq(mid)
+                blob = before_vec if before_vec is not None else blobs.get(before.text)
+                if blob is not None and (self.vector_model()[1] or 0) * 4 == len(blob):
+                    self._put_vec(seq, blob, self._live(before))
+                elif self._has_vec_table():
+                    self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(before)), seq))
+            self.conn.execute("UPDATE operations SET undone_at = ? WHERE id = ?", (self.clock(), op.id))
+        op.undone_at = self.clock()
+        op.events = len(rows)
+        return op
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Re-embed every memory with the configured model (after changing models)."""
+        e = self.embedder
+        rows = self.conn.execute("SELECT seq, text FROM memories ORDER BY seq").fetchall()
+        blobs: list[bytes] = []
+        for start in range(0, len(rows), batch):
+            chunk = rows[start:start + batch]
+            blobs.extend(serialize(v) for v in e.embed([t for _, t in chunk]))
+            if progress:
+                progress(min(start + batch, len(rows)), len(rows))
+        live = dict(self.conn.execute(
+            "SELECT seq, forgotten_at IS NULL AND merged_into IS NULL FROM memories").fetchall())
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS memory_vec")
+            self.conn.execute("DELETE FROM settings WHERE key IN ('embed_model', 'embed_dim')")
+            self._ensure_vec_table()
+            for (seq, _), blob in zip(rows, blobs):
+                self.conn.execute("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
+                                  (seq, blob, int(live[seq])))
+        return len(rows)
+
+    def stats(self) -> dict[str, Any]:
+        now = self.clock()
+        q = self.conn.execute
+        by_tier = dict(q("SELECT tier, count(*) FROM memories WHERE forgotten_at IS NULL "
+                         "AND merged_into IS NULL GROUP BY tier").fetchall())
+        model, dim = self.vector_model()
+        return {
+            "path": str(self.path),
+            "size_bytes": self.path.stat().st_size if self.path.exists() else 0,
+            "schema_version": migrations.schema_version(self.conn),
+            "memories": q("SELECT count(*) FROM memories").fetchone()[0],
+            "active": self.count(Filter(tiers=TIERS)),
+            "by_tier": {t: by_tier.get(t, 0) for t in TIERS},
+            "pinned": q("SELECT count(*) FROM memories WHERE pinned AND forgotten_at IS NULL").fetchone()[0],
+            "expired": q("SELECT count(*) FROM memories WHERE expires_at <= ? AND forgotten_at IS NULL",
+                         (now,)).fetchone()[0],
+            "superseded": q("SELECT count(*) FROM memories WHERE valid_to <= ?", (now,)).fetchone()[0],
+            "merged": q("SELECT count(*) FROM memories WHERE merged_into IS NOT NULL").fetchone()[0],
+            "forgotten": q("SELECT count(*) FROM memories WHERE forgotten_at IS NOT NULL").fetchone()[0],
+            "operations": q("SELECT count(*) FROM operations").fetchone()[0],
+            "events": q("SELECT count(*) FROM events").fetchone()[0],
+            "embed_model": model,
+            "embed_dim": dim,
+            "tags": dict(q("SELECT j.value, count(*) FROM memories m, json_each(m.tags) j "
+                           "WHERE m.forgotten_at IS NULL GROUP BY j.value ORDER BY count(*) DESC LIMIT 20").fetchall()),
+        }

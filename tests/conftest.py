@@ -1,0 +1,48 @@
+"""Every test runs with its own PMEM_HOME: no test touches the real home or database."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def pmem_home(tmp_path, monkeypatch):
+    home = tmp_path / "pmem-home"
+    monkeypatch.setenv("PMEM_HOME", str(home))
+    for var in list(os.environ):
+        if var.startswith("PMEM_") and var not in ("PMEM_HOME", "PMEM_TEST_MODELS_DIR"):
+            monkeypatch.delenv(var)
+    # Models are large: share one provisioned copy across tests (and CI runs).
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(models_dir()))
+    monkeypatch.setenv("NO_COLOR", "1")
+    return home
+
+
+def models_dir() -> Path:
+    value = os.environ.get("PMEM_TEST_MODELS_DIR")
+    if value:
+        return Path(value)
+    return ROOT / ".models-cache"
+
+
+@pytest.fixture
+def fake_config(pmem_home, monkeypatch):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    from pmem.config import load
+
+    return load()
+
+
+@pytest.fixture
+def store(fake_config, tmp_path):
+    from pmem.store import MemoryStore
+
+    s = MemoryStore(tmp_path / "test.db", config=fake_config)
+    yield s
+    s.close()
