@@ -142,7 +142,9 @@ def convert_bert_safetensors(model_dir: Path, out: Path, dtype: str = "f16") -> 
                 if new is None:
                     raise ModelError(f"{model_dir}: unexpected tensor {key}")
                 data = st.get_tensor(key)
-                want = np.float16 if (dtype == "f16" and data.ndim >= 2) else np.float32
+                # llama.cpp adds token_types' row to the input as-is, so it must stay f32
+                half = dtype == "f16" and data.ndim >= 2 and new != "token_types.weight"
+                want = np.float16 if half else np.float32
                 w.add_tensor(new, np.ascontiguousarray(data.astype(want)))
 
         w.write_header_to_file()

@@ -63,7 +63,8 @@ def _line(m: Memory, fmt: str) -> str:
 
 
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
-           flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60) -> Recalled:
+           flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60,
+           min_similarity: float = 0.2) -> Recalled:
     from .search import search
     from .store import Filter
 
@@ -75,36 +76,35 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     flt = flt or Filter()
     query = (query or "").strip() or None
     result = Recalled(query=query, budget=budget)
-    used = estimate_tokens(_header(query, fmt))
 
     core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
         hits = search(store, query, others_flt, limit=candidates)
+        # Meaning-only matches far from the query are noise in a context block, not memory.
+        hits = [h for h in hits if h.keyword_rank is not None
+                or (h.distance is not None and 1.0 - h.distance >= min_similarity)]
         others = [h.memory for h in hits]
         result.scores = {h.memory.id: h.score for h in hits}
     else:
         others = store.list(others_flt, sort="created", limit=candidates)
 
+    # Pack greedily, measuring the rendered block itself, so the budget holds for every
+    # header and separator too. JSON is for programs; it is packed by its Markdown size.
+    measure = "md" if fmt == "json" else fmt
+    used = estimate_tokens(render(result, measure))
     for bucket, items in ((result.core, core), (result.relevant, others)):
         for m in items:
-            cost = estimate_tokens(_line(m, fmt)) + 1
-            if used + cost > budget:
+            bucket.append(m)
+            cost = estimate_tokens(render(result, measure))
+            if cost > budget:
+                bucket.pop()
                 result.left_out += 1
                 continue
-            used += cost
-            bucket.append(m)
+            used = cost
     result.tokens = used
     store.touch(m.id for m in result.memories())
     return result
-
-
-def _header(query: str | None, fmt: str) -> str:
-    if fmt == "md":
-        return "# What I remember (pmem)\n## Core\n## Relevant" + (f" to: {query}" if query else "")
-    if fmt == "xml":
-        return "<memories><core></core><relevant></relevant></memories>"
-    return ""
 
 
 def render(r: Recalled, fmt: str = "md") -> str:
@@ -116,8 +116,12 @@ def render(r: Recalled, fmt: str = "md") -> str:
         }, ensure_ascii=False, indent=2)
     if fmt == "xml":
         query = f" query={quoteattr(r.query)}" if r.query else ""
-        lines = [f"<memories{query}>", "<core>", *(_line(m, fmt) for m in r.core), "</core>",
-                 "<relevant>", *(_line(m, fmt) for m in r.relevant), "</relevant>", "</memories>"]
+        lines = [f"<memories{query}>"]
+        if r.core:
+            lines += ["<core>", *(_line(m, fmt) for m in r.core), "</core>"]
+        if r.relevant:
+            lines += ["<relevant>", *(_line(m, fmt) for m in r.relevant), "</relevant>"]
+        lines.append("</memories>")
         return "\n".join(lines)
     if fmt == "text":
         return "\n".join(_line(m, fmt) for m in r.memories())

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from .errors import UsageError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days|w|wk|week|weeks|y|yr|year|years)")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(years|year|yr|y|weeks|week|wk|w|days|day|d|hr|h|min|m|sec|s)(?![a-z])")
 _CANON = {"sec": "s", "min": "m", "hr": "h", "day": "d", "days": "d", "wk": "w", "week": "w",
           "weeks": "w", "yr": "y", "year": "y", "years": "y"}
 

@@ -226,6 +226,7 @@ def test_convert_tiny_bert(tmp_path):
     assert types["token_embd.weight"] == gguf.GGMLQuantizationType.F16
     assert types["blk.1.ffn_down.weight"] == gguf.GGMLQuantizationType.F16
     assert types["blk.0.attn_q.bias"] == gguf.GGMLQuantizationType.F32
+    assert types["token_types.weight"] == gguf.GGMLQuantizationType.F32
     assert not any("pooler" in n or "position_ids" in n for n in types)
     assert len(types) == 5 + 16 * 2
 

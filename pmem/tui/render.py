@@ -1,0 +1,182 @@
+"""Memories as rich renderables for the TUI. Memory text is data: always a `Text`, never markup.
+
+Nothing here imports textual, so the rendering can be tested (and reused) on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Iterable
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from .. import timeutil
+from ..models import Event, Memory, Operation
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+TIER_SHORT = {"core": "core", "archival": "arch", "episodic": "epis"}
+
+
+def visible(text: str) -> str:
+    """Control characters (escape sequences, bells) as \\xNN, so they show instead of acting.
+
+    The same rule as `pmem.cli.output.visible`, kept here so the TUI does not import the CLI."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    line = " ".join(visible(text).split())
+    if limit is not None and len(line) > limit:
+        line = line[: max(limit - 1, 0)] + "…"
+    return line
+
+
+def literal(text: str, style: str = "") -> Text:
+    """User or model text, shown exactly (never parsed as markup)."""
+    return Text(visible(text), style=style, no_wrap=False)
+
+
+def iso_of(dt: datetime) -> str:
+    return timeutil.iso(dt)
+
+
+def status_word(m: Memory, now_iso: str) -> str:
+    return m.status(now_iso)
+
+
+def expiry_cell(m: Memory, now_iso: str, ref: datetime) -> Text:
+    status = m.status(now_iso)
+    if status == "forgotten":
+        return Text("forgot", style="red")
+    if status == "merged":
+        return Text("merged", style="magenta")
+    if status == "superseded":
+        return Text("supersd", style="magenta")
+    if status == "expired":
+        return Text("expired", style="red")
+    if m.expires_at:
+        return Text(timeutil.humanize_age(m.expires_at, ref), style="yellow")
+    return Text("")
+
+
+def row_cells(m: Memory, now_iso: str, ref: datetime, text_width: int, tags_width: int = 12) -> list[Text]:
+    """Cells for the memory list: pin, tier, age, expiry, tags, text (one line, literal)."""
+    tags = ",".join(m.tags)
+    return [
+        Text("●" if m.pinned else " ", style="bold yellow"),
+        Text(TIER_SHORT.get(m.tier, m.tier[:4]), style="bold" if m.tier == "core" else ""),
+        Text(timeutil.humanize_age(m.created_at, ref), style="dim"),
+        expiry_cell(m, now_iso, ref),
+        Text(one_line(tags, tags_width), style="cyan"),
+        Text(one_line(m.text, text_width), style="strike dim" if m.forgotten else ""),
+    ]
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    return grid
+
+
+def _heading(title: str) -> Text:
+    return Text(title, style="bold underline")
+
+
+def _short(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def describe_event(event: Event) -> str:
+    changes = {k: v for k, v in event.changes().items() if k not in ("updated_at", "last_accessed_at",
+                                                                       "access_count")}
+    if event.before is None:
+        return "created"
+    if event.after is None:
+        return "removed"
+    parts = []
+    for key, (old, new) in changes.items():
+        if key == "text":
+            parts.append("text changed")
+        elif key == "tags":
+            added = [t for t in (new or []) if t not in (old or [])]
+            removed = [t for t in (old or []) if t not in (new or [])]
+            bits = [f"+{t}" for t in added] + [f"-{t}" for t in removed]
+            parts.append("tags " + " ".join(bits))
+        else:
+            parts.append(f"{key} {_short(old)} → {_short(new)}")
+    return "; ".join(parts) or "no visible change"
+
+
+def detail(m: Memory, now_iso: str, ref: datetime, history: Iterable[tuple[Event, Operation]] = (),
+           derived: Iterable[Memory] = ()) -> RenderableType:
+    """The detail pane: full text, metadata, provenance, history."""
+    parts: list[RenderableType] = []
+    title = Text.assemble((m.id, "bold"), "  ", (m.status(now_iso), "italic"))
+    if m.pinned:
+        title.append("  ● pinned", style="yellow")
+    parts.append(title)
+    parts.append(literal(m.text))
+    parts.append(Text(""))
+
+    grid = _grid()
+    age = timeutil.humanize_age(m.created_at, ref)
+    rows = [
+        ("tier", m.tier),
+        ("tags", ", ".join(m.tags) or "—"),
+        ("created", f"{m.created_at} ({age})" if m.created_at else "—"),
+        ("updated", m.updated_at or "—"),
+        ("expires", f"{m.expires_at} ({timeutil.humanize_age(m.expires_at, ref)})" if m.expires_at else "never"),
+    ]
+    if m.valid_from or m.valid_to:
+        rows.append(("valid", f"{m.valid_from or '…'} → {m.valid_to or '…'}"))
+    if m.superseded_by:
+        rows.append(("superseded by", m.superseded_by))
+    if m.merged_into:
+        rows.append(("merged into", m.merged_into))
+    if m.forgotten_at:
+        rows.append(("forgotten", m.forgotten_at))
+    rows.append(("accessed", f"{m.access_count}×, last {m.last_accessed_at or 'never'}"))
+    for key, value in rows:
+        grid.add_row(Text(key), literal(value))
+    parts.append(grid)
+
+    parts.append(Text(""))
+    parts.append(_heading("Provenance"))
+    prov = _grid()
+    prov.add_row(Text("source"), literal(m.source or "—"))
+    derived = list(derived)
+    if m.derived_from:
+        known = {d.id: d for d in derived}
+        for i, mid in enumerate(m.derived_from):
+            d = known.get(mid)
+            label = Text.assemble((mid, "bold"), " ", one_line(d.text, 60) if d else "(not stored)")
+            prov.add_row(Text("derived from" if i == 0 else ""), label)
+    if m.meta:
+        for key in sorted(m.meta):
+            prov.add_row(literal(f"meta.{key}"), literal(_short(m.meta[key])))
+    parts.append(prov)
+
+    history = list(history)
+    if history:
+        parts.append(Text(""))
+        parts.append(_heading("History"))
+        hist = Table.grid(padding=(0, 1))
+        hist.add_column(no_wrap=True, style="dim")
+        hist.add_column(no_wrap=True, style="bold")
+        hist.add_column()
+        for event, op in history:
+            what = literal(describe_event(event))
+            if op.undone_at:
+                what.append(" (undone)", style="italic dim")
+            hist.add_row(Text(event.at.replace("T", " ").rstrip("Z")[:16]), Text(event.action), what)
+        parts.append(hist)
+    return Group(*parts)

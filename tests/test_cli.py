@@ -1,0 +1,245 @@
+"""The CLI contract: commands, output modes, exit codes, and bad input that changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from pmem.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def fake_model(monkeypatch, pmem_home):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+
+
+def pmem(*args, input=None):
+    result = runner.invoke(app, list(args), input=input)
+    return result
+
+
+def ok(*args, input=None):
+    r = pmem(*args, input=input)
+    assert r.exit_code == 0, (args, r.output, r.exception)
+    return r
+
+
+def test_add_search_recall_flow():
+    mid = ok("add", "The wifi password at the cabin is hunter2", "--tag", "home").stdout.strip()
+    assert len(mid) == 8
+    ok("add", "-", "--tag", "work", "--ttl", "30d", input="Deploys need approval from Dana\n")
+    ok("add", "I am vegetarian", "--pin")
+    hits = json.loads(ok("search", "cabin wifi password", "--json", "--limit", "5").stdout)
+    assert hits[0]["id"] == mid
+    for key in ("id", "text", "score", "tier", "tags", "created_at", "meta"):
+        assert key in hits[0]
+    plain = ok("search", "cabin wifi password").stdout.splitlines()
+    assert plain[0].split("\t")[0] == mid  # piped output: plain tab-separated lines
+    rec = ok("recall", "plan dinner", "--budget", "800").stdout
+    assert rec.index("I am vegetarian") < rec.index("## Relevant") if "## Relevant" in rec else "I am vegetarian" in rec
+    work = json.loads(ok("list", "--tag", "work", "--json").stdout)
+    assert [m["text"] for m in work] == ["Deploys need approval from Dana"]
+    assert work[0]["expires_at"] is not None
+
+
+def test_add_json_and_duplicate_notice():
+    first = json.loads(ok("add", "same text", "--json").stdout)
+    assert first["created"] is True
+    again = pmem("add", "same text", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["created"] is False
+
+
+def test_fts_syntax_is_searched_not_parsed():
+    ok("add", "NEAR the lake AND the forest")
+    for q in ['"NEAR(" AND *', "AND OR NOT", "*", '"', "col:value", "a^b", "(((", "--"]:
+        r = pmem("search", q, "--json") if not q.startswith("-") else pmem("search", "--json", "--", q)
+        assert r.exit_code == 0, (q, r.output)
+        assert isinstance(json.loads(r.stdout), list)
+
+
+@pytest.mark.parametrize("args,code,fragment", [
+    (["show", "zzzz"], 1, "no memory"),
+    (["pin", "0000"], 1, "no memory"),
+    (["add", "x", "--ttl", "forever"], 2, "invalid duration"),
+    (["add", "x", "--tier", "nope"], 2, "unknown tier"),
+    (["search", "x", "--mode", "magic"], 2, "unknown search mode"),
+    (["search", "   "], 2, "empty query"),
+    (["list", "--since", "last tuesday-ish"], 2, "invalid date"),
+    (["recall", "x", "--budget", "0"], 2, "budget"),
+    (["recall", "x", "--format", "yaml"], 2, "unknown format"),
+    (["import", "/does/not/exist.jsonl"], 2, "no such file"),
+    (["undo"], 1, "nothing to undo"),
+    (["config", "set", "nonsense", "1"], 2, "unknown setting"),
+])
+def test_errors_are_one_line_with_exit_codes(args, code, fragment):
+    r = pmem(*args)
+    assert r.exit_code == code, r.output
+    assert fragment in r.stderr
+    assert "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_stdin_empty_binary_and_invalid_utf8_rejected():
+    for data in [b"", b"   \n", b"\x00\x01\x02binary", b"caf\xe9 au lait"]:
+        r = runner.invoke(app, ["add"], input=data)
+        assert r.exit_code != 0
+        assert "Traceback" not in r.output
+    assert json.loads(ok("list", "--all", "--json").stdout) == []
+
+
+def test_huge_stdin_refused():
+    r = runner.invoke(app, ["add"], input="x" * 400_005)
+    assert r.exit_code == 2 and "pmem extract" in r.stderr
+
+
+def test_edit_pin_expire_forget_restore_history_undo():
+    mid = ok("add", "The cabin wifi password is hunter2").stdout.strip()
+    ok("edit", mid[:5], "The cabin wifi password is hunter3")
+    ok("edit", mid, "--tag", "home")
+    ok("pin", mid)
+    ok("expire", mid, "--in", "3d")
+    ok("forget", mid)
+    assert json.loads(ok("list", "--json").stdout) == []
+    ok("restore", mid)
+    shown = json.loads(ok("show", mid, "--json").stdout)
+    assert shown["text"].endswith("hunter3") and shown["pinned"] and shown["tags"] == ["home"]
+    hist = json.loads(ok("history", mid, "--json").stdout)
+    assert [h["action"] for h in hist] == ["add", "edit", "retag", "pin", "expire", "forget", "restore"]
+    ok("undo")  # restore
+    ok("undo")  # forget
+    ok("undo")  # expire
+    assert json.loads(ok("show", mid, "--json").stdout)["expires_at"] is None
+    text_lines = ok("history", mid).stdout.splitlines()
+    assert "(undone)" in text_lines[-1]
+
+
+def test_expire_now_hides_and_include_expired_shows():
+    mid = ok("add", "short lived").stdout.strip()
+    ok("expire", mid, "--now")
+    assert json.loads(ok("search", "short lived", "--json").stdout) == []
+    hits = json.loads(ok("search", "short lived", "--json", "--include-expired").stdout)
+    assert hits[0]["id"] == mid
+
+
+def test_export_import_roundtrip_is_lossless(tmp_path):
+    ok("add", "one", "--tag", "a", "--meta", "n=3", "--meta", "who=me", "--at", "2023-05-08")
+    ok("add", "two", "--pin", "--source", "chat")
+    mid = ok("add", "three").stdout.strip()
+    ok("forget", mid)
+    dump = ok("export").stdout
+    records = [json.loads(line) for line in dump.splitlines()]
+    assert {r["text"] for r in records} == {"one", "two", "three"}
+    assert next(r for r in records if r["text"] == "one")["meta"] == {"n": 3, "who": "me"}
+    other = tmp_path / "other.db"
+    ok("--db", str(other), "import", "-", input=dump)
+    again = ok("--db", str(other), "export").stdout
+    assert sorted(again.splitlines()) == sorted(dump.splitlines())
+    # importing the same file again adds nothing
+    r = ok("--db", str(other), "import", "-", "--json", input=dump)
+    assert json.loads(r.stdout)["imported"] == 0
+
+
+def test_import_is_one_undo_and_broken_file_changes_nothing(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps({"text": f"fact {i}", "tags": ["bulk"]}) for i in range(50)) + "\n")
+    ok("import", str(good))
+    assert len(json.loads(ok("list", "--tag", "bulk", "-n", "0", "--json").stdout)) == 50
+    ok("undo")
+    assert json.loads(ok("list", "--json").stdout) == []
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": "also fine"}\n{not json\n')
+    r = pmem("import", str(bad))
+    assert r.exit_code == 2 and "line 3" in r.stderr
+    bad.write_text('{"text": "fine"}\n{"tags": ["no text"]}\n')
+    r = pmem("import", str(bad))
+    assert r.exit_code == 2 and "line 2" in r.stderr
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00\x00garbage")
+    assert pmem("import", str(binary)).exit_code == 2
+    assert json.loads(ok("list", "--all", "--json").stdout) == []
+
+
+def test_import_markdown(tmp_path):
+    md = tmp_path / "notes.md"
+    md.write_text("# Notes\n\n## Travel\n\n- Lisbon trip in May #2024\n- Pack the adapter\n\n"
+                  "## 2023-05-08\n\nMet Dana at the conference.\nShe runs deploys.\n")
+    ok("import", str(md))
+    items = {m["text"]: m for m in json.loads(ok("list", "--json").stdout)}
+    assert items["Lisbon trip in May"]["tags"] == ["2024", "travel"]
+    assert items["Met Dana at the conference. She runs deploys."]["created_at"].startswith("2023-05-08")
+
+
+def test_markdown_export_reimports(tmp_path):
+    ok("add", "Lisbon in May", "--tag", "travel")
+    ok("add", "I am vegetarian", "--pin")
+    md = ok("export", "--format", "md").stdout
+    other = tmp_path / "o.db"
+    ok("--db", str(other), "import", "-", "--format", "md", input=md)
+    got = {m["text"]: m for m in json.loads(ok("--db", str(other), "list", "--json").stdout)}
+    assert got["Lisbon in May"]["tags"] == ["travel"]
+    assert got["I am vegetarian"]["pinned"] is True
+
+
+def test_path_stats_config_doctor(pmem_home):
+    paths = json.loads(ok("path", "--json").stdout)
+    assert paths["db"] == str(pmem_home / "pmem.db")
+    assert paths["models"]  # conftest points models elsewhere
+    ok("add", "hello")
+    stats = json.loads(ok("stats", "--json").stdout)
+    assert stats["memories"] == 1 and stats["embed_model"] == "fake-64"
+    ok("config", "set", "recall_budget", "800")
+    assert ok("config", "get", "recall_budget").stdout.strip() == "800"
+    assert pmem("config", "set", "recall_budget", "lots").exit_code == 2
+    cfg = json.loads(ok("config", "--json").stdout)
+    assert cfg["recall_budget"] == {"value": 800, "from": str(pmem_home / "config.toml")}
+
+
+def test_every_command_has_help_with_an_example():
+    from pmem.cli.docs import _all, _tree
+
+    for node in _all(_tree()):
+        if node.children:
+            continue
+        r = pmem(*node.path[1:], "--help")
+        assert r.exit_code == 0
+        assert "Example" in r.stdout, node.path
+
+
+def test_markup_in_memory_is_printed_literally():
+    ok("add", "[bold red]x[/] and \x1b[31mred\x1b[0m")
+    out = ok("list").stdout
+    assert "[bold red]x[/]" in out
+
+
+def run_pmem(*args, env_extra=None, input=None):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "pmem", *args], capture_output=True, input=input, env=env,
+                          timeout=60)
+
+
+def test_real_process_exit_codes_and_no_traceback():
+    r = run_pmem("show", "nope")
+    assert r.returncode == 1 and r.stderr.decode().startswith("pmem: error:")
+    r = run_pmem("--no-such-option")
+    assert r.returncode == 2
+    r = run_pmem("add", input=b"\x00\xff")
+    assert r.returncode == 2 and b"Traceback" not in r.stderr
+    r = run_pmem("list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+
+def test_terminal_output_is_literal(monkeypatch):
+    from pmem.cli import output
+
+    monkeypatch.setattr(output, "is_tty", lambda: True)
+    ok("add", "[bold red]x[/] \x1b[31mred")
+    r = ok("list")
+    assert "[bold red]x[/]" in r.stdout
+    assert "\x1b[31m" not in r.stdout and "\\x1b[31mred" in r.stdout

@@ -1,0 +1,79 @@
+"""The database layer: driver choice, sqlite-vec, permissions, migrations, bad files, locks."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from pmem import MemoryStore, db, migrations
+from pmem.errors import DatabaseError
+
+
+def test_driver_loads_sqlite_vec(tmp_path):
+    conn = db.connect(tmp_path / "x.db")
+    assert conn.execute("SELECT vec_version()").fetchone()[0].startswith("v")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_new_database_is_private(tmp_path):
+    path = tmp_path / "deep" / "dir" / "p.db"
+    db.connect(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_migrations_are_named_ordered_and_idempotent(tmp_path):
+    conn = db.connect(tmp_path / "m.db")
+    ran = migrations.migrate(conn)
+    assert ran == [name for name, _ in migrations.MIGRATIONS]
+    assert migrations.migrate(conn) == []
+    assert migrations.schema_version(conn) == len(migrations.MIGRATIONS)
+
+
+def test_newer_database_refused(tmp_path):
+    conn = db.connect(tmp_path / "n.db")
+    migrations.migrate(conn)
+    conn.execute("INSERT INTO _pmem_migrations (name) VALUES ('m999_from_the_future')")
+    with pytest.raises(DatabaseError, match="newer pmem"):
+        migrations.migrate(conn)
+
+
+def test_corrupt_file_is_a_clear_error(tmp_path, fake_config):
+    path = tmp_path / "bad.db"
+    path.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(DatabaseError, match="not a usable pmem database|file is not a database"):
+        MemoryStore(path, config=fake_config)
+    assert path.read_bytes().startswith(b"this is not sqlite")  # untouched
+
+
+def test_directory_is_not_a_database(tmp_path, fake_config):
+    with pytest.raises(DatabaseError):
+        MemoryStore(tmp_path, config=fake_config)
+
+
+def test_locked_database_gives_clear_error(tmp_path, fake_config):
+    path = tmp_path / "l.db"
+    with MemoryStore(path, config=fake_config) as s:
+        s.add("before the lock")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pmem import db; c = db.connect(sys.argv[1]);"
+         "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(30)", str(path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        from pmem.embed import FakeEmbedder
+
+        with pytest.raises(DatabaseError, match="locked"):
+            store = MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64))
+            store.conn.execute("PRAGMA busy_timeout = 200")
+            store.add("during the lock")
+    finally:
+        holder.kill()
+        holder.wait()
+    with MemoryStore(path, config=fake_config) as s:
+        assert [m.text for m in s.list()] == ["before the lock"]

@@ -1,0 +1,79 @@
+"""Recall: core first, relevant next, newest facts win, within the token budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pmem import Memory, estimate_tokens, recall, render
+from pmem.errors import UsageError
+
+
+def test_core_first_then_relevant(store):
+    store.add("I am vegetarian", pinned=True)
+    store.add("Dinner with Dana on Friday at the Thai place")
+    store.add("Deploys need approval from Dana")
+    r = recall(store, "dinner plans Friday")
+    assert [m.text for m in r.core] == ["I am vegetarian"]
+    assert r.relevant[0].text.startswith("Dinner with Dana")
+    text = render(r, "md")
+    assert text.index("I am vegetarian") < text.index("Dinner with Dana")
+
+
+@pytest.mark.parametrize("fmt", ["md", "xml", "json", "text"])
+def test_budget_is_respected_in_every_format(store, fmt):
+    store.insert([Memory(id="", text=f"fact number {i} about the cabin trip and its packing list") for i in range(200)])
+    store.add("core fact", pinned=True)
+    for budget in (30, 120, 500):
+        r = recall(store, "cabin trip", budget=budget, fmt=fmt)
+        out = render(r, fmt)
+        if fmt != "json":
+            assert estimate_tokens(out) <= budget
+        assert r.tokens <= budget
+        assert r.left_out > 0
+
+
+def test_superseded_facts_lose_to_newer(store):
+    old, _ = store.add("I live in Berlin", created_at="2020-01-01T00:00:00Z")
+    new, _ = store.add("I live in Lisbon", created_at="2024-01-01T00:00:00Z")
+    store.supersede(old.id, new.id)
+    texts = [m.text for m in recall(store, "where do I live").memories()]
+    assert "I live in Lisbon" in texts and "I live in Berlin" not in texts
+
+
+def test_no_query_gives_core_and_recent(store):
+    store.add("older", created_at="2020-01-01T00:00:00Z")
+    store.add("newer", created_at="2024-01-01T00:00:00Z")
+    store.add("pinned one", pinned=True)
+    r = recall(store)
+    assert [m.text for m in r.core] == ["pinned one"]
+    assert [m.text for m in r.relevant] == ["newer", "older"]
+    assert "(most recent)" in render(r)
+
+
+def test_xml_and_json_escape_memory_text(store):
+    store.add('<script>alert("x")</script> & more', pinned=True)
+    xml = render(recall(store, fmt="xml"), "xml")
+    assert "<script>" not in xml and "&lt;script&gt;" in xml
+    data = json.loads(render(recall(store, fmt="json"), "json"))
+    assert data["core"][0]["text"].startswith("<script>")
+
+
+def test_recall_counts_access(store):
+    m, _ = store.add("pinned", pinned=True)
+    recall(store)
+    assert store.get(m.id).access_count == 1
+
+
+def test_bad_options(store):
+    with pytest.raises(UsageError):
+        recall(store, "x", budget=0)
+    with pytest.raises(UsageError):
+        recall(store, "x", fmt="yaml")
+
+
+def test_estimate_tokens_is_conservative():
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("hello world") >= 2
+    assert estimate_tokens("a1b2c3d4e5f6" * 10) >= 120 / 4

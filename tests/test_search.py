@@ -1,0 +1,87 @@
+"""Hybrid search: keyword, semantic, fusion, filters, and query safety."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmem import Filter, Memory, search
+from pmem.errors import UsageError
+from pmem.search import fts_query, query_words
+
+
+def seed(store):
+    return store.insert([
+        Memory(id="aaaa0001", text="The wifi password at the cabin is hunter2", tags=["home"],
+               created_at="2023-01-01T00:00:00Z"),
+        Memory(id="aaaa0002", text="Deploys need approval from Dana", tags=["work"],
+               created_at="2023-06-01T00:00:00Z"),
+        Memory(id="aaaa0003", text="Dana likes hiking near the cabin", tags=["home", "people"],
+               created_at="2024-01-01T00:00:00Z"),
+        Memory(id="aaaa0004", text="Raw chat log about cabins", tier="episodic",
+               created_at="2024-02-01T00:00:00Z"),
+    ])
+
+
+def ids(hits):
+    return [h.memory.id for h in hits]
+
+
+def test_query_words_drop_stop_words_but_never_everything():
+    assert query_words("who approves the deploys?") == ["approves", "deploys"]
+    assert query_words("the") == ["the"]
+    assert fts_query('"NEAR(" AND *') == '"near" OR "and"' or fts_query('"NEAR(" AND *') == '"near"'
+    assert fts_query("!!! ???") is None
+
+
+def test_keyword_mode_ranks_by_bm25(store):
+    seed(store)
+    hits = search(store, "wifi password", mode="keyword")
+    assert ids(hits) == ["aaaa0001"]
+    assert hits[0].keyword_rank == 1 and hits[0].semantic_rank is None
+
+
+def test_hybrid_fuses_both_lists(store):
+    seed(store)
+    hits = search(store, "cabin", limit=10)
+    assert set(ids(hits)) == {"aaaa0001", "aaaa0002", "aaaa0003"}  # episodic excluded by default
+    both = [h for h in hits if h.keyword_rank and h.semantic_rank]
+    assert both and all(h.score > 0 for h in hits)
+    assert hits == sorted(hits, key=lambda h: -h.score)
+
+
+def test_filters_tags_tiers_dates(store):
+    seed(store)
+    assert ids(search(store, "cabin", Filter(tags=("people",)))) == ["aaaa0003"]
+    assert ids(search(store, "cabin", Filter(tags=("home", "people")))) == ["aaaa0003"]
+    assert "aaaa0004" in ids(search(store, "cabins", Filter(tiers=("episodic",))))
+    assert set(ids(search(store, "cabin", Filter(since="2023-05-01T00:00:00Z")))) == {"aaaa0002", "aaaa0003"}
+    assert set(ids(search(store, "cabin", Filter(until="2023-05-01T00:00:00Z")))) == {"aaaa0001"}
+
+
+def test_semantic_widens_knn_past_filtered_rows(store):
+    # Many near neighbours that the filter removes: the KNN must widen to find the one that passes.
+    store.insert([Memory(id="", text=f"cabin note {i}", tags=["noise"]) for i in range(200)])
+    store.insert([Memory(id="bbbb0001", text="unrelated gardening tip", tags=["keep"])])
+    hits = search(store, "cabin note", Filter(tags=("keep",)), mode="semantic", limit=1)
+    assert ids(hits) == ["bbbb0001"]
+
+
+def test_forgotten_and_expired_are_not_found(store):
+    seed(store)
+    store.forget("aaaa0001")
+    store.expire("aaaa0003")
+    assert ids(search(store, "cabin", mode="keyword")) == []
+    assert set(ids(search(store, "cabin", Filter(include_expired=True), mode="keyword"))) == {"aaaa0003"}
+
+
+def test_bad_arguments(store):
+    with pytest.raises(UsageError):
+        search(store, "x", mode="fuzzy")
+    with pytest.raises(UsageError):
+        search(store, "x", limit=0)
+    with pytest.raises(UsageError):
+        search(store, "  ")
+
+
+def test_empty_store_returns_nothing(store):
+    assert search(store, "anything") == []
