@@ -8,7 +8,6 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
-from xml.sax.saxutils import escape, quoteattr
 
 from .errors import UsageError
 from .models import Memory
@@ -18,6 +17,15 @@ if TYPE_CHECKING:
 
 FORMATS = ("md", "xml", "json", "text")
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def escape(text: str) -> str:
+    """XML text escaping (xml.sax.saxutils would pull in urllib at import time)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def quoteattr(text: str) -> str:
+    return '"' + escape(text).replace('"', "&quot;").replace("\n", "&#10;") + '"'
 
 
 def estimate_tokens(text: str) -> int:

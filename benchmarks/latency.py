@@ -1,0 +1,86 @@
+"""End-to-end CLI latency and bulk import throughput, with the real embedding model.
+
+    python benchmarks/latency.py                    # 10,000 memories, 15 runs per command
+    python benchmarks/latency.py --n 10000 --runs 15 --json
+
+Builds a database of N LoCoMo-style memories (the dev conversations' turns, repeated with a
+suffix to reach N) by `pmem import` (timed: memories per second), then times whole processes
+(start to exit) of `pmem search`, `pmem add` and `pmem list`, reporting medians and quartiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import locomo  # noqa: E402
+
+QUERIES = ["cabin internet password", "who approves deploys", "when did Caroline go to the support group",
+           "painting a sunrise", "plans for the summer", "adoption agency", "camping with the kids",
+           "favourite books", "pottery class", "running a charity race"]
+
+
+def records(n: int) -> list[dict]:
+    base = [r for conv in locomo.load() for r in locomo.turn_records(conv)]
+    out = []
+    i = 0
+    while len(out) < n:
+        r = dict(base[i % len(base)])
+        if i >= len(base):
+            r["text"] = f"{r['text']} (copy {i // len(base)})"
+        out.append(r)
+        i += 1
+    return out
+
+
+def timed(cmd: list[str], env: dict, stdin: str | None = None) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, input=stdin, text=True, capture_output=True, check=True)
+    return time.perf_counter() - t
+
+
+def summary(xs: list[float]) -> dict:
+    q = statistics.quantiles(xs, n=4)
+    return {"median_s": round(statistics.median(xs), 3), "q1_s": round(q[0], 3), "q3_s": round(q[2], 3),
+            "runs": len(xs)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PMEM_HOME": tmp}
+        if "PMEM_MODELS_DIR" not in env:
+            env["PMEM_MODELS_DIR"] = str(Path(__file__).resolve().parents[1] / ".models-cache")
+        pmem = [sys.executable, "-m", "pmem"]
+        subprocess.run([*pmem, "models", "pull"], env=env, check=True, capture_output=True)
+        data = "".join(json.dumps(r) + "\n" for r in records(args.n))
+        t_import = timed([*pmem, "import", "-"], env, data)
+        result = {"memories": args.n, "import_s": round(t_import, 2),
+                  "import_per_s": round(args.n / t_import, 1)}
+        for name, make in [
+            ("search", lambda i: [*pmem, "search", QUERIES[i % len(QUERIES)], "--json"]),
+            ("add", lambda i: [*pmem, "add", f"benchmark note number {i} about the garden"]),
+            ("list", lambda i: [*pmem, "list"]),
+            ("recall", lambda i: [*pmem, "recall", QUERIES[i % len(QUERIES)]]),
+        ]:
+            timed(make(-1), env)  # warm the page cache
+            result[name] = summary([timed(make(i), env) for i in range(args.runs)])
+        result["python_startup"] = summary([timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)])
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Load the LoCoMo development conversations (../shared/data/locomo_dev.json) as pmem records."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
+
+
+def load(path: Path = DATA) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def session_date(text: str) -> str:
+    """'1:56 pm on 8 May, 2023' -> '2023-05-08T13:56:00Z'."""
+    dt = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sessions(conv: dict) -> list[tuple[int, str, list[dict]]]:
+    c = conv["conversation"]
+    out = []
+    for key in c:
+        m = re.fullmatch(r"session_(\d+)", key)
+        if m and isinstance(c[key], list):
+            n = int(m.group(1))
+            out.append((n, session_date(c[f"session_{n}_date_time"]), c[key]))
+    return sorted(out)
+
+
+def turn_records(conv: dict) -> list[dict]:
+    """One memory per dialogue turn, "Speaker: text", dated by its session."""
+    records = []
+    for n, date, turns in sessions(conv):
+        for t in turns:
+            records.append({"text": f"{t['speaker']}: {t['text']}", "created_at": date,
+                            "meta": {"dia_id": t["dia_id"], "session": n}, "source": f"locomo:{conv['sample_id']}"})
+    return records
+
+
+def questions(conv: dict, categories=(1, 2, 3, 4)) -> list[dict]:
+    return [q for q in conv["qa"] if q.get("category") in categories and q.get("evidence")]

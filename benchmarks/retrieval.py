@@ -1,0 +1,89 @@
+"""Evidence recall@k on LoCoMo through pmem itself.
+
+    python benchmarks/retrieval.py                 # via the CLI: `pmem import`, then `pmem search --json`
+    python benchmarks/retrieval.py --via lib       # same code paths through the library (fast, for tuning)
+    python benchmarks/retrieval.py --mode keyword  # one retriever alone
+
+One memory per dialogue turn ("Speaker: text", dated by its session), one database per conversation;
+a question (categories 1-4) is a hit at k when any of its evidence turns is among the top k results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import locomo  # noqa: E402
+
+
+def pmem_cli(db: Path, *args: str, input: str | None = None) -> str:
+    r = subprocess.run([sys.executable, "-m", "pmem", "--db", str(db), *args], input=input, text=True,
+                       capture_output=True, check=True)
+    return r.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--via", choices=["cli", "lib"], default="cli")
+    ap.add_argument("--mode", default="hybrid", choices=["hybrid", "keyword", "semantic"])
+    ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
+    ap.add_argument("--limit-questions", type=int, default=0, help="only the first N questions per conversation")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    kmax = max(args.k)
+    hits = {k: 0 for k in args.k}
+    total = 0
+    per_cat: dict[int, list[int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        for conv in locomo.load():
+            db = Path(tmp) / f"{conv['sample_id']}.db"
+            records = locomo.turn_records(conv)
+            qs = locomo.questions(conv)
+            if args.limit_questions:
+                qs = qs[: args.limit_questions]
+            if args.via == "cli":
+                pmem_cli(db, "import", "-", "--format", "jsonl",
+                         input="".join(json.dumps(r) + "\n" for r in records))
+                by_id = {}
+                for line in pmem_cli(db, "export").splitlines():
+                    m = json.loads(line)
+                    by_id[m["id"]] = m["meta"]["dia_id"]
+            else:
+                from pmem import Memory, MemoryStore
+                from pmem import search as lib_search
+
+                store = MemoryStore(db)
+                stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
+                                       for r in records])
+                by_id = {m.id: m.meta["dia_id"] for m in stored}
+            for q in qs:
+                if args.via == "cli":
+                    out = json.loads(pmem_cli(db, "search", q["question"], "--json", "--limit", str(kmax),
+                                              "--mode", args.mode))
+                    ranked = [by_id[h["id"]] for h in out]
+                else:
+                    ranked = [by_id[h.memory.id] for h in lib_search(store, q["question"], limit=kmax, mode=args.mode)]
+                evidence = set(q["evidence"])
+                total += 1
+                for k in args.k:
+                    if evidence & set(ranked[:k]):
+                        hits[k] += 1
+                per_cat.setdefault(q["category"], []).append(int(bool(evidence & set(ranked[:10]))))
+            if args.via == "lib":
+                store.close()
+    result = {"questions": total, "mode": args.mode, "via": args.via,
+              **{f"R@{k}": round(hits[k] / total, 3) for k in args.k},
+              "R@10_by_category": {c: round(sum(v) / len(v), 3) for c, v in sorted(per_cat.items())}}
+    print(json.dumps(result, indent=2) if args.json else " ".join(f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
