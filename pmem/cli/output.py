@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from typing import Any, Iterable
 
 from .. import timeutil
+from ..display import visible  # noqa: F401 - re-exported for commands
 from ..models import Hit, Memory
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """Show control characters (escape sequences, bells) as \\xNN instead of obeying them."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def is_tty() -> bool:

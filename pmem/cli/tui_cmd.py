@@ -2,4 +2,31 @@
 
 from __future__ import annotations
 
-from .app import app, command  # noqa: F401
+import sys
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from .app import app, command, open_store  # noqa: F401
+
+
+@command()
+def tui(
+    query: Optional[str] = typer.Option(None, "--search", "-s", help="Start with this search."),
+) -> None:
+    """Browse, search and fix memories in a full-screen terminal UI (press ? for keys).
+
+    \b
+    Examples:
+      pmem tui
+      pmem tui --search "cabin"
+      PMEM_DB=~/other.db pmem tui
+    """
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("pmem tui needs a terminal; use `pmem list` or `pmem search` in scripts")
+    from ..tui import make_app  # textual loads only for this command
+
+    with open_store() as store:
+        tui_app = make_app(store, initial_query=query)
+        tui_app.run()

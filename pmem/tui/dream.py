@@ -71,9 +71,13 @@ class DreamScreen(Screen[bool]):
         app.call_from_thread(self._show_plan, plan)
 
     def _status(self, message: str) -> None:
+        if not self.is_attached:
+            return
         self.query_one("#dream-status", Label).update(Text(message))
 
     def _show_plan(self, plan: Any) -> None:
+        if not self.is_attached:  # closed while planning
+            return
         self.plan = plan
         table = self.query_one("#proposals", DataTable)
         table.clear()
@@ -186,6 +190,8 @@ class DreamScreen(Screen[bool]):
         app.call_from_thread(self._applied, result, None)
 
     def _progress(self, done: int, total: int) -> None:
+        if not self.is_attached:
+            return
         self.query_one("#dream-progress", ProgressBar).update(total=total, progress=done)
 
     def _applied(self, result: Any, error: str | None) -> None:
@@ -197,8 +203,13 @@ class DreamScreen(Screen[bool]):
         self.applied = True
         bar = self.query_one("#dream-progress", ProgressBar)
         bar.update(progress=bar.total or 0)
-        n = len(self.accepted)
-        message = f"Applied {n} proposal{'s' if n != 1 else ''}; `u` or `pmem undo` reverts."
+        applied = getattr(result, "applied", None)
+        n = len(applied) if isinstance(applied, (list, tuple, set)) else len(self.accepted)
+        skipped = getattr(result, "skipped", None) or []
+        message = f"Applied {n} proposal{'s' if n != 1 else ''}"
+        if skipped:
+            message += f", skipped {len(skipped)} (their memories changed since the plan)"
+        message += "; u or `pmem undo` reverts."
         self._status(message)
         self.app.notify(message, markup=False)
         self.dismiss(True)
@@ -207,5 +218,5 @@ class DreamScreen(Screen[bool]):
         if self.applying:
             self.app.notify("Still applying…", severity="warning")
             return
-        self.workers.cancel_group(self, "dream") if hasattr(self.workers, "cancel_group") else None
+        self.workers.cancel_node(self)
         self.dismiss(self.applied)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from ..display import visible  # noqa: F401 - used by the widgets
 from datetime import datetime
 from typing import Iterable
 
@@ -19,13 +21,6 @@ from ..models import Event, Memory, Operation
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 TIER_SHORT = {"core": "core", "archival": "arch", "episodic": "epis"}
-
-
-def visible(text: str) -> str:
-    """Control characters (escape sequences, bells) as \\xNN, so they show instead of acting.
-
-    The same rule as `pmem.cli.output.visible`, kept here so the TUI does not import the CLI."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def one_line(text: str, limit: int | None = None) -> str:

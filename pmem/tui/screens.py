@@ -29,6 +29,7 @@ KEYS = [
     ("r", "restore a forgotten or expired memory"),
     ("u", "undo the last change (any tool's)"),
     ("D", "dream: review consolidation proposals"),
+    ("M", "search mode: hybrid, keyword, semantic"),
     ("ctrl+r", "reload from the database"),
     ("j k g G", "down, up, top, bottom"),
     ("?", "this help"),
@@ -45,7 +46,7 @@ class HelpScreen(ModalScreen[None]):
         grid.add_column()
         for key, what in KEYS:
             grid.add_row(Text(key), Text(what))
-        with Vertical(id="help", classes="dialog"):
+        with VerticalScroll(id="help", classes="dialog"):
             yield Label("pmem keys", classes="dialog-title")
             yield Static(grid, markup=False)
             yield Label("Every change is recorded: `pmem history ID`, `pmem undo`.", classes="hint")
@@ -133,6 +134,18 @@ class TagsScreen(ModalScreen["list[str] | None"]):
         self.dismiss(parse_tags(event.value))
 
 
+class TickBox(Checkbox):
+    """A checkbox whose state shows without colour too (NO_COLOR): [X] or [ ]."""
+
+    def watch_value(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
+        super().watch_value()
+
+    def on_mount(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
+        self.refresh()
+
+
 def parse_tags(value: str) -> list[str]:
     return list(dict.fromkeys(t for t in value.replace(",", " ").split() if t))
 
@@ -149,11 +162,11 @@ class FilterScreen(ModalScreen["Filter | None"]):
             yield Label("Filters", classes="dialog-title")
             with Horizontal(classes="row"):
                 for tier in TIERS:
-                    yield Checkbox(tier, tier in self.flt.tiers, id=f"tier-{tier}")
+                    yield TickBox(tier, tier in self.flt.tiers, id=f"tier-{tier}")
             yield Input(" ".join(self.flt.tags), placeholder="tags (all must match)", id="filter-tags")
             with Horizontal(classes="row"):
-                yield Checkbox("expired", self.flt.include_expired, id="include-expired")
-                yield Checkbox("forgotten", self.flt.include_forgotten, id="include-forgotten")
+                yield TickBox("expired", self.flt.include_expired, id="include-expired")
+                yield TickBox("forgotten", self.flt.include_forgotten, id="include-forgotten")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", id="apply", variant="primary")
                 yield Button("Reset", id="reset")

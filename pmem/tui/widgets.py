@@ -57,10 +57,6 @@ class MemoryTable(DataTable):
     def on_resize(self) -> None:
         self.fit_text_column()
 
-    def _near_end(self) -> bool:
-        return self.row_count - self.cursor_row <= max(self.size.height, 20) or \
-            self.scroll_y + 2 * self.size.height >= self.max_scroll_y
-
     def _ask_for_more(self) -> None:
         if self.exhausted or self._asking or self.on_need_more is None:
             return
@@ -72,12 +68,12 @@ class MemoryTable(DataTable):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
-        if not self.exhausted and new + 2 * self.size.height >= self.max_scroll_y:
+        if not self.exhausted and new > old and new + 2 * self.size.height >= self.max_scroll_y:
             self.call_later(self._ask_for_more)
 
     def watch_cursor_coordinate(self, old, new) -> None:
         super().watch_cursor_coordinate(old, new)
-        if not self.exhausted and self.row_count - new.row <= max(self.size.height, 20):
+        if not self.exhausted and new.row > old.row and self.row_count - new.row <= max(self.size.height, 20):
             self.call_later(self._ask_for_more)
 
     def action_scroll_bottom(self) -> None:

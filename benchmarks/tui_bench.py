@@ -1,0 +1,206 @@
+"""TUI benchmark: first paint on 10,000 memories, open + search + scroll on 100,000.
+
+    python benchmarks/tui_bench.py                 # both, 5 runs each, medians
+    python benchmarks/tui_bench.py --runs 7 --dir /tmp/pmem-tui-bench
+
+Stores are built once with the deterministic fake embedder (PMEM_EMBED_MODEL=fake-64) and cached
+in --dir. Every measurement runs in a fresh Python process, headless at 80x24, so imports and
+opening the database count. "first paint" is from process start to the first screen drawn with the
+first page of the list in it (the app's `on_ready` hook runs after that refresh).
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()  # before any import: the child's clock starts here
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+NOW = "2025-06-01T00:00:00Z"
+WORDS = ("cabin wifi password deploy approval dana lee coffee vegetarian dinner train berlin paris "
+         "meeting budget invoice garden tomato bicycle repair dentist appointment birthday gift book "
+         "novel python sqlite vector memory tuesday weekend hiking rain umbrella kitchen oven recipe "
+         "pasta flight hotel passport visa project deadline review release bug ticket client call").split()
+TAGS = ("work", "home", "travel", "food", "health", "family", "code")
+
+
+def build(path: Path, n: int) -> None:
+    os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    from pmem.config import load
+    from pmem.models import Memory
+    from pmem.store import MemoryStore
+
+    rng = random.Random(n)
+    store = MemoryStore(path, config=load(), clock=lambda: NOW)
+    chunk = 10_000
+    for start in range(0, n, chunk):
+        batch = []
+        for i in range(start, min(start + chunk, n)):
+            words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18)))
+            day = 1 + i % 28
+            batch.append(Memory(id=f"m{i:06d}", text=f"Note {i}: {words}.",
+                                tags=rng.sample(TAGS, rng.randint(0, 2)),
+                                tier="core" if i % 500 == 0 else "archival", pinned=i % 500 == 0,
+                                created_at=f"2025-{1 + (i // 28) % 5:02d}-{day:02d}T{(i % 24):02d}:00:00Z",
+                                expires_at="2025-07-01T00:00:00Z" if i % 50 == 0 else None))
+        store.insert(batch, summary=f"bench {start}")
+        print(f"  built {min(start + chunk, n):,}/{n:,}", file=sys.stderr)
+    store.close()
+
+
+def ensure_store(directory: Path, n: int) -> Path:
+    path = directory / f"tui-{n}.db"
+    if not path.exists():
+        print(f"building {path} ({n:,} memories, fake embedder)…", file=sys.stderr)
+        tmp = path.with_suffix(".building")
+        for p in directory.glob(tmp.name + "*"):
+            p.unlink()
+        build(tmp, n)
+        for suffix in ("-wal", "-shm"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+        tmp.rename(path)
+    return path
+
+
+# -- children: one measurement each, printed as JSON -----------------------------------------
+
+def child_paint(db: str) -> None:
+    os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    t_import = time.perf_counter()
+    from pmem.tui import make_app
+
+    t_imported = time.perf_counter()
+    result: dict = {}
+
+    def ready(app) -> None:
+        result["first_paint_s"] = time.perf_counter() - T0
+        result["rows"] = app.table.row_count
+        app.exit()
+
+    app = make_app(db, on_ready=ready, now=NOW)
+    t_app = time.perf_counter()
+    app.run(headless=True, size=(80, 24))
+    result.update(import_s=t_imported - t_import, app_start_s=time.perf_counter() - t_app)
+    print(json.dumps(result))
+
+
+def child_search(db: str, mode: str) -> None:
+    import asyncio
+
+    os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    from pmem.tui import make_app
+
+    result: dict = {}
+    queries = ["cabin password", "dentist appointment tuesday", "berlin flight hotel"]
+
+    async def main() -> None:
+        painted = asyncio.Event()
+
+        def ready(app) -> None:
+            result["first_paint_s"] = time.perf_counter() - T0
+            painted.set()
+
+        app = make_app(db, on_ready=ready, now=NOW, search_debounce=0, search_mode=mode, search_limit=50)
+        shown = []
+        original = app.show_hits
+
+        def timed_show(gen, hits):
+            original(gen, hits)
+            shown.append((time.perf_counter(), len(hits)))
+
+        app.show_hits = timed_show
+        async with app.run_test(size=(80, 24)) as pilot:
+            await painted.wait()
+            if mode != "keyword":  # the model loads once, in a worker, when search opens
+                t = time.perf_counter()
+                await pilot.press("slash")
+                await app.workers.wait_for_complete()
+                result["model_load_s"] = time.perf_counter() - t
+            else:
+                await pilot.press("slash")
+            times = []
+            for q in queries:
+                shown.clear()
+                t = time.perf_counter()
+                app.query_one("#search").value = q
+                while not shown:
+                    await asyncio.sleep(0.001)
+                times.append(shown[-1][0] - t)
+                result.setdefault("hits", []).append(shown[-1][1])
+            result["search_s"] = times
+            # Scrolling: clear the search, then page down through the list.
+            await pilot.press("escape")
+            await pilot.pause()
+            app.table.focus()
+            t = time.perf_counter()
+            for _ in range(40):
+                await pilot.press("pagedown")
+            await pilot.pause()
+            result["pagedown_40_s"] = time.perf_counter() - t
+            result["rows_loaded"] = app.table.row_count
+            result["total"] = app.total
+            app.exit()
+
+    asyncio.run(main())
+    print(json.dumps(result))
+
+
+def run_child(*args: str) -> dict:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    data["process_wall_s"] = time.perf_counter() - t
+    return data
+
+
+def med(values) -> float:
+    return statistics.median(list(values))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "pmem-tui-bench")
+    parser.add_argument("--child-paint", metavar="DB")
+    parser.add_argument("--child-search", nargs=2, metavar=("DB", "MODE"))
+    args = parser.parse_args()
+    if args.child_paint:
+        return child_paint(args.child_paint)
+    if args.child_search:
+        return child_search(*args.child_search)
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    small, large = ensure_store(args.dir, 10_000), ensure_store(args.dir, 100_000)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each, medians\n")
+
+    paints = [run_child("--child-paint", str(small)) for _ in range(args.runs)]
+    print("10,000 memories, 80x24, headless")
+    print(f"  first paint from process start   {med(p['first_paint_s'] for p in paints) * 1000:7.0f} ms "
+          f"(min {min(p['first_paint_s'] for p in paints) * 1000:.0f}, max {max(p['first_paint_s'] for p in paints) * 1000:.0f})")
+    print(f"  of which importing pmem.tui      {med(p['import_s'] for p in paints) * 1000:7.0f} ms")
+    print(f"  whole process incl. interpreter  {med(p['process_wall_s'] for p in paints) * 1000:7.0f} ms")
+    print(f"  rows in the first page           {paints[0]['rows']:7d}")
+
+    for mode in ("keyword", "hybrid"):
+        runs = [run_child("--child-search", str(large), mode) for _ in range(args.runs)]
+        print(f"\n100,000 memories, search mode {mode} (fake-64 embedder)")
+        print(f"  first paint from process start   {med(r['first_paint_s'] for r in runs) * 1000:7.0f} ms")
+        if mode != "keyword":
+            print(f"  model load (worker)              {med(r['model_load_s'] for r in runs) * 1000:7.0f} ms")
+        per_query = [statistics.median(r["search_s"]) for r in runs]
+        every = [s for r in runs for s in r["search_s"]]
+        print(f"  keystroke to results shown       {med(per_query) * 1000:7.0f} ms (max {max(every) * 1000:.0f})")
+        print(f"  40 x pagedown                    {med(r['pagedown_40_s'] for r in runs) * 1000:7.0f} ms "
+              f"({runs[0]['rows_loaded']:,} of {runs[0]['total']:,} rows loaded)")
+
+
+if __name__ == "__main__":
+    main()

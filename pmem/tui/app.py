@@ -1,0 +1,661 @@
+"""The pmem TUI: a memory list beside a detail pane, search as you type, and every fix a key away.
+
+One factory, `make_app`, builds the app for `pmem tui`, the tests and the benchmark.
+
+Threads and SQLite: the main store (`app.store`) is used only on the UI thread, for quick reads and
+writes. Anything slow — search (it may load the embedding model), text edits (they re-embed), undo,
+dream — runs in a thread worker on a second connection (`app.background()`), one worker at a time
+behind a lock. SQLite's WAL lets the two connections read while the other writes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SuspendNotSupported
+from textual.binding import Binding
+from textual.containers import Container, Vertical
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Input, Static
+from textual.worker import get_current_worker
+
+from .. import timeutil
+from ..errors import NotFound, PmemError
+from ..models import Memory
+from ..search import MODES
+from ..search import search as library_search
+from ..store import Filter, MemoryStore
+from . import render
+from .widgets import DetailPane, MemoryTable
+
+
+def screens():
+    """Dialogs load on first use: they are not needed for the first paint."""
+    from . import screens as module
+
+    return module
+
+
+class PmemApp(App[None]):
+    CSS_PATH = "pmem.tcss"
+    TITLE = "pmem"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("slash", "search", "Search"),
+        Binding("question_mark", "help", "Help"),
+        Binding("p", "pin", "Pin"),
+        Binding("x", "expire", "Expire"),
+        Binding("e", "edit", "Edit"),
+        Binding("E", "external_edit", "$EDITOR", show=False),
+        Binding("t", "tags", "Tags"),
+        Binding("d", "forget", "Forget"),
+        Binding("r", "restore", "Restore"),
+        Binding("u", "undo", "Undo"),
+        Binding("f", "filters", "Filter"),
+        Binding("D", "dream", "Dream", show=False),
+        Binding("M", "cycle_mode", "Search mode", show=False),
+        Binding("ctrl+r", "reload", "Reload", show=False),
+        Binding("escape", "clear_search", "Clear search", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, store: MemoryStore, *, owns_store: bool = False, now: str | None = None,
+                 search_debounce: float = 0.25, search_mode: str = "hybrid", page_size: int = 100,
+                 search_limit: int = 50, dream: Any = None,
+                 search_fn: Callable[..., list] | None = None,
+                 on_ready: Callable[["PmemApp"], None] | None = None,
+                 initial_query: str | None = None, detail_throttle: float = 0.08) -> None:
+        super().__init__()
+        self.store = store
+        self.owns_store = owns_store
+        self.fixed_now = now
+        self.search_debounce = search_debounce
+        self.search_mode = search_mode if search_mode in MODES else "hybrid"
+        self.page_size = page_size
+        self.search_limit = search_limit
+        self.search_fn = search_fn or library_search
+        self.flt = Filter()
+        self.query_text = ""
+        self.search_gen = 0
+        self.shown_gen = 0
+        self.loaded = 0
+        self.total = 0
+        self.hits_shown: int | None = None
+        self.model_state = "unloaded"  # unloaded, loading, ready, failed
+        self._dream = dream
+        self._on_ready = on_ready
+        self._initial_query = initial_query
+        self._ready_fired = False
+        self._debounce: Timer | None = None
+        self._detail_timer: Timer | None = None
+        self._detail_pending = False
+        self.detail_throttle = detail_throttle
+        self._status_text = ""
+        self._bg_lock = threading.Lock()
+        self._bg_store: MemoryStore | None = None
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="main"):
+            yield Input(placeholder="search: type to narrow, enter to browse, esc to clear", id="search")
+            with Container(id="body"):
+                yield MemoryTable(id="list")
+                yield DetailPane(id="detail")
+            yield Static(Text(""), id="status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"pmem — {self.store.path}"
+        search = self.query_one("#search", Input)
+        search.display = False
+        table = self.table
+        table.on_need_more = self.load_more
+        table.fit_text_column()
+        table.focus()
+        self.reload()
+        if self._initial_query:
+            self.action_search()
+            search.value = self._initial_query
+
+    def on_unmount(self) -> None:
+        if self._bg_lock.acquire(timeout=2):
+            try:
+                if self._bg_store is not None:
+                    self._bg_store.close()
+                    self._bg_store = None
+            finally:
+                self._bg_lock.release()
+        if self.owns_store:
+            self.store.close()
+
+    @property
+    def table(self) -> MemoryTable:
+        return self.query_one("#list", MemoryTable)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The list's keys act on the main screen only, never under a dialog or the dream screen.
+        if action in self._MAIN_ACTIONS and len(self.screen_stack) > 1:
+            return False
+        return True
+
+    _MAIN_ACTIONS = frozenset({"search", "help", "pin", "expire", "edit", "external_edit", "tags", "forget",
+                               "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search"})
+
+    # -- time -----------------------------------------------------------------------------
+
+    def now_iso(self) -> str:
+        return self.fixed_now or self.store.clock()
+
+    def now_dt(self) -> datetime:
+        return datetime.fromisoformat(self.now_iso().replace("Z", "+00:00"))
+
+    # -- background connection ------------------------------------------------------------
+
+    @contextmanager
+    def background(self) -> Iterator[MemoryStore]:
+        """The worker-side store: a second connection, one worker at a time."""
+        with self._bg_lock:
+            if self._bg_store is None:
+                if str(self.store.path) == ":memory:":
+                    self._bg_store = self.store  # nothing to share a file with; the lock still serialises
+                else:
+                    self._bg_store = MemoryStore(self.store.path, config=self.store.config,
+                                                 clock=self.store.clock)
+            yield self._bg_store
+
+    def dream_module(self) -> Any:
+        return self._dream if self._dream is not None else importlib.import_module("pmem.dream")
+
+    # -- filling the list -----------------------------------------------------------------
+
+    def _cells(self, m: Memory) -> list[Text]:
+        return render.row_cells(m, self.now_iso(), self.now_dt(), self.table.text_width)
+
+    def _add_rows(self, memories: list[Memory]) -> None:
+        table = self.table
+        rows = table.rows
+        for m in memories:
+            if m.id not in rows:
+                table.add_row(*self._cells(m), key=m.id)
+
+    def reload(self, keep: str | None = None) -> None:
+        """Read the list again from the database (or run the search again)."""
+        keep = keep or self.table.current_id()
+        table = self.table
+        table.clear()
+        self.loaded = 0
+        if self.query_text.strip():
+            table.exhausted = True
+            self.start_search()
+            return
+        self.hits_shown = None
+        try:
+            self.total = self.store.count(self.flt)
+        except PmemError as exc:
+            self.error(str(exc))
+            self.total = 0
+        table.exhausted = False
+        self.load_more()
+        if keep and keep in table.rows:
+            table.move_cursor(row=table.get_row_index(keep))
+        self.show_detail()
+        self.update_status()
+        self._fire_ready()
+
+    def load_more(self) -> None:
+        table = self.table
+        if table.exhausted or self.hits_shown is not None:
+            return
+        try:
+            page = self.store.list(self.flt, limit=self.page_size, offset=self.loaded)
+        except PmemError as exc:
+            self.error(str(exc))
+            page = []
+        self.loaded += len(page)
+        table.exhausted = len(page) < self.page_size
+        self._add_rows(page)
+
+    def _fire_ready(self) -> None:
+        if self._on_ready is not None and not self._ready_fired:
+            self._ready_fired = True
+            self.call_after_refresh(self._on_ready, self)
+
+    def update_status(self) -> None:
+        parts: list[str] = []
+        if self.hits_shown is not None:
+            parts.append(f"{self.hits_shown} result{'s' if self.hits_shown != 1 else ''} for “{render.one_line(self.query_text, 30)}”")
+            mode = self.search_mode if self.model_state == "ready" or self.search_mode == "keyword" else "keyword"
+            if self.search_mode != "keyword" and self.model_state == "loading":
+                mode += ", loading model…"
+            elif self.search_mode != "keyword" and self.model_state == "failed":
+                mode += " only"
+            parts.append(mode)
+        elif self.query_text.strip():
+            parts.append("searching…")
+        else:
+            parts.append(f"{self.table.row_count:,} of {self.total:,} memories")
+        parts.append(self.describe_filter())
+        text = " · ".join(p for p in parts if p)
+        if text != self._status_text:
+            self._status_text = text
+            self.query_one("#status", Static).update(Text(text))
+
+    def describe_filter(self) -> str:
+        f = self.flt
+        bits = []
+        if set(f.tiers) != {"core", "archival"}:
+            bits.append("tier " + "+".join(f.tiers))
+        if f.tags:
+            bits.append("tags " + " ".join(f.tags))
+        if f.include_expired:
+            bits.append("+expired")
+        if f.include_forgotten:
+            bits.append("+forgotten")
+        return ("filter: " + ", ".join(bits)) if bits else ""
+
+    # -- detail pane ----------------------------------------------------------------------
+
+    def current(self) -> Memory | None:
+        mid = self.table.current_id()
+        if mid is None:
+            return None
+        try:
+            return self.store.get(mid)
+        except PmemError:
+            return None
+
+    def detail_renderable(self, m: Memory):
+        try:
+            history = self.store.history(m.id)[-50:]
+        except NotFound:
+            history = []
+        derived = self.store.get_many(m.derived_from) if m.derived_from else []
+        return render.detail(m, self.now_iso(), self.now_dt(), history, derived)
+
+    def show_detail(self) -> None:
+        pane = self.query_one("#detail", DetailPane)
+        m = self.current()
+        if m is None:
+            pane.show(Text("No memories here. Press / to search, f for filters, ? for help."))
+            return
+        pane.show(self.detail_renderable(m))
+
+    @on(DataTable.RowHighlighted, "#list")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # Throttled: the first move shows at once; while the cursor keeps moving (a held key),
+        # the pane follows at most every `detail_throttle` seconds, so scrolling stays smooth.
+        if self.detail_throttle <= 0:
+            self.show_detail()
+        elif self._detail_timer is None:
+            self.show_detail()
+            self._detail_pending = False
+            self._detail_timer = self.set_timer(self.detail_throttle, self._detail_tick)
+        else:
+            self._detail_pending = True
+        self.update_status()
+
+    def _detail_tick(self) -> None:
+        self._detail_timer = None
+        if self._detail_pending:
+            self._detail_pending = False
+            self.show_detail()
+
+    @on(DataTable.RowSelected, "#list")
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self.action_details()
+
+    def action_details(self) -> None:
+        m = self.current()
+        if m is not None:
+            self.push_screen(screens().DetailScreen(self.detail_renderable(m)))
+
+    # -- refreshing after a change --------------------------------------------------------
+
+    def _matches(self, mid: str) -> bool:
+        return self.store.count(replace(self.flt, ids=(mid,))) == 1
+
+    def refresh_memory(self, mid: str, matched_before: bool | None = None) -> None:
+        """Redraw one row (it stays in place even if it no longer matches the filter, so the
+        change can be seen and undone) and keep the paging offset true."""
+        table = self.table
+        try:
+            m = self.store.get(mid)
+        except PmemError:
+            self.reload()
+            return
+        if matched_before is not None and self.hits_shown is None:
+            delta = int(self._matches(mid)) - int(matched_before)
+            self.loaded += delta
+            self.total += delta
+        if mid in table.rows:
+            for column_key, cell in zip(["pin", "tier", "age", "expiry", "tags", "text"], self._cells(m)):
+                table.update_cell(mid, column_key, cell)
+        self.show_detail()
+        self.update_status()
+
+    def error(self, message: str) -> None:
+        self.notify(message, severity="error", markup=False, timeout=6)
+
+    def _write(self, fn: Callable[[str], Any], message: Callable[[Memory], str] | None = None) -> None:
+        """Run one library call on the highlighted memory, then redraw it."""
+        m = self.current()
+        if m is None:
+            self.notify("No memory selected.", severity="warning")
+            return
+        try:
+            before = self._matches(m.id)
+            fn(m.id)
+        except PmemError as exc:
+            self.error(str(exc))
+            return
+        self.refresh_memory(m.id, before)
+        if message:
+            self.notify(message(m), markup=False, timeout=3)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def action_pin(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+        if m.pinned:
+            self._write(self.store.unpin, lambda m: f"unpinned {m.id}")
+        else:
+            self._write(self.store.pin, lambda m: f"pinned {m.id}")
+
+    def action_expire(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+
+        def chosen(value: str | None) -> None:
+            if not value:
+                return
+            try:
+                at = None if value == "now" else timeutil.parse_when(value, direction=1, base=self.now_dt())
+            except PmemError as exc:
+                self.error(str(exc))
+                return
+            self._write(lambda mid: self.store.expire(mid, at=at),
+                        lambda m: f"{m.id} expires {'now' if at is None else at}")
+
+        self.push_screen(screens().ExpireScreen(), chosen)
+
+    def action_forget(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+        question = Text.assemble("Forget ", (m.id, "bold"), "?\n", render.one_line(m.text, 200),
+                                 ("\n\n`r` restores it, `u` undoes.", "dim"))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._write(self.store.forget, lambda m: f"forgot {m.id}")
+
+        self.push_screen(screens().ConfirmScreen(question), answered)
+
+    def action_restore(self) -> None:
+        self._write(self.store.restore, lambda m: f"restored {m.id}")
+
+    def action_tags(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+
+        def chosen(tags: list[str] | None) -> None:
+            if tags is None:
+                return
+            add = [t for t in tags if t not in m.tags]
+            remove = [t for t in m.tags if t not in tags]
+            if add or remove:
+                self._write(lambda mid: self.store.edit(mid, add_tags=add, remove_tags=remove),
+                            lambda m: f"tags of {m.id}: {' '.join(tags) or 'none'}")
+
+        self.push_screen(screens().TagsScreen(m.tags), chosen)
+
+    def action_edit(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+
+        def saved(text: str | None) -> None:
+            if text is not None and text.strip() and text.strip() != m.text:
+                self.edit_text(m.id, text)
+
+        self.push_screen(screens().EditScreen(m.text), saved)
+
+    def action_external_edit(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        fd, name = tempfile.mkstemp(suffix=".md", text=True)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(m.text)
+            try:
+                with self.suspend():
+                    rc = subprocess.call([*shlex.split(editor), name])
+            except SuspendNotSupported:
+                self.error("This terminal cannot hand over to an editor; use e to edit here.")
+                return
+            except OSError as exc:
+                self.error(f"cannot run editor {editor!r}: {exc}")
+                return
+            if rc != 0:
+                self.error(f"editor {editor!r} exited with {rc}; nothing changed")
+                return
+            text = Path(name).read_text(encoding="utf-8").strip()
+        finally:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        if not text:
+            self.error("empty text; nothing changed (d forgets a memory)")
+        elif text != m.text.strip():
+            self.edit_text(m.id, text)
+
+    @work(thread=True, group="write")
+    def edit_text(self, mid: str, text: str) -> None:
+        """A text change re-embeds, which may load the model: never on the UI thread."""
+        try:
+            with self.background() as store:
+                store.edit(mid, text=text)
+        except PmemError as exc:
+            self.call_from_thread(self.error, str(exc))
+            return
+        self.call_from_thread(self._edited, mid)
+
+    def _edited(self, mid: str) -> None:
+        self.refresh_memory(mid)
+        self.notify(f"edited {mid}", timeout=3)
+
+    def action_undo(self) -> None:
+        self.undo()
+
+    @work(thread=True, group="write")
+    def undo(self) -> None:
+        try:
+            with self.background() as store:
+                op = store.undo()
+        except PmemError as exc:
+            self.call_from_thread(self.error, str(exc))
+            return
+        self.call_from_thread(self._undone, op)
+
+    def _undone(self, op) -> None:
+        self.reload()
+        self.notify(f"undid {op.kind}: {render.one_line(op.summary, 60)}", markup=False, timeout=4)
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def action_help(self) -> None:
+        self.push_screen(screens().HelpScreen())
+
+    def action_filters(self) -> None:
+        def chosen(flt: Filter | None) -> None:
+            if flt is not None:
+                self.flt = flt
+                self.reload()
+
+        self.push_screen(screens().FilterScreen(self.flt), chosen)
+
+    def action_dream(self) -> None:
+        from .dream import DreamScreen
+
+        def done(applied: bool | None) -> None:
+            if applied:
+                self.reload()
+
+        self.push_screen(DreamScreen(), done)
+
+    # -- search ---------------------------------------------------------------------------
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.display = True
+        search.focus()
+        self.ensure_model()
+
+    def action_clear_search(self) -> None:
+        search = self.query_one("#search", Input)
+        if not search.display and not self.query_text:
+            return
+        search.value = ""
+        search.display = False
+        self.query_text = ""
+        self.search_gen += 1  # anything still running is stale now
+        self.table.focus()
+        self.reload()
+
+    def action_cycle_mode(self) -> None:
+        self.search_mode = MODES[(MODES.index(self.search_mode) + 1) % len(MODES)]
+        self.notify(f"search mode: {self.search_mode}", timeout=2)
+        if self.search_mode != "keyword":
+            self.ensure_model()
+        if self.query_text.strip():
+            self.start_search()
+
+    @on(Input.Changed, "#search")
+    def _query_changed(self, event: Input.Changed) -> None:
+        self.query_text = event.value
+        self.search_gen += 1  # whatever is in flight answers an older query now
+        if self._debounce is not None:
+            self._debounce.stop()
+            self._debounce = None
+        if not event.value.strip():
+            self.reload()
+            return
+        if self.search_debounce > 0:
+            self._debounce = self.set_timer(self.search_debounce, self.start_search)
+        else:
+            self.start_search()
+
+    @on(Input.Submitted, "#search")
+    def _query_submitted(self, event: Input.Submitted) -> None:
+        self.table.focus()
+
+    def start_search(self) -> None:
+        self._debounce = None
+        query = self.query_text
+        if not query.strip():
+            return
+        self.search_gen += 1
+        self.update_status()
+        mode = self.search_mode if self.model_state == "ready" else "keyword"
+        self.run_search(self.search_gen, query, self.flt, mode)
+
+    @work(thread=True, exclusive=True, group="search")
+    def run_search(self, gen: int, query: str, flt: Filter, mode: str) -> None:
+        worker = get_current_worker()
+        try:
+            with self.background() as store:
+                if worker.is_cancelled or gen != self.search_gen:
+                    return
+                hits = self.search_fn(store, query, flt, limit=self.search_limit, mode=mode)
+        except PmemError as exc:
+            self.call_from_thread(self._search_failed, gen, str(exc))
+            return
+        self.call_from_thread(self.show_hits, gen, hits)
+
+    def show_hits(self, gen: int, hits: list) -> None:
+        if gen != self.search_gen or not self.query_text.strip():
+            return  # a newer query was typed: these results are stale
+        self.shown_gen = gen
+        table = self.table
+        keep = table.current_id()
+        table.clear()
+        table.exhausted = True
+        self._add_rows([h.memory for h in hits])
+        self.hits_shown = len(hits)
+        if keep and keep in table.rows:
+            table.move_cursor(row=table.get_row_index(keep))
+        self.show_detail()
+        self.update_status()
+
+    def _search_failed(self, gen: int, message: str) -> None:
+        if gen == self.search_gen:
+            self.error(message)
+
+    def ensure_model(self) -> None:
+        """Load the embedding model in a worker the first time search is opened."""
+        if self.model_state == "unloaded" and self.search_mode != "keyword":
+            self.model_state = "loading"
+            self.load_model()
+
+    @work(thread=True, group="model")
+    def load_model(self) -> None:
+        from ..embed import load_embedder
+
+        try:
+            config = self.store.config
+            load_embedder(config.embed_model, threads=config.threads)  # cached for the process
+            with self.background() as store:
+                store.check_model()
+        except PmemError as exc:
+            self.call_from_thread(self._model_failed, str(exc))
+            return
+        self.call_from_thread(self._model_ready)
+
+    def _model_ready(self) -> None:
+        self.model_state = "ready"
+        if self.query_text.strip():
+            self.start_search()
+        else:
+            self.update_status()
+
+    def _model_failed(self, message: str) -> None:
+        self.model_state = "failed"
+        self.notify(f"semantic search is off: {message}", severity="warning", markup=False, timeout=8)
+        self.update_status()
+
+
+def make_app(store_or_path: MemoryStore | str | Path | None = None, **options: Any) -> PmemApp:
+    """The one way to build the TUI: `pmem tui`, the tests and the benchmark all come here.
+
+    `store_or_path`: an open MemoryStore (the caller closes it), or a database path / None (the
+    default database), which the app opens and closes. Options: now (fixed ISO time for ages and
+    expiry, for tests), search_debounce (seconds), search_mode, page_size, search_limit, dream (a
+    stand-in for `pmem.dream`), search_fn, on_ready (called after the first page is painted),
+    initial_query, detail_throttle (seconds between detail redraws while the cursor moves).
+    """
+    if isinstance(store_or_path, MemoryStore):
+        return PmemApp(store_or_path, owns_store=False, **options)
+    return PmemApp(MemoryStore(store_or_path), owns_store=True, **options)

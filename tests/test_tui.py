@@ -1,0 +1,624 @@
+"""The TUI: every action through Pilot, asserting what landed in the database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+pytest.importorskip("textual")
+
+from pmem.models import Memory  # noqa: E402
+from pmem.store import Filter, MemoryStore  # noqa: E402
+
+NOW = "2025-03-01T12:00:00Z"
+SIZE = (80, 24)
+
+
+def seed(store: MemoryStore) -> None:
+    store.insert([
+        Memory(id="a1", text="I am vegetarian", tier="core", pinned=True, tags=["food"],
+               created_at="2025-01-01T09:00:00Z", updated_at="2025-01-01T09:00:00Z"),
+        Memory(id="a2", text="The cabin wifi password is hunter2", tags=["home"],
+               created_at="2025-02-20T09:00:00Z", updated_at="2025-02-20T09:00:00Z",
+               expires_at="2025-03-10T00:00:00Z"),
+        Memory(id="a3", text="Dana approves deploys to production", tags=["work"], source="slack",
+               meta={"channel": "#ops"}, created_at="2025-02-25T09:00:00Z", updated_at="2025-02-25T09:00:00Z"),
+        Memory(id="a4", text="[bold red]x[/] \x1b[31mred\x1b[0m is not markup",
+               created_at="2025-02-27T09:00:00Z", updated_at="2025-02-27T09:00:00Z"),
+        Memory(id="a5", text="Trips to the cabin happen in winter", derived_from=["a2"],
+               created_at="2025-02-28T09:00:00Z", updated_at="2025-02-28T09:00:00Z"),
+    ], kind="import", summary="seed")
+
+
+@pytest.fixture
+def tstore(fake_config, tmp_path):
+    s = MemoryStore(tmp_path / "tui.db", config=fake_config, clock=lambda: NOW)
+    seed(s)
+    yield s
+    s.close()
+
+
+def make(store, **kw):
+    from pmem.tui import make_app
+
+    kw.setdefault("now", NOW)
+    kw.setdefault("search_debounce", 0)
+    kw.setdefault("detail_throttle", 0)
+    return make_app(store, **kw)
+
+
+def select(app, memory_id: str) -> None:
+    app.table.move_cursor(row=app.table.get_row_index(memory_id))
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def settle(app, pilot) -> None:
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def actions(store, memory_id):
+    return [e.action for e, _ in store.history(memory_id)]
+
+
+# -- list and detail ---------------------------------------------------------------------------
+
+async def test_list_and_detail(tstore):
+    app = make(tstore)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert [str(k.value) for k in app.table.rows] == ["a5", "a4", "a3", "a2", "a1"]
+        assert app.total == 5
+        select(app, "a3")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Dana approves deploys to production" in text
+        assert "slack" in text  # provenance
+        assert "a3" in text
+
+
+async def test_enter_opens_details_with_provenance_and_history(tstore):
+    app = make(tstore)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        select(app, "a5")
+        await pilot.press("enter")
+        await pilot.pause()
+        from pmem.tui.screens import DetailScreen
+
+        assert isinstance(app.screen, DetailScreen)
+        text = screen_text(app)
+        assert "derived from" in text and "a2" in text and "cabin wifi" in text
+        assert "History" in text and "import" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, DetailScreen)
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+async def test_pin_and_unpin(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("p")
+        await pilot.pause()
+        assert tstore.get("a3").pinned and tstore.get("a3").tier == "core"
+        await pilot.press("p")
+        await pilot.pause()
+        assert not tstore.get("a3").pinned
+        assert actions(tstore, "a3")[-2:] == ["pin", "unpin"]
+
+
+async def test_expire_now(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("enter")  # the first choice: now
+        await pilot.pause()
+        assert tstore.get("a3").expires_at == NOW
+        assert actions(tstore, "a3")[-1] == "expire"
+        # The row stays, marked, so the change can be seen and undone.
+        assert "a3" in app.table.rows
+        assert "expired" in screen_text(app)
+
+
+async def test_expire_in_a_week_and_at_a_date(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("x", "down", "down", "enter")
+        await pilot.pause()
+        assert tstore.get("a3").expires_at == "2025-03-08T12:00:00Z"
+        await pilot.press("x", "tab", *"2025-12-31", "enter")
+        await pilot.pause()
+        assert tstore.get("a3").expires_at == "2025-12-31T00:00:00Z"
+
+
+async def test_expire_bad_date_changes_nothing(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("x", "tab", *"someday", "enter")
+        await pilot.pause()
+        assert tstore.get("a3").expires_at is None
+
+
+async def test_inline_edit(tstore):
+    from textual.widgets import TextArea
+
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one(TextArea).text = "Dana and Lee approve deploys"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert tstore.get("a3").text == "Dana and Lee approve deploys"
+        assert actions(tstore, "a3")[-1] == "edit"
+        assert "Dana and Lee" in screen_text(app)
+
+
+async def test_inline_edit_cancel(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("e", "x", "escape")
+        await settle(app, pilot)
+        assert tstore.get("a3").text == "Dana approves deploys to production"
+
+
+async def test_external_editor(tstore, monkeypatch):
+    from pmem.tui.app import PmemApp
+
+    monkeypatch.setenv("EDITOR", f"{sys.executable} -c \"import sys; p=sys.argv[1]; "
+                                 f"t=open(p).read(); open(p,'w').write(t.replace('Dana', 'Robin'))\"")
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setattr(PmemApp, "suspend", lambda self: contextlib.nullcontext())
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("E")
+        await settle(app, pilot)
+        assert tstore.get("a3").text == "Robin approves deploys to production"
+
+
+async def test_tags(tstore):
+    from textual.widgets import Input
+
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("t")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "ops, oncall"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert tstore.get("a3").tags == ["oncall", "ops"]
+        assert actions(tstore, "a3")[-1] == "retag"
+
+
+async def test_forget_asks_first(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert tstore.get("a3").forgotten_at is None
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert tstore.get("a3").forgotten_at == NOW
+        assert app.total == 4
+
+
+async def test_restore(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("d", "y")
+        await pilot.pause()
+        assert tstore.get("a3").forgotten_at is not None
+        await pilot.press("r")
+        await pilot.pause()
+        assert tstore.get("a3").forgotten_at is None
+        assert actions(tstore, "a3")[-2:] == ["forget", "restore"]
+        assert app.total == 5
+
+
+async def test_undo(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("p")
+        await pilot.pause()
+        assert tstore.get("a3").pinned
+        await pilot.press("u")
+        await settle(app, pilot)
+        assert not tstore.get("a3").pinned
+        assert tstore.operations(1)[0].undone_at is not None
+        assert app.table.current_id() == "a3"
+
+
+async def test_action_without_selection_is_harmless(fake_config, tmp_path):
+    store = MemoryStore(tmp_path / "empty.db", config=fake_config, clock=lambda: NOW)
+    app = make(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("p", "x", "d", "r", "t", "e")
+        await pilot.pause()
+        assert app.table.row_count == 0
+    store.close()
+
+
+# -- search and filters --------------------------------------------------------------------
+
+async def test_search_narrows_the_list(tstore):
+    app = make(tstore, search_mode="keyword")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("slash", *"cabin")
+        await settle(app, pilot)
+        assert {str(k.value) for k in app.table.rows} == {"a2", "a5"}
+        assert "2 results" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.table.row_count == 5
+
+
+async def test_hybrid_search_ranks_the_match_first(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("slash")
+        await settle(app, pilot)  # the (fake) model loads in a worker
+        assert app.model_state == "ready"
+        await pilot.press(*"deploys")
+        await settle(app, pilot)
+        assert app.table.current_id() == "a3" or str(list(app.table.rows)[0].value) == "a3"
+
+
+async def test_search_is_debounced(tstore):
+    calls = []
+
+    def counting(store, query, flt, **kw):
+        from pmem.search import search
+
+        calls.append(query)
+        return search(store, query, flt, **kw)
+
+    app = make(tstore, search_debounce=0.2, search_mode="keyword", search_fn=counting)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("slash", *"cabin")
+        await pilot.pause(0.5)
+        await settle(app, pilot)
+        assert calls == ["cabin"]
+
+
+async def test_stale_search_results_are_dropped(tstore):
+    from pmem.search import search
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow_for_dana(store, query, flt, **kw):
+        hits = search(store, query, flt, **kw)
+        if query == "dana":
+            started.set()
+            release.wait(5)
+        return hits
+
+    app = make(tstore, search_mode="keyword", search_fn=slow_for_dana, search_debounce=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("slash", *"dana")
+        await pilot.pause(0.5)
+        assert started.wait(5)
+        # A newer query is typed while the old search is still running ...
+        app.query_one("#search").value = "cabin"
+        await pilot.pause()
+        release.set()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        # ... so the old results (a3 only) never replace the list.
+        assert {str(k.value) for k in app.table.rows} != {"a3"}
+        await pilot.pause(0.5)
+        await settle(app, pilot)
+        assert {str(k.value) for k in app.table.rows} == {"a2", "a5"}
+
+
+async def test_filters_forgotten_and_tier_and_tag(tstore):
+    from textual.widgets import Checkbox, Input
+
+    tstore.forget("a3")
+    tstore.edit("a4", tier="episodic")
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert {str(k.value) for k in app.table.rows} == {"a1", "a2", "a5"}
+        await pilot.press("f")
+        await pilot.pause()
+        app.screen.query_one("#include-forgotten", Checkbox).value = True
+        app.screen.query_one("#tier-episodic", Checkbox).value = True
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert {str(k.value) for k in app.table.rows} == {"a1", "a2", "a3", "a4", "a5"}
+        assert "forgotten" in screen_text(app)
+        await pilot.press("f")
+        await pilot.pause()
+        app.screen.query_one("#filter-tags", Input).value = "home"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert {str(k.value) for k in app.table.rows} == {"a2"}
+
+
+async def test_expired_filter(tstore):
+    tstore.expire("a3", at="2025-02-01T00:00:00Z")
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "a3" not in app.table.rows
+        app.flt = Filter(include_expired=True)
+        app.reload()
+        await pilot.pause()
+        assert "a3" in app.table.rows
+
+
+# -- literal text ------------------------------------------------------------------------------
+
+async def test_markup_and_escapes_shown_literally(tstore):
+    app = make(tstore)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        select(app, "a4")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "[bold red]x[/]" in text
+        assert "\\x1b[31mred" in text
+        assert "\x1b" not in text
+        cell = app.table.get_row("a4")[-1]
+        assert "[bold red]x[/]" in cell.plain and not cell.spans
+
+
+async def test_notification_with_markup_in_tags_does_not_crash(tstore):
+    from textual.widgets import Input
+
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("t")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "[bold]x[/] [/oops]"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert tstore.get("a3").tags == ["[/oops]", "[bold]x[/]"]
+
+
+# -- large stores ------------------------------------------------------------------------------
+
+async def test_pages_load_as_the_cursor_nears_the_end(fake_config, tmp_path):
+    store = MemoryStore(tmp_path / "big.db", config=fake_config, clock=lambda: NOW)
+    store.insert([Memory(id=f"m{i:04d}", text=f"memory {i}", created_at=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z")
+                  for i in range(450)])
+    app = make(store, page_size=100)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.table.row_count == 100 and app.total == 450
+        for _ in range(6):
+            await pilot.press("pagedown")
+        await pilot.pause()
+        assert 100 < app.table.row_count < 450
+        rows = [str(k.value) for k in app.table.rows]
+        assert rows == [f"m{i:04d}" for i in range(449, 449 - len(rows), -1)]  # no gaps, no repeats
+    store.close()
+
+
+async def test_paging_offset_survives_forgetting(fake_config, tmp_path):
+    store = MemoryStore(tmp_path / "big.db", config=fake_config, clock=lambda: NOW)
+    store.insert([Memory(id=f"m{i:04d}", text=f"memory {i}", created_at=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z")
+                  for i in range(150)])
+    app = make(store, page_size=100)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("d", "y")
+        await pilot.pause()
+        app.load_more()
+        await pilot.pause()
+        rows = [str(k.value) for k in app.table.rows]
+        assert len(rows) == 150 and len(set(rows)) == 150
+    store.close()
+
+
+# -- dream ------------------------------------------------------------------------------------
+
+@dataclass
+class FakeProposal:
+    id: str
+    kind: str
+    members: list
+    result_text: str | None
+    reason: str
+
+    def to_dict(self):
+        return self.__dict__
+
+
+@dataclass
+class FakePlan:
+    proposals: list = field(default_factory=list)
+
+
+class FakeDream:
+    """The shape of pmem.dream: plan(store, ...) -> Plan, apply(store, plan, accept=, progress=)."""
+
+    def __init__(self):
+        self.applied = None
+
+    def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None):
+        return FakePlan([
+            FakeProposal("p1", "dedup", ["a2", "a5"], None, "same [bold]cabin[/] fact"),
+            FakeProposal("p2", "expire", ["a4"], None, "looks like noise"),
+        ])
+
+    def apply(self, store, plan, *, accept=None, progress=None):
+        self.applied = set(accept or ())
+        chosen = [p for p in plan.proposals if p.id in self.applied]
+        with store.operation("dream", "dream"):
+            for i, p in enumerate(chosen, 1):
+                if p.kind == "dedup":
+                    store.forget(p.members[1])
+                elif p.kind == "expire":
+                    store.expire(p.members[0])
+                if progress:
+                    progress(i, len(chosen))
+        return {"applied": len(chosen)}
+
+
+async def test_dream_review_accepts_and_applies(tstore):
+    fake = FakeDream()
+    app = make(tstore, dream=fake)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("D")
+        await settle(app, pilot)
+        from pmem.tui.dream import DreamScreen
+
+        assert isinstance(app.screen, DreamScreen)
+        assert "[bold]cabin[/]" in screen_text(app)
+        await pilot.press("space")  # accept p1, move to p2 (left rejected)
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert fake.applied == {"p1"}
+        assert tstore.get("a5").forgotten_at is not None
+        assert tstore.get("a4").expires_at is None
+        assert not isinstance(app.screen, DreamScreen)
+        assert "a5" in app.table.rows or app.total == 4
+
+
+async def test_list_keys_do_nothing_under_the_dream_screen(tstore):
+    app = make(tstore, dream=FakeDream())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("D")
+        await settle(app, pilot)
+        await pilot.press("p", "d", "x", "u")
+        await settle(app, pilot)
+        assert not tstore.get("a3").pinned and tstore.get("a3").forgotten_at is None
+        assert tstore.operations(1)[0].kind == "import"
+
+
+async def test_dream_unavailable(tstore):
+    class Missing:
+        def plan(self, *a, **k):
+            raise ImportError("no dream")
+
+    app = make(tstore, dream=Missing())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("D")
+        await settle(app, pilot)
+        assert "not available" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.table.row_count == 5
+
+
+# -- the rest --------------------------------------------------------------------------------
+
+async def test_help_lists_every_key(tstore):
+    app = make(tstore)
+    async with app.run_test(size=(80, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = screen_text(app)
+        for word in ("pin", "expire", "$EDITOR", "tags", "forget", "restore", "undo", "details", "quit"):
+            assert word in text
+        await pilot.press("escape")
+        await pilot.pause()
+
+
+async def test_no_color_is_respected(tstore):
+    app = make(tstore)  # conftest sets NO_COLOR=1
+    assert app.no_color
+
+
+async def test_quit(tstore):
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code in (0, None)
+
+
+def test_make_app_opens_and_closes_a_path(fake_config, tmp_path):
+    from pmem.tui import make_app
+
+    app = make_app(tmp_path / "own.db")
+    assert app.owns_store
+
+
+def test_import_pmem_and_cli_do_not_load_textual():
+    code = ("import sys, pmem, pmem.cli.app; "
+            "bad = [m for m in ('textual', 'pmem.tui') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tui_command_needs_a_terminal(fake_config):
+    r = subprocess.run([sys.executable, "-m", "pmem", "tui"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert "terminal" in r.stderr
+
+
+def test_tui_command_has_help():
+    r = subprocess.run([sys.executable, "-m", "pmem", "tui", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "terminal UI" in r.stdout
+
+
+# No async plugin is needed: each async test runs in its own event loop.
+def _sync(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+for _name, _fn in list(globals().items()):
+    if _name.startswith("test_") and inspect.iscoroutinefunction(_fn):
+        globals()[_name] = _sync(_fn)

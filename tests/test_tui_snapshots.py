@@ -1,0 +1,83 @@
+"""Layout of the main TUI screens (pytest-textual-snapshot). Update with `pytest --snapshot-update`
+after checking the new SVGs by eye. Data and "now" are fixed, so the pictures are stable."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from pmem.store import MemoryStore  # noqa: E402
+
+from test_tui import NOW, FakeDream, seed  # noqa: E402
+
+
+@pytest.fixture
+def snap_store(fake_config, tmp_path):
+    s = MemoryStore(tmp_path / "snap.db", config=fake_config, clock=lambda: NOW)
+    seed(s)
+    yield s
+    s.close()
+
+
+def app_for(store, **kw):
+    from pmem.tui import make_app
+
+    return make_app(store, now=NOW, search_debounce=0, detail_throttle=0, search_mode="keyword", **kw)
+
+
+def test_main_80x24(snap_compare, snap_store):
+    assert snap_compare(app_for(snap_store), terminal_size=(80, 24))
+
+
+def test_main_wide(snap_compare, snap_store):
+    async def pick(pilot):
+        pilot.app.table.move_cursor(row=2)
+        await pilot.pause()
+
+    assert snap_compare(app_for(snap_store), terminal_size=(130, 34), run_before=pick)
+
+
+def test_literal_markup_row(snap_compare, snap_store):
+    async def pick(pilot):
+        pilot.app.table.move_cursor(row=1)  # a4: markup and escape codes
+        await pilot.pause()
+
+    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=pick)
+
+
+def test_search_results(snap_compare, snap_store):
+    async def search(pilot):
+        await pilot.press("slash", *"cabin")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=search)
+
+
+def test_help(snap_compare, snap_store):
+    assert snap_compare(app_for(snap_store), press=["question_mark"], terminal_size=(80, 24))
+
+
+def test_details(snap_compare, snap_store):
+    async def details(pilot):
+        pilot.app.table.move_cursor(row=0)
+        await pilot.press("enter")
+        await pilot.pause()
+
+    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=details)
+
+
+def test_dream_review(snap_compare, snap_store):
+    async def dream(pilot):
+        await pilot.press("D")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("space")
+        await pilot.pause()
+
+    assert snap_compare(app_for(snap_store, dream=FakeDream()), terminal_size=(80, 24), run_before=dream)
+
+
+def test_expire_dialog(snap_compare, snap_store):
+    assert snap_compare(app_for(snap_store), press=["x"], terminal_size=(80, 24))
