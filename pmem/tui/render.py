@@ -6,9 +6,6 @@ Nothing here imports textual, so the rendering can be tested (and reused) on its
 from __future__ import annotations
 
 import json
-import re
-
-from ..display import visible  # noqa: F401 - used by the widgets
 from datetime import datetime
 from typing import Iterable
 
@@ -17,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import timeutil
+from ..display import visible
 from ..models import Event, Memory, Operation
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 TIER_SHORT = {"core": "core", "archival": "arch", "episodic": "epis"}
 
 
