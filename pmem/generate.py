@@ -34,7 +34,8 @@ class JsonGenerator:
     """Retry and parse logic shared by real generators; subclasses implement `_complete`."""
 
     name = "generator"
-    strong = False
+    strong = False  # may write facts and judge conflicts
+    chooses = False  # may say which sentences hold no fact ("none"), not only label them
     retries = 2  # attempts after the first
 
     def _complete(self, messages: list[dict], schema: dict, max_tokens: int, attempt: int) -> str:
@@ -57,6 +58,12 @@ class JsonGenerator:
         raise ExtractionError(f"{self.name} returned {problem} after {1 + self.retries} tries")
 
 
+def default_threads() -> int:
+    """Half the logical CPUs, at most 8. llama.cpp threads spin while they wait: on a busy
+    2-core machine two threads decoded SmolLM2 5-10x slower than one (measured)."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
 class LlamaGenerator(JsonGenerator):
     """A GGUF chat model run by llama.cpp on the CPU, with its own chat template."""
 
@@ -73,7 +80,7 @@ class LlamaGenerator(JsonGenerator):
         self._lib = llama_cpp
         self.path = path
         self.name = path.stem
-        threads = threads or os.cpu_count() or 1
+        threads = threads or default_threads()
         _log_state["errors"] = []
         try:
             self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads,
@@ -82,7 +89,7 @@ class LlamaGenerator(JsonGenerator):
             raise ModelError(f"cannot load {path.name}: {_load_error(exc)}") from None
         self.n_ctx = n_ctx
         self.params = int(llama_cpp.llama_model_n_params(self._llm.model))
-        self.strong = self.params >= STRONG_PARAMS
+        self.strong = self.chooses = self.params >= STRONG_PARAMS
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()  # one llama context: one completion at a time
 

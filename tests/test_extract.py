@@ -1,0 +1,389 @@
+"""Extraction: parsing, the grounding gate, reconciliation, one-operation runs, failure paths.
+
+A deterministic fake generator stands in for the chat model (habit 5); test_extract_model.py
+runs the real SmolLM2 GGUF end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from pmem import extract as ex
+from pmem.errors import ExtractionError, ModelError, UsageError
+from pmem.store import Filter
+
+
+class FakeGenerator:
+    """Labels sentences like a small model would, by keyword; optionally writes facts like a
+    strong one (`writes`: sentence text -> the fact to write for it)."""
+
+    name = "fake-chat"
+
+    def __init__(self, strong=False, writes=None, judge="unrelated", fail_on_call=None, junk=False):
+        self.strong = strong
+        self.writes = writes or {}
+        self.judge = judge
+        self.calls = 0
+        self.fail_on_call = fail_on_call
+        self.junk = junk
+
+    def generate_json(self, messages, schema, max_tokens=256):
+        self.calls += 1
+        if self.fail_on_call == self.calls:
+            raise KeyboardInterrupt
+        if self.junk:
+            return {"labels": "not a list", "facts": 7}
+        props = schema["properties"]
+        if "relation" in props:
+            return {"relation": self.judge}
+        lines = re.findall(r"^\d+\. (.*)$", messages[-1]["content"], re.M)
+        if "labels" in props:
+            return {"labels": ["preference" if "prefer" in s else "event" for s in lines]}
+        facts = [{"n": i, "kind": "event", "fact": self.writes[s]} for i, s in enumerate(lines, 1) if s in self.writes]
+        return {"facts": facts}
+
+
+def active(store):
+    return store.list(Filter(), limit=None)
+
+
+def everything(store):
+    return store.list(Filter.everything(), limit=None)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+def test_parse_speaker_lines_with_date_header():
+    turns = ex.parse_input("1:56 pm on 8 May, 2023\nCaroline: Hi Mel!\nMelanie: I paint.\nstill me\n")
+    assert [(t.speaker, t.text) for t in turns] == [("Caroline", "Hi Mel!"), ("Melanie", "I paint. still me")]
+    assert turns[0].date == "2023-05-08T13:56:00Z"
+
+
+def test_parse_json_messages_keeps_user_turns():
+    text = json.dumps([{"role": "user", "content": "I am vegetarian."},
+                       {"role": "assistant", "content": "Noted!"},
+                       {"speaker": "Dana", "text": "I run the deploys."}])
+    turns = ex.parse_input(text)
+    assert [(t.speaker, t.text) for t in turns] == [(None, "I am vegetarian."), ("Dana", "I run the deploys.")]
+
+
+def test_parse_plain_text_paragraphs():
+    turns = ex.parse_input("I moved to Lisbon.\nIt is sunny.\n\nI prefer dark mode.")
+    assert [t.text for t in turns] == ["I moved to Lisbon. It is sunny.", "I prefer dark mode."]
+    assert all(t.speaker is None for t in turns)
+
+
+def test_dates_need_a_year():
+    assert ex.parse_date("Date: 2024-02-03") == "2024-02-03T00:00:00Z"
+    assert ex.parse_date("Note: 7d") is None
+    assert ex.parse_date("Meeting at 3") is None
+
+
+def test_candidates_skip_questions_and_chatter():
+    assert not ex.is_candidate("What are you up to this weekend?", "Mel")
+    assert not ex.is_candidate("Wow, thanks so much, that's awesome!", "Mel")
+    assert ex.is_candidate("I painted a lake sunrise last year.", "Mel")
+
+
+def test_third_person():
+    assert ex.third_person("Mel", "I'm keen on my painting") == "Mel is keen on Mel's painting"
+    assert ex.third_person(None, "I like tea") == "I like tea"
+    assert ex.third_person("Mel", "The lake was calm.") == "Mel: The lake was calm."
+
+
+# -- grounding -------------------------------------------------------------------------------
+
+def test_grounding_accepts_spans_and_rejects_inventions():
+    src = ["Melanie: I painted a lake sunrise last year!"]
+    assert ex.check_grounding("Melanie painted a lake sunrise last year", src, min_support=0.6).ok
+    g = ex.check_grounding("Melanie owns three horses in Texas", src, min_support=0.6)
+    assert not g.ok and g.support < 0.6 and "missing" in g.reason
+
+
+def test_grounding_requires_every_number():
+    g = ex.check_grounding("Caroline is 32 years old", ["Caroline: I turned 23 years old"], min_support=0.1)
+    assert not g.ok and "'32'" in g.reason
+
+
+def test_grounding_checks_meaning_with_an_embedder():
+    from pmem.embed import FakeEmbedder
+
+    e = FakeEmbedder(64)
+    src = ["Dana approves deploys on Fridays."]
+    assert ex.check_grounding("Dana approves deploys on Fridays", src, e, min_support=0.6).ok
+    g = ex.check_grounding("Fridays Dana deploys approves", src, e, min_support=0.6, min_similarity=0.99)
+    assert not g.ok and "cosine" in g.reason and g.similarity is not None
+
+
+def test_grounding_uses_config_threshold(monkeypatch):
+    monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.9")
+    assert not ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."]).ok
+    monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.5")
+    assert ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."]).ok
+
+
+def test_no_content_words_is_ungrounded():
+    assert not ex.check_grounding("it is so", ["it is so"], min_support=0.1).ok
+
+
+# -- reconciliation rules --------------------------------------------------------------------
+
+@pytest.mark.parametrize("new, old, cos, want", [
+    ("Mel likes tea", "Mel likes tea", 1.0, "noop"),
+    ("Mel likes tea", "Mel likes green tea", 0.9, "noop"),
+    ("Mel likes green tea", "Mel likes tea", 0.9, "update"),
+    ("Mel's daughter is 8", "Mel's daughter is 7", 0.9, "supersede"),
+    ("I moved to Lisbon", "I live in Berlin", 0.65, "supersede"),
+    ("Mel likes coffee", "Mel likes tea", 0.8, "add"),
+])
+def test_decide_rules(new, old, cos, want):
+    assert ex.decide(new, old, cos) == want
+
+
+def test_decide_asks_the_judge_only_when_rules_cannot():
+    asked = []
+    judge = lambda old, new: asked.append((old, new)) or "contradicts"  # noqa: E731
+    assert ex.decide("Mel likes coffee", "Mel likes tea", 0.8, judge) == "supersede"
+    assert ex.decide("Mel likes tea", "Mel likes tea", 1.0, judge) == "noop"
+    assert ex.decide("Mel likes coffee", "Bob owns a boat", 0.3, judge) == "add"
+    assert len(asked) == 1
+
+
+# -- whole runs ------------------------------------------------------------------------------
+
+CHAT = """8 May, 2023
+Caroline: Hey Mel! How have you been?
+Melanie: I painted a lake sunrise last year! Wow, thanks!
+Caroline: I went to a LGBTQ support group yesterday.
+"""
+
+
+def test_extract_stores_source_and_linked_facts(store):
+    r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
+    assert [f.action for f in r.facts] == ["add", "add"]
+    texts = {m.text for m in active(store)}
+    assert texts == {"Melanie painted a lake sunrise last year!", "Caroline went to a LGBTQ support group yesterday."}
+    (src,) = store.list(Filter(tiers=("episodic",)), limit=None)
+    assert src.text == CHAT.strip() and src.created_at == "2023-05-08T00:00:00Z" and src.tags == ["chat"]
+    for f in r.facts:
+        m = store.get(f.id)
+        assert m.derived_from == [src.id] and m.tags == ["chat"] and m.source == "test"
+        assert m.meta["extract"]["model"] == "fake-chat" and m.meta["extract"]["run"] == r.run
+        assert m.meta["extract"]["span"] in CHAT and m.created_at.startswith("2023-05-08")
+    assert store.operations(1)[0].id == r.run
+
+
+def test_one_undo_reverts_the_whole_run(store):
+    store.add("I live in Berlin")
+    before = {m.id: m for m in everything(store)}
+    ex.extract(store, "I moved to Lisbon from Berlin in March.\n\nI still prefer dark mode.", generator=FakeGenerator())
+    assert len(everything(store)) > len(before)
+    store.undo()
+    assert {m.id: m for m in everything(store)} == before
+
+
+def test_second_run_finds_facts_already_known(store):
+    ex.extract(store, CHAT, generator=FakeGenerator())
+    n = len(active(store))
+    r = ex.extract(store, CHAT, generator=FakeGenerator())
+    assert [f.action for f in r.facts] == ["noop", "noop"] and all(f.target for f in r.facts)
+    assert len(active(store)) == n  # only a second episodic source was stored
+
+
+def test_supersede_keeps_the_old_fact_in_history(store):
+    old, _ = store.add("Dana's daughter is 7 years old")
+    r = ex.extract(store, "Dana: My daughter is 8 years old now.", generator=FakeGenerator())
+    assert [f.action for f in r.facts] == ["supersede"]
+    old = store.get(old.id)
+    assert old.superseded_by == r.facts[0].id and old.valid_to
+    assert old.id not in {m.id for m in active(store)}
+    assert old.id in {m.id for m in store.list(Filter(include_superseded=True), limit=None)}
+
+
+def test_update_refines_a_stored_memory(store, monkeypatch):
+    old, _ = store.add("Dana approves deploys")
+    monkeypatch.setattr(ex, "CONTAINED_COSINE", 0.0)  # the fake embedder's cosines are low
+    r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
+    assert [f.action for f in r.facts] == ["update"] and r.facts[0].id == old.id
+    m = store.get(old.id)
+    assert m.text == "Dana approves deploys on Fridays." and len(m.derived_from) == 1
+    store.undo()
+    assert store.get(old.id).text == "Dana approves deploys"
+
+
+def test_strong_model_rewrites_are_gated(store):
+    writes = {"Melanie: I painted a lake sunrise last year!": "Melanie painted a lake sunrise",
+              "Caroline: I went to a LGBTQ support group yesterday.": "Caroline adopted two dogs in 2021"}
+    r = ex.extract(store, CHAT, generator=FakeGenerator(strong=True, writes=writes))
+    assert [f.text for f in r.facts] == ["Melanie painted a lake sunrise"]
+    assert [f.text for f in r.rejected] == ["Caroline adopted two dogs in 2021"]
+    assert "Caroline adopted two dogs in 2021" not in {m.text for m in everything(store)}
+    assert r.counts()["rejected"] == 1
+
+
+def test_dry_run_stores_nothing(store):
+    r = ex.extract(store, CHAT, generator=FakeGenerator(), dry_run=True)
+    assert len(r.facts) == 2 and r.run is None and r.source_ids == []
+    assert everything(store) == [] and store.operations() == []
+
+
+def test_review_can_drop_and_edit(store):
+    answers = iter([None, "Caroline went to a support group"])
+    r = ex.extract(store, CHAT, generator=FakeGenerator(), review=lambda f: next(answers))
+    assert r.dropped == 1 and [f.text for f in r.facts] == ["Caroline went to a support group"]
+    assert store.get(r.facts[0].id).meta["extract"]["edited"] is True
+
+
+def test_no_facts_still_keeps_the_source(store):
+    r = ex.extract(store, "Hey! How are you?\n\nThanks, great!", generator=FakeGenerator())
+    assert r.facts == [] and len(r.source_ids) == 1
+    assert store.get(r.source_ids[0]).tier == "episodic"
+
+
+def test_why_explains_a_fact(store):
+    r = ex.extract(store, CHAT, generator=FakeGenerator())
+    info = ex.why(store, r.facts[0].id)
+    assert info["extracted"] and info["model"] == "fake-chat" and info["run"]["id"] == r.run
+    assert info["sources"][0]["text"] == CHAT.strip() and info["span"] in CHAT
+
+
+def test_long_input_is_chunked_and_split(store, monkeypatch):
+    monkeypatch.setattr("pmem.store.MAX_TEXT", 2000)
+    lines = "\n".join(f"Dana: I visited city number {i} with my sister." for i in range(120))
+    gen = FakeGenerator()
+    r = ex.extract(store, lines, generator=gen)
+    assert gen.calls > 1 and len(r.source_ids) > 1
+    fact = store.get(r.facts[-1].id)
+    assert r.facts[-1].span in store.get(fact.derived_from[0]).text
+
+
+# -- failure paths ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [("", "empty"), ("   \n", "empty"), ("ab\x00cd", "binary")])
+def test_bad_input_is_refused(store, text, message):
+    with pytest.raises(UsageError, match=message):
+        ex.extract(store, text, generator=FakeGenerator())
+    assert everything(store) == []
+
+
+def test_junk_answers_are_ignored_not_stored(store):
+    r = ex.extract(store, CHAT, generator=FakeGenerator(junk=True))
+    assert r.facts == [] and r.invalid > 0 and len(r.source_ids) == 1
+
+
+def test_model_failure_keeps_the_source(store):
+    class Broken:
+        name = "broken"
+
+        def generate_json(self, *a, **k):
+            raise ExtractionError("broken returned output that is not JSON after 3 tries")
+
+    with pytest.raises(ExtractionError, match="kept as episodic memory") as info:
+        ex.extract(store, CHAT, generator=Broken())
+    (src,) = everything(store)
+    assert src.tier == "episodic" and src.id in str(info.value)
+
+
+def test_missing_model_keeps_the_source(store, tmp_path, monkeypatch):
+    monkeypatch.setitem(store.config.values, "chat_model", str(tmp_path / "nope.gguf"))
+    with pytest.raises(ModelError, match="kept as episodic"):
+        ex.extract(store, CHAT)
+    assert [m.tier for m in everything(store)] == ["episodic"]
+
+
+def test_corrupt_model_keeps_the_source(store, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    monkeypatch.setitem(store.config.values, "chat_model", str(bad))
+    with pytest.raises(ModelError, match="cannot load|kept as episodic"):
+        ex.extract(store, CHAT)
+    assert [m.tier for m in everything(store)] == ["episodic"]
+
+
+def test_interrupted_model_phase_stores_nothing(store):
+    text = "\n".join(f"Dana: I visited city number {i} with my sister." for i in range(80))
+    with pytest.raises(KeyboardInterrupt):
+        ex.extract(store, text, generator=FakeGenerator(fail_on_call=2))
+    assert everything(store) == [] and store.operations() == []
+
+
+def test_interrupted_write_phase_is_rolled_back(store, monkeypatch):
+    store.add("Dana likes tea")
+    before = everything(store)
+    real_insert, calls = store.insert, []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_insert(*a, **k)
+
+    monkeypatch.setattr(store, "insert", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        ex.extract(store, CHAT, generator=FakeGenerator())
+    assert everything(store) == before and len(store.operations()) == 1
+
+
+# -- the command line ------------------------------------------------------------------------
+
+@pytest.fixture
+def cli(monkeypatch, pmem_home):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    monkeypatch.setattr("pmem.generate.load_generator", lambda *a, **k: FakeGenerator())
+    from pmem.cli.app import app
+
+    runner = CliRunner()
+    return lambda *args, input=None: runner.invoke(app, list(args), input=input)
+
+
+def test_cli_extract_json_dry_run(cli):
+    r = cli("extract", "--dry-run", "--json", input=CHAT)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["dry_run"] and data["counts"]["add"] == 2 and data["source_ids"] == []
+    assert json.loads(cli("list", "--all", "--json").stdout) == []
+
+
+def test_cli_extract_and_why(cli):
+    r = cli("extract", input=CHAT)
+    assert r.exit_code == 0, r.output
+    fid = r.stdout.split()[1]
+    w = cli("why", fid)
+    assert w.exit_code == 0 and "fake-chat" in w.stdout and "Caroline: Hey Mel!" in w.stdout
+    assert cli("undo").exit_code == 0
+    assert json.loads(cli("list", "--all", "--json").stdout) == []
+
+
+def test_cli_add_extract(cli):
+    r = cli("add", "--extract", "I moved to Lisbon last month; I still prefer dark mode.", "--json")
+    assert r.exit_code == 0, r.output
+    assert [f["text"] for f in json.loads(r.stdout)["facts"]] == ["I moved to Lisbon last month",
+                                                                   "I still prefer dark mode."]
+
+
+@pytest.mark.parametrize("data, message", [(b"", "no text|empty"), (b"\xff\xfe\x00x", "binary|UTF-8"),
+                                           (b"caf\xe9 au lait", "UTF-8")])
+def test_cli_bad_input_one_line_error(cli, tmp_path, data, message):
+    f = tmp_path / "in.txt"
+    f.write_bytes(data)
+    r = cli("extract", str(f))
+    assert r.exit_code == 2 and re.search(message, r.stderr) and len(r.stderr.strip().splitlines()) == 1
+    assert json.loads(cli("list", "--all", "--json").stdout) == []
+
+
+def test_cli_no_facts_exit_zero_with_note(cli):
+    r = cli("extract", input="Hey! How are you?\n")
+    assert r.exit_code == 0 and "no facts found" in r.stderr
+
+
+def test_cli_missing_model_is_one_line(monkeypatch, pmem_home, tmp_path):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    monkeypatch.setenv("PMEM_CHAT_MODEL", str(tmp_path / "missing.gguf"))
+    from pmem.cli.app import app
+
+    r = CliRunner().invoke(app, ["extract"], input=CHAT)
+    assert r.exit_code == 1 and "kept as episodic memory" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

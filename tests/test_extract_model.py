@@ -1,0 +1,45 @@
+"""End to end with the real models: SmolLM2-135M-Instruct labels, MiniLM grounds and reconciles."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmem.extract import check_grounding, extract
+from pmem.store import Filter, MemoryStore
+
+pytestmark = pytest.mark.model
+
+CHAT = """1:56 pm on 8 May, 2023
+Caroline: Hey Mel! Good to see you! How have you been?
+Melanie: Hey Caroline! I'm swamped with the kids & work. What's up with you?
+Caroline: I went to a LGBTQ support group yesterday and it was so powerful.
+Melanie: Wow, that's cool! I painted that lake sunrise last year.
+"""
+
+
+@pytest.fixture
+def real_store(tmp_path):
+    s = MemoryStore(tmp_path / "real.db")
+    yield s
+    s.close()
+
+
+def test_real_extraction_end_to_end(real_store):
+    r = extract(real_store, CHAT)
+    assert r.model.startswith("SmolLM2") and r.candidates >= 3
+    assert r.facts, r.to_dict()
+    for f in r.facts:
+        m = real_store.get(f.id)
+        assert check_grounding(m.text, [CHAT], real_store.embedder, min_support=0.6).ok
+        assert m.derived_from == r.source_ids and m.meta["extract"]["run"] == r.run
+    assert {f.action for f in r.facts} == {"add"}
+    again = extract(real_store, CHAT)
+    assert {f.action for f in again.facts} == {"noop"}
+    real_store.undo()
+    real_store.undo()
+    assert real_store.list(Filter.everything(), limit=None) == []
+
+
+def test_real_grounding_rejects_an_invented_fact(real_store):
+    g = check_grounding("Melanie owns three horses in Texas", [CHAT], real_store.embedder, min_support=0.6)
+    assert not g.ok
