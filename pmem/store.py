@@ -184,15 +184,20 @@ class MemoryStore:
             raise self._db_error(exc) from None
 
     @contextmanager
-    def operation(self, kind: str, summary: str = "") -> Iterator[str]:
-        """Group writes into one undoable operation (nested calls join the outer one)."""
+    def operation(self, kind: str, summary: str = "", op_id: str | None = None) -> Iterator[str]:
+        """Group writes into one undoable operation (nested calls join the outer one).
+
+        `op_id` joins an existing operation from a new transaction, so a long run (a dream) can
+        commit proposal by proposal and still be one undo. An operation left with no events is
+        removed."""
         if self._op is not None:
             yield self._op
             return
-        op_id = secrets.token_hex(4)
+        op_id = op_id or secrets.token_hex(4)
         with self.transaction():
-            self.conn.execute("INSERT INTO operations (id, kind, summary, at) VALUES (?, ?, ?, ?)",
-                              (op_id, kind, summary[:500], self.clock()))
+            if not self.conn.execute("SELECT 1 FROM operations WHERE id = ?", (op_id,)).fetchone():
+                self.conn.execute("INSERT INTO operations (id, kind, summary, at) VALUES (?, ?, ?, ?)",
+                                  (op_id, kind, summary[:500], self.clock()))
             self._op = op_id
             try:
                 yield op_id
@@ -444,13 +449,17 @@ class MemoryStore:
         return m, True
 
     def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
-               progress: Progress | None = None, keep_ids: bool = True) -> list[Memory]:
+               progress: Progress | None = None, keep_ids: bool = True,
+               vectors: Sequence[bytes] | None = None) -> list[Memory]:
         """Store many memories as one operation (one `undo` takes them all back).
 
         Memories are validated first and embedded in batches; then everything is written in one
         transaction, so a failure stores nothing."""
         items = [self._normalize(m) for m in memories]
-        blobs = self.embed([m.text for m in items], progress=progress) if items else []
+        if vectors is not None and len(vectors) != len(items):
+            raise ValueError("one vector per memory")
+        blobs = list(vectors) if vectors is not None else (
+            self.embed([m.text for m in items], progress=progress) if items else [])
         out: list[Memory] = []
         with self.operation(kind, summary or f"{len(items)} memories"):
             if items:
@@ -526,6 +535,18 @@ class MemoryStore:
         if m.forgotten_at:
             return m
         return self._change(m.id, "forget", forgotten_at=self.clock())
+
+    def delete(self, memory_id: str, action: str = "delete") -> Memory:
+        """Remove a memory's row and vector (dream --purge). The event keeps both, so undo restores it."""
+        m = self.get(memory_id)
+        with self.operation(action, f"{action} {m.id}"):
+            seq = self._seq(m.id)
+            vec = self._get_vec(seq)
+            if self._has_vec_table():
+                self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
+            self.conn.execute("DELETE FROM memories WHERE seq = ?", (seq,))
+            self._record(m.id, action, m, None, vec)
+        return m
 
     def restore(self, memory_id: str) -> Memory:
         """Bring back a forgotten, expired or merged memory."""

@@ -209,3 +209,34 @@ def test_touch_counts_access(store):
     store.touch([m.id])
     got = store.get(m.id)
     assert got.access_count == 2 and got.last_accessed_at
+
+
+def test_delete_is_undoable_with_its_vector(store):
+    m, _ = store.add("to be purged")
+    vec = store._get_vec(store._seq(m.id))
+    store.delete(m.id)
+    with pytest.raises(NotFound):
+        store.get(m.id)
+    store.undo()
+    assert store.get(m.id).text == "to be purged"
+    assert store._get_vec(store._seq(m.id)) == vec
+
+
+def test_operation_can_span_transactions_by_id(store):
+    a, _ = store.add("one")
+    b, _ = store.add("two")
+    with store.operation("dream", "run") as op:
+        store.forget(a.id)
+    with store.operation("dream", "run", op_id=op):
+        store.forget(b.id)
+    assert [o.kind for o in store.operations()][:1] == ["dream"]
+    assert store.undo().events == 2
+    assert store.count() == 2
+
+
+def test_insert_with_precomputed_vectors(store):
+    from pmem.store import serialize
+
+    vec = serialize([1.0] + [0.0] * 63)
+    [m] = store.insert([Memory(id="", text="given vector")], vectors=[vec])
+    assert store._get_vec(store._seq(m.id)) == vec

@@ -2,4 +2,138 @@
 
 from __future__ import annotations
 
-from .app import app, command  # noqa: F401
+import sys
+import time
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from . import output as out
+from .app import JsonOpt, app, command, open_store  # noqa: F401
+
+
+def _kinds(only: Optional[str], purge: bool) -> Optional[set]:
+    from ..dream import DEFAULT_KINDS, KINDS
+
+    if only:
+        kinds = {k.strip() for k in only.split(",") if k.strip()}
+        unknown = kinds - set(KINDS)
+        if unknown:
+            raise UsageError(f"--only: unknown kind {sorted(unknown)[0]!r}; use {', '.join(KINDS)}")
+    else:
+        kinds = set(DEFAULT_KINDS)
+    if purge:
+        kinds.add("purge")
+    return kinds
+
+
+def _member_line(m) -> str:
+    return f"{m.id} {out.one_line(m.text)}" if m is not None else "(gone)"
+
+
+def _render_plan(plan, store) -> None:
+    memories = {m.id: m for m in store.get_many({i for p in plan.proposals for i in p.members})}
+    if not out.is_tty():
+        for p in plan.proposals:
+            result = out.one_line(p.result_text) if p.result_text else ""
+            out.echo("\t".join([p.id, p.kind, ",".join(p.members), result, p.reason]))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    counts = ", ".join(f"{n} {k}" for k, n in plan.counts().items() if n)
+    title = f"dream plan: {counts or 'nothing to do'} ({plan.considered} memories considered)"
+    table = Table(title=title, show_lines=True, expand=True, pad_edge=False)
+    table.add_column("proposal", style="cyan", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("members", ratio=2)
+    table.add_column("result", ratio=2)
+    table.add_column("reason", ratio=1, style="dim")
+    for p in plan.proposals:
+        members = "\n".join(out.visible(_member_line(memories.get(i))) for i in p.members)
+        result = p.result_text or ("(deleted)" if p.kind == "purge" else "(expired)" if p.kind == "expire" else "")
+        table.add_row(Text(p.id), Text(p.kind), Text(members), Text(out.visible(result)), Text(out.visible(p.reason)))
+    out.console().print(table)
+
+
+@command()
+def dream(
+    apply: bool = typer.Option(False, "--apply", help="Apply the plan (asks once; see --yes)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking (for cron)."),
+    only: Optional[str] = typer.Option(None, "--only", help="Only these kinds, comma-separated: "
+                                       "dedup, merge, compress, expire, supersede, purge."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop planning and applying after N seconds."),
+    purge: bool = typer.Option(False, "--purge", help="Also delete expired memories past the grace period "
+                               "(purge_grace_days), after an automatic backup."),
+    include: List[str] = typer.Option(None, "--include", help="A pinned memory the dream may change (repeatable)."),
+    no_model: bool = typer.Option(False, "--no-model", help="Use no chat model: no merges; extractive summaries."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Consolidate memory: dedup, merge, compress, expire, supersede. Prints the plan; --apply applies it.
+
+    A whole applied dream is one operation: `pmem undo` takes it back. A backup of the database
+    is taken before applying (in the backups folder, see `pmem path`).
+
+    \b
+    Examples:
+      pmem dream
+      pmem dream --json
+      pmem dream --apply
+      pmem dream --apply --yes --only dedup,expire --max-seconds 60
+    """
+    from .. import dream as dreaming
+
+    if max_seconds is not None and max_seconds <= 0:
+        raise UsageError("--max-seconds must be positive")
+    kinds = _kinds(only, purge)
+    started = time.monotonic()
+    with open_store() as store:
+        with out.Progress("dreaming"):
+            plan = dreaming.plan(store, only=kinds, generator=False if no_model else None,
+                                 max_seconds=max_seconds, include=include or ())
+        if not apply:
+            if as_json:
+                out.print_json(plan.to_dict())
+            else:
+                _render_plan(plan, store)
+                _notes(plan)
+                if out.is_tty() and plan.proposals:
+                    out.note("review, then: pmem dream --apply")
+            return
+        if not as_json:
+            _render_plan(plan, store)
+            _notes(plan)
+        if not plan.proposals:
+            if as_json:
+                out.print_json({"plan": plan.to_dict(), "result": dreaming.ApplyResult().to_dict()})
+            else:
+                out.note("nothing to do")
+            return
+        if not yes:
+            if sys.stdin is None or not sys.stdin.isatty():
+                raise UsageError("refusing to apply without asking: add --yes (stdin is not a terminal)")
+            if not typer.confirm(f"Apply {len(plan.proposals)} proposals?", default=False, err=True):
+                out.note("nothing applied")
+                raise typer.Exit(1)
+        left = None if max_seconds is None else max(0.001, max_seconds - (time.monotonic() - started))
+        with out.Progress("applying") as bar:
+            result = dreaming.apply(store, plan, progress=bar, max_seconds=left)
+    if as_json:
+        out.print_json({"plan": plan.to_dict(), "result": result.to_dict()})
+        return
+    out.note(f"applied {len(result.applied)} of {len(plan.proposals)} proposals"
+             + (f" as operation {result.op_id}; `pmem undo` takes them back" if result.op_id else ""))
+    for s in result.skipped:
+        out.note(f"skipped {s['id']}: {s['reason']}")
+    if result.backup:
+        out.note(f"backup: {result.backup}")
+
+
+def _notes(plan) -> None:
+    for note in plan.notes:
+        out.note(note)
+    if plan.dropped:
+        out.note(f"{len(plan.dropped)} proposals dropped (see --json 'dropped'), e.g. {plan.dropped[0]['reason']}")
+    if not plan.complete:
+        out.note("the time limit cut the plan short; run again to continue")

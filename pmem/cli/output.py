@@ -161,9 +161,10 @@ class Progress:
 
     def __enter__(self) -> "Progress":
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
+            from rich.progress import TimeRemainingColumn
 
-            self._progress = RichProgress("[progress.description]{task.description}", BarColumn(),
+            self._progress = RichProgress(TextColumn("{task.description}", markup=False), BarColumn(),
                                           MofNCompleteColumn(), TimeRemainingColumn(),
                                           console=err_console(), transient=True)
             self._progress.start()

@@ -1,0 +1,809 @@
+"""Consolidation, like sleep: plan what to tidy, let a person review it, then apply it reversibly.
+
+`plan()` reads the store and proposes; it never writes. `apply()` backs the database up, then
+applies each accepted proposal in its own transaction (a kill -9 leaves every proposal either
+applied with all its events or not at all), and records every event of the run under ONE
+operation, so one `pmem undo` takes the whole dream back.
+
+Proposal kinds, in the order they are planned and applied:
+
+- expire    memories past expires_at that no dream has recorded yet: stamped meta["expired_at"]
+            (they already left search at expires_at; `pmem restore` brings them back).
+- purge     with `--purge` only: expired memories past purge_grace_days are deleted (after the
+            automatic backup; the deletion is an event, so `pmem undo` restores them).
+- dedup     near-duplicates of the same tier: cosine >= dedup_threshold AND content-word Jaccard
+            >= dedup_lexical AND the same numbers. One canonical memory stays (most distinct
+            content words, then longest, then newest), gaining the union of tags and the earliest
+            created_at; the others get merged_into it.
+- supersede two rules over non-episodic memories, the older fact getting valid_to / superseded_by
+            the newer (MemoryStore.supersede): (1) the extraction's rule (pmem.extract.decide, no
+            model judge) for pairs at cosine >= SUPERSEDE_COSINE, e.g. the same statement with a
+            different number; (2) "<subject> is|are|was|were|= <value>" or "<subject>: <value>"
+            with the same subject (>= 2 content words) and a different short value (<= 6 words).
+- merge     archival memories about the same subject (cosine >= merge_threshold, complete linkage,
+            at most MERGE_MAX each) written as one memory by the chat model; the text must pass
+            the extraction grounding gate against the members, else the proposal is dropped.
+- compress  episodic memories older than compress_after_days, grouped by day and then by topic
+            (adjacent similarity), summarised by the chat model (grounded) or, when the model is
+            unavailable or its summary is not grounded, extractively (members' most informative
+            sentences, verbatim). Members get merged_into the summary (episodic tier).
+
+Pinned (core) memories are never touched unless named in `include`. Memories a dream wrote
+(derived_from not empty) are not merged or compressed again, which with the rules above makes
+a second plan right after an applied one empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from . import timeutil
+from .errors import PmemError, UsageError
+from .models import TIERS, Memory
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+KINDS = ("dedup", "merge", "compress", "expire", "supersede", "purge")
+DEFAULT_KINDS = ("dedup", "merge", "compress", "expire", "supersede")  # purge only when asked
+APPLY_ORDER = ("expire", "purge", "dedup", "supersede", "merge", "compress")
+
+MERGE_MAX = 4           # members of one merge proposal
+COMPRESS_MAX = 12       # members of one summary
+COMPRESS_TOPIC = 0.35   # adjacent cosine below which a day's episode starts a new topic
+COMPRESS_KEEP = 0.6     # share of a group's tokens an extractive summary may keep
+SUBJECT_MIN_WORDS = 2
+VALUE_MAX_WORDS = 6
+
+Progress = Callable[[int, int], None]
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_SPEAKER = re.compile(r"^([A-Z][\w .'-]{0,30}):\s+")
+_COPULA = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were|=)\s+(?P<value>.+)$", re.IGNORECASE)
+_COLON = re.compile(r"^(?P<subject>[^:]{2,60}):\s+(?P<value>.+)$")
+
+
+# -- records ------------------------------------------------------------------------------
+
+@dataclass
+class Proposal:
+    """One change a dream suggests. `id` is a hash of kind and members: stable across runs."""
+
+    kind: str
+    members: list[str]
+    reason: str
+    result_text: str | None = None
+    target: str | None = None  # dedup: the canonical memory; supersede: the newer fact
+    score: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown proposal kind {self.kind!r}")
+        if not self.id:
+            key = self.kind + "\x00" + "\x00".join(self.members)
+            self.id = hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["score"] is not None:
+            d["score"] = round(d["score"], 4)
+        return d
+
+
+@dataclass
+class Plan:
+    proposals: list[Proposal] = field(default_factory=list)
+    created_at: str = ""
+    kinds: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    generator: str | None = None
+    notes: list[str] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # proposals the gate refused
+    considered: int = 0
+    complete: bool = True
+    elapsed_s: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = {k: 0 for k in KINDS}
+        for p in self.proposals:
+            out[p.kind] += 1
+        return out
+
+    def get(self, proposal_id: str) -> Proposal:
+        for p in self.proposals:
+            if p.id == proposal_id or (len(proposal_id) >= 4 and p.id.startswith(proposal_id)):
+                return p
+        raise UsageError(f"no proposal {proposal_id!r} in this plan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "created_at": self.created_at,
+            "kinds": list(self.kinds),
+            "settings": dict(self.settings),
+            "generator": self.generator,
+            "considered": self.considered,
+            "complete": self.complete,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "counts": self.counts(),
+            "proposals": [p.to_dict() for p in self.proposals],
+            "dropped": list(self.dropped),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class ApplyResult:
+    op_id: str | None = None
+    applied: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    created: dict[str, str] = field(default_factory=dict)  # proposal id -> new memory id
+    backup: str | None = None
+    complete: bool = True
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["elapsed_s"] = round(self.elapsed_s, 3)
+        return d
+
+
+# -- text helpers -------------------------------------------------------------------------
+
+def _stop_words() -> frozenset[str]:
+    from .search import STOP_WORDS
+
+    return STOP_WORDS
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased, lightly stemmed words that carry meaning (no stop words)."""
+    stop = _stop_words()
+    out = set()
+    for w in _WORD.findall(text.lower()):
+        w = w.replace("'s", "")
+        if w in stop or len(w) < 2 or w.isdigit():
+            continue
+        out.add(_stem(w))
+    return out
+
+
+def numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(text))
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def _tokens(text: str) -> int:
+    from .recall import estimate_tokens
+
+    return estimate_tokens(text)
+
+
+def subject_value(text: str) -> tuple[str, str] | None:
+    """("favorite color of caroline"-like subject, value) for a short key/value fact, else None.
+
+    The rule: the text before the first copula (is/are/was/were/=) or colon is the subject; it
+    must hold at least SUBJECT_MIN_WORDS content words, and the value at most VALUE_MAX_WORDS
+    words, so narrative sentences ("Caroline is planning to ...") never qualify.
+    """
+    t = " ".join(text.strip().split()).rstrip(".!")
+    m = _COLON.match(t) or _COPULA.match(t)
+    if not m:
+        return None
+    subject, value = m.group("subject").strip(), m.group("value").strip()
+    subj_words = [w for w in _WORD.findall(subject.lower())]
+    if len(content_words(subject)) < SUBJECT_MIN_WORDS or len(subj_words) > 8:
+        return None
+    value_words = _WORD.findall(value.lower())
+    if not value_words or len(value_words) > VALUE_MAX_WORDS:
+        return None
+    return " ".join(subj_words), " ".join(value_words)
+
+
+def _sentences(text: str) -> list[str]:
+    """A memory's sentences, verbatim; a 'Speaker: ' prefix is carried onto each of them."""
+    text = " ".join(text.split())
+    speaker = ""
+    m = _SPEAKER.match(text)
+    if m:
+        speaker, text = m.group(0), text[m.end():]
+    return [speaker + s for s in _SENTENCE.split(text) if s.strip()]
+
+
+def extractive_summary(texts: list[str], keep: float | None = None, prefix: str = "") -> str:
+    """The most informative sentences of `texts`, verbatim and in order, within `keep` of their tokens.
+
+    Greedy coverage: each step takes the sentence adding the most content words not yet covered
+    (ties: the earlier one), until the budget is spent or nothing new is left."""
+    sents: list[tuple[int, str, set[str], int]] = []
+    for t in texts:
+        for s in _sentences(t):
+            sents.append((len(sents), s, content_words(s) | numbers(s), _tokens(s)))
+    total = sum(s[3] for s in sents)
+    budget = max(1, int(total * (COMPRESS_KEEP if keep is None else keep)))
+    covered: set[str] = set()
+    chosen: list[int] = []
+    used = 0
+    remaining = list(sents)
+    while remaining:
+        best = max(remaining, key=lambda s: (len(s[2] - covered), -s[0]))
+        gain = len(best[2] - covered)
+        if gain == 0:
+            break
+        if chosen and used + best[3] > budget:
+            remaining.remove(best)
+            continue
+        chosen.append(best[0])
+        covered |= best[2]
+        used += best[3]
+        remaining.remove(best)
+    if not chosen and sents:
+        chosen = [0]
+    body = " ".join(sents[i][1] for i in sorted(chosen))
+    return (prefix + body).strip()
+
+
+def _fingerprint(m: Memory) -> str:
+    """What a proposal depends on: text and whether the memory is still active."""
+    key = json.dumps([m.text, m.merged_into, m.forgotten_at, m.valid_to, m.expires_at, m.pinned],
+                     ensure_ascii=False)
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+
+def _parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+# -- grounding ----------------------------------------------------------------------------
+
+def grounded(store: "MemoryStore", text: str, sources: list[str]) -> tuple[bool, str]:
+    """The extraction gate (pmem.extract.check_grounding); a word-level fallback without it."""
+    try:
+        from .extract import check_grounding
+    except ImportError:
+        check_grounding = None
+    if check_grounding is not None:
+        try:
+            g = check_grounding(text, sources, embedder=store.embedder)
+        except TypeError:
+            g = check_grounding(text, sources)
+        return bool(g.ok), str(getattr(g, "reason", "") or "")
+    words = content_words(text)
+    source_words = set().union(*(content_words(s) for s in sources)) if sources else set()
+    missing_numbers = numbers(text) - set().union(*(numbers(s) for s in sources))
+    if missing_numbers:
+        return False, f"numbers not in the members: {', '.join(sorted(missing_numbers))}"
+    support = len(words & source_words) / len(words) if words else 0.0
+    need = float(store.config.extract_min_support)
+    if support < need:
+        return False, f"only {support:.0%} of its words occur in the members (need {need:.0%})"
+    return True, f"{support:.0%} of its words occur in the members"
+
+
+# -- planning -----------------------------------------------------------------------------
+
+class _Budget:
+    def __init__(self, max_seconds: float | None):
+        self.start = time.monotonic()
+        self.deadline = None if max_seconds is None else self.start + max_seconds
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _vectors(store: "MemoryStore", memories: list[Memory]):
+    """Unit vectors (numpy float32 rows) for `memories`, in order; rows of zeros where missing."""
+    import numpy as np
+
+    if not memories or not store._has_vec_table():
+        return np.zeros((len(memories), 1), dtype=np.float32)
+    _, dim = store.vector_model()
+    dim = dim or 1
+    seqs = dict(store.conn.execute(
+        "SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps([m.id for m in memories]),)).fetchall())
+    wanted = {seqs[m.id]: i for i, m in enumerate(memories) if m.id in seqs}
+    out = np.zeros((len(memories), dim), dtype=np.float32)
+    for seq, blob in store.conn.execute("SELECT seq, embedding FROM memory_vec"):
+        i = wanted.get(seq)
+        if i is not None and blob is not None and len(blob) == dim * 4:
+            out[i] = np.frombuffer(blob, dtype="<f4")
+    return out
+
+
+def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
+    """(i, j, cosine) with i < j and cosine >= threshold, in blocks to bound memory."""
+    import numpy as np
+
+    n = len(vecs)
+    out: list[tuple[int, int, float]] = []
+    block = 1024
+    for start in range(0, n, block):
+        sims = vecs[start:start + block] @ vecs.T
+        rows, cols = np.nonzero(sims >= threshold)
+        for r, c in zip(rows.tolist(), cols.tolist()):
+            i = start + r
+            if c > i:
+                out.append((i, c, float(sims[r, c])))
+    out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
+    return out
+
+
+def _informative_key(m: Memory, words: set[str]):
+    return (len(words), len(m.text), m.created_at, m.id)
+
+
+def _union_find(n: int, edges: Iterable[tuple[int, int]]) -> list[list[int]]:
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+# Pairs at least this close are checked by the extraction's supersede rule. Extraction checks a new
+# fact against its few nearest stored ones (and from 0.6); a dream checks every pair, where its
+# change-word rule at 0.6-0.8 mostly pairs unrelated facts about one person (measured on LoCoMo).
+SUPERSEDE_COSINE = 0.85
+
+
+def _extraction_rule():
+    """pmem.extract.decide without a judge: the rule extraction uses to supersede a stored fact."""
+    try:
+        from .extract import decide
+    except ImportError:
+        return None
+    return lambda new, old, cos: decide(new, old, cos, None)
+
+
+def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
+    """The configured chat model, or (None, why not)."""
+    try:
+        from .generate import load_generator
+
+        return load_generator(store.config.chat_model), None
+    except ImportError as exc:
+        return None, f"no chat model code ({exc})"
+    except PmemError as exc:
+        return None, str(exc)
+
+
+def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
+         max_seconds: float | None = None, include: Iterable[str] = ()) -> Plan:
+    """Propose, never write. `generator=None` loads the configured chat model when text must be
+    written (False: use no model); `include` names pinned memories a dream may change."""
+    kinds = list(DEFAULT_KINDS) if only is None else [k for k in KINDS if k in set(only)]
+    unknown = set(only or ()) - set(KINDS)
+    if unknown:
+        raise UsageError(f"unknown dream kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
+    budget = _Budget(max_seconds)
+    cfg = store.config
+    now = now or store.clock()
+    included = {store.resolve(i) for i in include}
+    result = Plan(created_at=now, kinds=kinds, settings={
+        "dedup_threshold": float(cfg.dedup_threshold), "dedup_lexical": float(cfg.dedup_lexical),
+        "merge_threshold": float(cfg.merge_threshold), "compress_after_days": int(cfg.compress_after_days),
+        "purge_grace_days": int(cfg.purge_grace_days)})
+
+    from .store import Filter
+
+    everything = store.list(Filter.everything(), sort="id", limit=None)
+    usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
+              and (not m.pinned or m.id in included)]
+    result.considered = len(usable)
+    claimed: set[str] = set()  # memories that leave the active set in this plan
+
+    # expire / purge -----------------------------------------------------------------------
+    expired = [m for m in usable if m.is_expired(now)]
+    grace_end = timeutil.iso(_parse(now) - timedelta(days=int(cfg.purge_grace_days)))
+    for m in sorted(expired, key=lambda m: (m.expires_at, m.id)):
+        if "purge" in kinds and m.expires_at <= grace_end:
+            result.proposals.append(Proposal(
+                "purge", [m.id], f"expired {m.expires_at[:10]}, past the {cfg.purge_grace_days}-day grace",
+                fingerprints={m.id: _fingerprint(m)}))
+        elif "expire" in kinds and m.meta.get("expired_at") != m.expires_at:
+            result.proposals.append(Proposal(
+                "expire", [m.id], f"expires_at {m.expires_at} has passed",
+                fingerprints={m.id: _fingerprint(m)}))
+        claimed.add(m.id)
+    active = [m for m in usable if m.id not in claimed and not m.is_superseded(now)]
+
+    needs_vectors = any(k in kinds for k in ("dedup", "supersede", "merge", "compress"))
+    vecs = _vectors(store, active) if needs_vectors and active else None
+    index = {m.id: i for i, m in enumerate(active)}
+    words = {m.id: content_words(m.text) for m in active}
+
+    # dedup --------------------------------------------------------------------------------
+    if "dedup" in kinds and vecs is not None:
+        threshold, lexical = float(cfg.dedup_threshold), float(cfg.dedup_lexical)
+        edges = []
+        sims: dict[tuple[int, int], float] = {}
+        for i, j, s in _pairs(vecs, threshold):
+            a, b = active[i], active[j]
+            if a.tier != b.tier or numbers(a.text) != numbers(b.text):
+                continue
+            if jaccard(words[a.id], words[b.id]) < lexical:
+                continue
+            edges.append((i, j))
+            sims[(i, j)] = s
+        for group in sorted(_union_find(len(active), edges), key=lambda g: active[g[0]].id):
+            members = [active[i] for i in group]
+            canon = max(members, key=lambda m: _informative_key(m, words[m.id]))
+            others = sorted((m for m in members if m.id != canon.id), key=lambda m: (m.created_at, m.id))
+            best = max(s for (i, j), s in sims.items() if i in group and j in group)
+            tags = sorted(set().union(*(m.tags for m in members)))
+            created = min(m.created_at for m in members)
+            result.proposals.append(Proposal(
+                "dedup", [canon.id] + [m.id for m in others],
+                f"{len(members)} near-duplicates (cosine up to {best:.3f}); keeping the most informative",
+                result_text=canon.text, target=canon.id, score=best,
+                details={"tags": tags, "created_at": created},
+                fingerprints={m.id: _fingerprint(m) for m in members}))
+            claimed.update(m.id for m in others)
+
+    # supersede ----------------------------------------------------------------------------
+    if "supersede" in kinds:
+        facts = [i for i, m in enumerate(active) if m.id not in claimed and m.tier != "episodic"]
+        when = {m.id: (m.valid_from or m.created_at) for m in active}
+        found: list[tuple[Memory, Memory, str]] = []
+        decide = _extraction_rule()
+        if decide is not None and vecs is not None and len(facts) > 1:
+            for a, b, cos in _pairs(vecs[facts], SUPERSEDE_COSINE):
+                x, y = active[facts[a]], active[facts[b]]
+                if when[x.id] == when[y.id]:
+                    continue
+                older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
+                if decide(newer.text, older.text, cos) == "supersede":
+                    found.append((older, newer, f"the extraction rule: a changed fact (cosine {cos:.2f})"))
+        by_subject: dict[str, list[tuple[Memory, str]]] = {}
+        for i in facts:
+            sv = subject_value(active[i].text)
+            if sv:
+                by_subject.setdefault(sv[0], []).append((active[i], sv[1]))
+        for subject in sorted(by_subject):
+            group = sorted(by_subject[subject], key=lambda f: (when[f[0].id], f[0].id))
+            newest, value = group[-1]
+            for old, old_value in group[:-1]:
+                if old_value != value and when[old.id] < when[newest.id]:
+                    found.append((old, newest, f"same subject '{subject}': '{value}' replaces '{old_value}'"))
+        for older, newer, why in found:
+            if older.id in claimed:
+                continue
+            result.proposals.append(Proposal(
+                "supersede", [older.id, newer.id], why, result_text=newer.text, target=newer.id,
+                fingerprints={older.id: _fingerprint(older), newer.id: _fingerprint(newer)}))
+            claimed.add(older.id)
+
+    # merge and compress need a writer -----------------------------------------------------
+    gen = None if generator is False else generator
+    gen_tried = generator is not None
+
+    def writer():
+        nonlocal gen, gen_tried
+        if not gen_tried:
+            gen_tried = True
+            gen, why = load_generator_quietly(store)
+            if gen is None:
+                result.notes.append(f"chat model unavailable: {why}")
+        if gen is not None:
+            result.generator = getattr(gen, "name", type(gen).__name__)
+        return gen
+
+    if "merge" in kinds and vecs is not None:
+        _plan_merge(store, result, active, vecs, index, words, claimed, writer, budget)
+
+    if "compress" in kinds and vecs is not None:
+        _plan_compress(store, result, active, vecs, index, claimed, writer, budget, now)
+
+    result.elapsed_s = budget.elapsed()
+    return result
+
+
+def _plan_merge(store, result: Plan, active, vecs, index, words, claimed, writer, budget: _Budget) -> None:
+    cfg = store.config
+    threshold = float(cfg.merge_threshold)
+    pool = [i for i, m in enumerate(active)
+            if m.id not in claimed and m.tier == "archival" and not m.derived_from]
+    if len(pool) < 2:
+        return
+    pool_set = set(pool)
+    sub = vecs[pool]
+    sims: dict[tuple[int, int], float] = {}
+    edges = []
+    for a, b, s in _pairs(sub, threshold):
+        i, j = pool[a], pool[b]
+        sims[(i, j)] = s
+        edges.append((i, j, s))
+    cluster_of: dict[int, int] = {}
+    clusters: list[list[int]] = []
+    for i, j, s in edges:  # best pair first; complete linkage
+        ci, cj = cluster_of.get(i), cluster_of.get(j)
+        if ci is None and cj is None:
+            cluster_of[i] = cluster_of[j] = len(clusters)
+            clusters.append([i, j])
+            continue
+        if ci is not None and cj is not None:
+            continue
+        c, new = (ci, j) if ci is not None else (cj, i)
+        members = clusters[c]
+        if len(members) >= MERGE_MAX:
+            continue
+        if all(sims.get((min(x, new), max(x, new)), 0.0) >= threshold for x in members):
+            members.append(new)
+            cluster_of[new] = c
+    del pool_set
+    for members in sorted(clusters, key=lambda c: min(active[i].id for i in c)):
+        if budget.over():
+            result.complete = False
+            result.notes.append("time limit reached while planning merges")
+            return
+        ms = sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
+        score = min(sims[(min(a, b), max(a, b))] for a in members for b in members if a < b)
+        gen = writer()
+        ids = [m.id for m in ms]
+        if gen is None:
+            result.dropped.append({"kind": "merge", "members": ids, "reason": "no chat model to write the merge"})
+            continue
+        text, why = _model_text(gen, "merge", [m.text for m in ms])
+        if text is None:
+            result.dropped.append({"kind": "merge", "members": ids, "reason": why})
+            continue
+        ok, why = grounded(store, text, [m.text for m in ms])
+        if not ok:
+            result.dropped.append({"kind": "merge", "members": ids, "reason": f"not grounded: {why}",
+                                   "text": text})
+            continue
+        result.proposals.append(Proposal(
+            "merge", ids, f"{len(ms)} related memories (cosine >= {score:.3f}) written as one by "
+            f"{getattr(gen, 'name', 'the chat model')}; grounded",
+            result_text=text, score=score,
+            details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "archival",
+                     "created_at": ms[0].created_at},
+            fingerprints={m.id: _fingerprint(m) for m in ms}))
+        claimed.update(ids)
+
+
+_PROMPTS = {
+    "merge": ("You merge notes about the same subject into one note. Use only facts stated in the "
+              "notes, keep every fact, add nothing. Answer with JSON: {\"text\": \"...\"}."),
+    "compress": ("You summarise a conversation excerpt in a few sentences. Use only facts stated in "
+                 "it, keep names, dates and numbers, add nothing. Answer with JSON: {\"text\": \"...\"}."),
+}
+_SCHEMA = {"type": "object", "properties": {"text": {"type": "string", "minLength": 1}},
+           "required": ["text"]}
+
+
+def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:
+    listing = "\n".join(f"- {t}" for t in texts)
+    messages = [{"role": "system", "content": _PROMPTS[kind]},
+                {"role": "user", "content": f"Notes:\n{listing}"}]
+    try:
+        out = gen.generate_json(messages, _SCHEMA, max_tokens=256)
+    except PmemError as exc:
+        return None, f"the chat model failed: {exc}"
+    text = " ".join(str((out or {}).get("text", "")).split())
+    if not text:
+        return None, "the chat model wrote nothing"
+    return text, ""
+
+
+def _plan_compress(store, result: Plan, active, vecs, index, claimed, writer, budget: _Budget, now: str) -> None:
+    import numpy as np
+
+    days = int(store.config.compress_after_days)
+    cutoff = timeutil.iso(_parse(now) - timedelta(days=days))
+    candidates = [m for m in active if m.tier == "episodic" and m.id not in claimed and not m.derived_from
+                  and not m.pinned and m.created_at < cutoff]
+    # Time order; memories stored with the same timestamp (turns of one conversation) keep the
+    # order they were stored in.
+    seq = dict(store.conn.execute("SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps([m.id for m in candidates]),)).fetchall())
+    old = sorted(candidates, key=lambda m: (m.created_at, seq.get(m.id, 0), m.id))
+    by_day: dict[str, list[Memory]] = {}
+    for m in old:
+        by_day.setdefault(m.created_at[:10], []).append(m)
+    groups: list[list[Memory]] = []
+    for day in sorted(by_day):
+        ms = by_day[day]
+        if len(ms) < 2:
+            continue
+        segments: list[list[Memory]] = [[ms[0]]]
+        centroid = vecs[index[ms[0].id]].copy()
+        for m in ms[1:]:
+            v = vecs[index[m.id]]
+            norm = float(np.linalg.norm(centroid)) or 1.0
+            similar = float(v @ centroid) / norm >= COMPRESS_TOPIC
+            if similar and len(segments[-1]) < COMPRESS_MAX:
+                segments[-1].append(m)
+                centroid = centroid + v
+            else:
+                segments.append([m])
+                centroid = v.copy()
+        # No singletons inside a day: they join the segment before (or after), so every old
+        # episodic memory of a day with two or more is compressed and a second dream finds none.
+        merged: list[list[Memory]] = []
+        for seg in segments:
+            if len(seg) == 1 and merged:
+                merged[-1].append(seg[0])
+            else:
+                merged.append(seg)
+        if len(merged) > 1 and len(merged[0]) == 1:
+            merged[1] = merged[0] + merged[1]
+            merged = merged[1:]
+        groups.extend(merged)
+    for ms in groups:
+        if budget.over():
+            result.complete = False
+            result.notes.append("time limit reached while planning compression")
+            return
+        ids = [m.id for m in ms]
+        texts = [m.text for m in ms]
+        day = ms[0].created_at[:10]
+        before = sum(_tokens(t) for t in texts)
+        gen = writer()
+        text, how = None, ""
+        if gen is not None:
+            text, why = _model_text(gen, "compress", texts)
+            if text is not None:
+                ok, why = grounded(store, text, texts)
+                if ok and _tokens(text) <= COMPRESS_KEEP * before:
+                    how = f"summary by {getattr(gen, 'name', 'the chat model')}, grounded"
+                else:
+                    text = None
+                    why = why if not ok else f"the model's summary kept over {COMPRESS_KEEP:.0%} of the tokens"
+            if text is None:
+                how = f"extractive summary (model output refused: {why})"
+        else:
+            how = "extractive summary (no chat model)"
+        if text is None:
+            text = extractive_summary(texts, prefix=f"{day}: ")
+        result.proposals.append(Proposal(
+            "compress", ids, f"{len(ms)} episodic memories of {day}, older than {days} days; {how}; "
+            f"{before} -> {_tokens(text)} tokens",
+            result_text=text,
+            details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "episodic",
+                     "created_at": ms[0].created_at, "extractive": how.startswith("extractive")},
+            fingerprints={m.id: _fingerprint(m) for m in ms}))
+        claimed.update(ids)
+
+
+# -- applying -----------------------------------------------------------------------------
+
+@contextmanager
+def _joined(store: "MemoryStore", op_id: str, summary: str) -> Iterator[None]:
+    """One transaction whose events belong to the dream's single operation `op_id`."""
+    with store.operation("dream", summary, op_id=op_id):
+        yield
+
+
+def _stale(store: "MemoryStore", p: Proposal) -> str | None:
+    current = {m.id: m for m in store.get_many(p.members)}
+    for mid in p.members:
+        m = current.get(mid)
+        if m is None:
+            return f"memory {mid} no longer exists"
+        want = p.fingerprints.get(mid)
+        if want is not None and _fingerprint(m) != want:
+            return f"memory {mid} changed since the plan"
+    return None
+
+
+def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
+    ms = {m.id: m for m in store.get_many(p.members)}
+    if p.kind == "expire":
+        m = ms[p.members[0]]
+        store.set_fields(m.id, "expire", meta={**m.meta, "expired_at": m.expires_at})
+    elif p.kind == "purge":
+        store.delete(ms[p.members[0]].id, action="purge")
+    elif p.kind == "dedup":
+        canon = ms[p.target]
+        members = list(ms.values())
+        tags = sorted(set().union(*(m.tags for m in members)))
+        created = min(m.created_at for m in members)
+        store.set_fields(canon.id, "dedup", tags=tags, created_at=created)
+        for mid in p.members:
+            if mid != canon.id:
+                store.set_fields(mid, "dedup", merged_into=canon.id)
+    elif p.kind == "supersede":
+        store.supersede(p.members[0], p.members[1])
+    elif p.kind in ("merge", "compress"):
+        members = [ms[i] for i in p.members]
+        new = store.new_memory(
+            p.result_text or "", tags=sorted(set().union(*(m.tags for m in members))),
+            tier=p.details.get("tier", "archival" if p.kind == "merge" else "episodic"),
+            created_at=min(m.created_at for m in members), derived_from=p.members,
+            source="pmem dream", meta={"dream": p.kind, "proposal": p.id})
+        new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False)[0]
+        for m in members:
+            store.set_fields(m.id, p.kind, merged_into=new.id)
+        result.created[p.id] = new.id
+    else:  # pragma: no cover - guarded by Proposal
+        raise ValueError(p.kind)
+
+
+def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, progress: Progress | None = None,
+          backup: bool = True, max_seconds: float | None = None) -> ApplyResult:
+    """Apply the accepted proposals (all by default), each in its own transaction, all under one
+    undoable operation. A proposal whose members changed since the plan is skipped."""
+    import secrets
+
+    budget = _Budget(max_seconds)
+    result = ApplyResult()
+    chosen = [p for p in plan.proposals if accept is None or p.id in accept]
+    chosen.sort(key=lambda p: APPLY_ORDER.index(p.kind))
+    if not chosen:
+        result.elapsed_s = budget.elapsed()
+        return result
+    if backup:
+        from .backup import backup_database
+
+        result.backup = str(backup_database(store, label="dream"))
+    counts: dict[str, int] = {}
+    for p in chosen:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    summary = "dream: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    result.op_id = secrets.token_hex(4)
+    total = len(chosen)
+    if progress:
+        progress(0, total)
+    for done, p in enumerate(chosen, start=1):
+        if budget.over():
+            result.complete = False
+            result.skipped.extend({"id": q.id, "reason": "time limit"} for q in chosen[done - 1:])
+            break
+        try:
+            with _joined(store, result.op_id, summary):
+                why = _stale(store, p)
+                if why is None:
+                    _apply_one(store, p, result)
+        except PmemError as exc:  # rolled back: this proposal is not applied, the others go on
+            why = f"failed: {exc}"
+            result.created.pop(p.id, None)
+        if why is None:
+            result.applied.append(p.id)
+        else:
+            result.skipped.append({"id": p.id, "reason": why})
+        if progress:
+            progress(done, total)
+    if not result.applied:
+        result.op_id = None
+    result.elapsed_s = budget.elapsed()
+    return result
