@@ -45,7 +45,7 @@ def test_hybrid_fuses_both_lists(store):
     hits = search(store, "cabin", limit=10)
     assert set(ids(hits)) == {"aaaa0001", "aaaa0002", "aaaa0003"}  # episodic excluded by default
     both = [h for h in hits if h.keyword_rank and h.semantic_rank]
-    assert both and all(h.score > 0 for h in hits)
+    assert both and all(0.0 <= h.score <= 1.0 for h in hits)
     assert hits == sorted(hits, key=lambda h: -h.score)
 
 
