@@ -14,10 +14,15 @@ from typing import Any
 from . import paths
 from .errors import UsageError
 
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def _toml():
+    """tomllib, imported only when a config file exists (it costs ~8 ms at start-up)."""
+    try:  # Python 3.11+
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib
 
 # key -> (default, help). The type of the default is the type of the setting.
 DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -81,6 +86,7 @@ def load(path: Path | None = None, environ: dict[str, str] | None = None) -> Con
         cfg.values[key] = default
         cfg.origins[key] = "default"
     if path.exists():
+        tomllib = _toml()
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
@@ -106,7 +112,7 @@ def set_value(key: str, value: str, path: Path | None = None) -> Path:
     coerced = _coerce(key, value, "value")
     data: dict[str, Any] = {}
     if path.exists():
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = _toml().loads(path.read_text(encoding="utf-8"))
     data[key] = coerced
     paths.ensure_private_dir(path.parent)
     lines = []

@@ -8,8 +8,8 @@ backwards. Models are loaded only when a vector is needed.
 from __future__ import annotations
 
 import json
+import os
 import re
-import secrets
 import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
@@ -30,6 +30,11 @@ _ID = re.compile(r"^[0-9a-z]{1,32}$")
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 
 Progress = Callable[[int, int], None]
+
+
+def _token() -> str:
+    """8 random hex digits for ids (os.urandom: `secrets` costs 10 ms of import via hashlib)."""
+    return os.urandom(4).hex()
 
 
 def serialize(vector: Sequence[float]) -> bytes:
@@ -193,7 +198,7 @@ class MemoryStore:
         if self._op is not None:
             yield self._op
             return
-        op_id = op_id or secrets.token_hex(4)
+        op_id = op_id or _token()
         with self.transaction():
             if not self.conn.execute("SELECT 1 FROM operations WHERE id = ?", (op_id,)).fetchone():
                 self.conn.execute("INSERT INTO operations (id, kind, summary, at) VALUES (?, ?, ?, ?)",
@@ -370,7 +375,7 @@ class MemoryStore:
 
     def _new_id(self) -> str:
         while True:
-            candidate = secrets.token_hex(4)
+            candidate = _token()
             if not self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (candidate,)).fetchone():
                 return candidate
 
