@@ -243,3 +243,36 @@ def test_terminal_output_is_literal(monkeypatch):
     r = ok("list")
     assert "[bold red]x[/]" in r.stdout
     assert "\x1b[31m" not in r.stdout and "\\x1b[31mred" in r.stdout
+
+
+def test_models_lists_known_installed_and_found(tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "all-MiniLM-L6-v2.f16.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(models))
+    home = tmp_path / "home"
+    hub = home / ".cache" / "huggingface" / "hub" / "models--x--y" / "snapshots" / "abc"
+    hub.mkdir(parents=True)
+    (hub / "tiny-chat.Q4_K_M.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    data = json.loads(ok("models", "--json").stdout)
+    known = {m["name"]: m for m in data["known"]}
+    assert known["all-MiniLM-L6-v2"]["installed"] is True
+    assert known["all-MiniLM-L6-v2"]["kind"] == "embed"
+    assert known["SmolLM2-135M-Instruct"]["installed"] is False
+    assert any(f["path"].endswith("tiny-chat.Q4_K_M.gguf") for f in data["found"])
+    text = ok("models").stdout
+    assert "all-MiniLM-L6-v2" in text and "tiny-chat.Q4_K_M.gguf" in text
+
+
+def test_doctor_passes_and_reports_a_bad_model_path(tmp_path, monkeypatch):
+    ok("add", "hello")
+    r = pmem("doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert checks["sqlite-vec"]["ok"] and checks["database"]["ok"] and checks["permissions"]["ok"]
+    monkeypatch.setenv("PMEM_CHAT_MODEL", str(tmp_path / "missing.gguf"))
+    r = pmem("doctor")
+    assert r.exit_code == 1
+    assert "missing or not a GGUF" in r.stdout and "fix:" in r.stdout

@@ -718,7 +718,7 @@ def _models_list(as_json: bool) -> None:
     rows = []
     for name, info in provision.known_models().items():
         f = provision.model_file(name, paths.models_dir())
-        rows.append({"name": name, "kind": info["kind"], "installed": f.exists(), "path": str(f),
+        rows.append({"name": name, "kind": info.kind, "installed": f.exists(), "path": str(f),
                      "in_use": name in (cfg.embed_model, cfg.chat_model)})
     found = provision.discover_local_ggufs()
     data = {"embed_model": cfg.embed_model, "chat_model": cfg.chat_model, "known": rows, "found": found}
@@ -736,7 +736,7 @@ def _models_list(as_json: bool) -> None:
         out.echo("")
         out.echo("GGUF files on this computer (set one with `pmem config set chat_model PATH`):")
         for f in found:
-            out.echo(out.visible(f"  {f['path']}  ({f['size'] / 1e6:.0f} MB, {f['where']})"))
+            out.echo(out.visible(f"  {f['path']}  ({f['size'] / 1e6:.0f} MB, {f['source']})"))
 
 
 @command(models_app, name="list")
