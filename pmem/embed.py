@@ -119,6 +119,18 @@ def _check_gguf(path: Path) -> None:
         raise ModelError(f"not a GGUF file: {path}")
 
 
+def open_gguf(path: Path | str):
+    """Check a GGUF file and import llama_cpp (quietly) to run it: (path, llama_cpp module)."""
+    path = Path(path).expanduser()
+    _check_gguf(path)
+    try:
+        import llama_cpp
+    except ImportError:
+        raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
+    _silence_llama_logs(llama_cpp)
+    return path, llama_cpp
+
+
 class LlamaEmbedder:
     """A GGUF embedding model run by llama.cpp, many texts per forward pass.
 
@@ -132,13 +144,7 @@ class LlamaEmbedder:
     """
 
     def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
-        path = Path(path).expanduser()
-        _check_gguf(path)
-        try:
-            import llama_cpp
-        except ImportError:
-            raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
-        _silence_llama_logs(llama_cpp)
+        path, llama_cpp = open_gguf(path)
         self._lib = llama_cpp
         self.path = path
         self.name = path.stem

@@ -62,15 +62,9 @@ class LlamaGenerator(JsonGenerator):
     """A GGUF chat model run by llama.cpp on the CPU, with its own chat template."""
 
     def __init__(self, path: Path | str, threads: int = 0, n_ctx: int = 4096):
-        from .embed import _check_gguf, _load_error, _log_state, _silence_llama_logs
+        from .embed import _load_error, _log_state, open_gguf
 
-        path = Path(path).expanduser()
-        _check_gguf(path)
-        try:
-            import llama_cpp
-        except ImportError:
-            raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
-        _silence_llama_logs(llama_cpp)
+        path, llama_cpp = open_gguf(path)
         self._lib = llama_cpp
         self.path = path
         self.name = path.stem
