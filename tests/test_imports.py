@@ -31,16 +31,25 @@ s.list(); s.count(); s.stats()
     assert "llama_cpp" not in loaded_after(code)
 
 
-def test_cli_list_does_not_load_models_or_tui(tmp_path):
-    code = f"""
+def test_commands_that_need_no_model_never_load_one(tmp_path):
+    from pmem import Memory, MemoryStore
+    from pmem.config import load
+    from pmem.embed import FakeEmbedder
+
+    db = tmp_path / "p.db"
+    with MemoryStore(db, config=load(), embedder=FakeEmbedder(64)) as s:
+        s.insert([Memory(id="abcd1234", text="cabin wifi password")])
+    for argv in (["list", "--json"], ["show", "abcd"], ["pin", "abcd"], ["export"],
+                 ["search", "cabin", "--mode", "keyword"], ["history", "abcd"], ["stats"]):
+        code = f"""
 import os, sys
 os.environ['PMEM_HOME'] = {str(tmp_path)!r}
 from pmem.cli import main
-sys.argv = ['pmem', 'list', '--json']
+sys.argv = ['pmem', '--db', {str(db)!r}, *{argv!r}]
 try:
     main()
-except SystemExit:
-    pass
+except SystemExit as exc:
+    assert not exc.code, exc.code
 """
-    mods = loaded_after(code)
-    assert "llama_cpp" not in mods and "textual" not in mods
+        mods = loaded_after(code)
+        assert "llama_cpp" not in mods and "textual" not in mods, argv
