@@ -7,6 +7,10 @@ Stores are built once with the deterministic fake embedder (PMEM_EMBED_MODEL=fak
 in --dir. Every measurement runs in a fresh Python process, headless at 80x24, so imports and
 opening the database count. "first paint" is from process start to the first screen drawn with the
 first page of the list in it (the app's `on_ready` hook runs after that refresh).
+
+Key timings go through Textual's Pilot, which sleeps until the app is idle after every key (~55-65 ms
+on this machine even for a key that does nothing), so the same loop is run with an unbound key and
+the difference is reported, with the process CPU time per key, which that sleeping does not count.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def child_paint(db: str) -> None:
     def ready(app) -> None:
         result["first_paint_s"] = time.perf_counter() - T0
         result["rows"] = app.table.row_count
+        result["rows_read"] = app.table.rows_fetched
         app.exit()
 
     app = make_app(db, on_ready=ready, now=NOW)
@@ -136,17 +141,55 @@ def child_search(db: str, mode: str) -> None:
                 times.append(shown[-1][0] - t)
                 result.setdefault("hits", []).append(shown[-1][1])
             result["search_s"] = times
-            # Scrolling: clear the search, then page down through the list.
+            # Scrolling: clear the search, then page down through the list. Pilot waits for the
+            # app to go idle after every key (~50-60 ms of sleeping here), so the same loop with
+            # an unbound key is timed too; "cpu" is process time, which that sleeping does not count.
             await pilot.press("escape")
             await pilot.pause()
             app.table.focus()
-            t = time.perf_counter()
-            for _ in range(40):
-                await pilot.press("pagedown")
-            await pilot.pause()
-            result["pagedown_40_s"] = time.perf_counter() - t
-            result["rows_loaded"] = app.table.row_count
+            read_before = app.table.rows_fetched
+            for key, name in (("z", "noop"), ("pagedown", "pagedown")):
+                t, c = time.perf_counter(), time.process_time()
+                for _ in range(40):
+                    await pilot.press(key)
+                await pilot.pause()
+                result[f"{name}_40_s"] = time.perf_counter() - t
+                result[f"{name}_40_cpu_s"] = time.process_time() - c
+            result["rows_read_scrolling"] = app.table.rows_fetched - read_before
+            result["cursor"] = app.table.cursor_row
+            # Jump to the last memory (End) and back to the first (Home), each until repainted.
+            for key in ("end", "home"):
+                t = time.perf_counter()
+                await pilot.press(key)
+                result[f"{key}_s"] = time.perf_counter() - t
+            result["rows_read_total"] = app.table.rows_fetched
             result["total"] = app.total
+            app.exit()
+
+    asyncio.run(main())
+    print(json.dumps(result))
+
+
+def child_keys(db: str) -> None:
+    """40 presses of each key, ms a key as (wall through Pilot, process CPU); `z` is bound to nothing."""
+    import asyncio
+
+    os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    from pmem.tui import make_app
+
+    result: dict = {}
+
+    async def main() -> None:
+        app = make_app(db, now=NOW)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            for key in ("z", "pagedown", "down", "pageup"):
+                t, c = time.perf_counter(), time.process_time()
+                for _ in range(40):
+                    await pilot.press(key)
+                await pilot.pause()
+                result[key] = [round((time.perf_counter() - t) / 40 * 1000, 1),
+                               round((time.process_time() - c) / 40 * 1000, 1)]
             app.exit()
 
     asyncio.run(main())
@@ -171,7 +214,10 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "pmem-tui-bench")
     parser.add_argument("--child-paint", metavar="DB")
     parser.add_argument("--child-search", nargs=2, metavar=("DB", "MODE"))
+    parser.add_argument("--child-keys", metavar="DB", help="per-key cost of z, pagedown, down, pageup")
     args = parser.parse_args()
+    if args.child_keys:
+        return child_keys(args.child_keys)
     if args.child_paint:
         return child_paint(args.child_paint)
     if args.child_search:
@@ -179,7 +225,8 @@ def main() -> None:
 
     args.dir.mkdir(parents=True, exist_ok=True)
     small, large = ensure_store(args.dir, 10_000), ensure_store(args.dir, 100_000)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each, medians\n")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each, medians; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
 
     paints = [run_child("--child-paint", str(small)) for _ in range(args.runs)]
     print("10,000 memories, 80x24, headless")
@@ -187,7 +234,7 @@ def main() -> None:
           f"(min {min(p['first_paint_s'] for p in paints) * 1000:.0f}, max {max(p['first_paint_s'] for p in paints) * 1000:.0f})")
     print(f"  of which importing pmem.tui      {med(p['import_s'] for p in paints) * 1000:7.0f} ms")
     print(f"  whole process incl. interpreter  {med(p['process_wall_s'] for p in paints) * 1000:7.0f} ms")
-    print(f"  rows in the first page           {paints[0]['rows']:7d}")
+    print(f"  rows read for the first screen   {paints[0]['rows_read']:7d} (of {paints[0]['rows']:,})")
 
     for mode in ("keyword", "hybrid"):
         runs = [run_child("--child-search", str(large), mode) for _ in range(args.runs)]
@@ -198,9 +245,19 @@ def main() -> None:
         per_query = [statistics.median(r["search_s"]) for r in runs]
         every = [s for r in runs for s in r["search_s"]]
         print(f"  keystroke to results shown       {med(per_query) * 1000:7.0f} ms (max {max(every) * 1000:.0f})")
-        print(f"  40 x pagedown                    {med(r['pagedown_40_s'] for r in runs) * 1000:7.0f} ms "
-              f"({runs[0]['rows_loaded']:,} of {runs[0]['total']:,} rows loaded)")
+        pd = med(r["pagedown_40_s"] for r in runs) * 1000
+        noop = med(r["noop_40_s"] for r in runs) * 1000
+        print(f"  40 x pagedown through Pilot      {pd:7.0f} ms ({pd / 40:.0f} ms a key; an unbound key: "
+              f"{noop / 40:.0f} ms a key, so {(pd - noop) / 40:.0f} ms a key is the page down)")
+        print(f"  CPU per pagedown                 {med(r['pagedown_40_cpu_s'] for r in runs) * 1000 / 40:7.1f} ms "
+              f"(unbound key {med(r['noop_40_cpu_s'] for r in runs) * 1000 / 40:.1f} ms)")
+        print(f"  rows read while scrolling        {runs[0]['rows_read_scrolling']:7,} (cursor at row "
+              f"{runs[0]['cursor']:,} of {runs[0]['total']:,})")
+        print(f"  End, then Home, through Pilot    {med(r['end_s'] for r in runs) * 1000:7.0f} ms, "
+              f"{med(r['home_s'] for r in runs) * 1000:.0f} ms ({runs[0]['rows_read_total']:,} rows read in all)")
 
 
 if __name__ == "__main__":
     main()
+    if not any(a.startswith("--child") for a in sys.argv):
+        print(f"\nload average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -57,7 +57,7 @@ def make(store, **kw):
 
 
 def select(app, memory_id: str) -> None:
-    app.table.move_cursor(row=app.table.get_row_index(memory_id))
+    app.table.move_cursor(row=app.table.index_of(memory_id))
 
 
 def screen_text(app) -> str:
@@ -80,7 +80,7 @@ async def test_list_and_detail(tstore):
     app = make(tstore)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        assert [str(k.value) for k in app.table.rows] == ["a5", "a4", "a3", "a2", "a1"]
+        assert app.table.ids() == ["a5", "a4", "a3", "a2", "a1"]
         assert app.total == 5
         select(app, "a3")
         await pilot.pause()
@@ -136,7 +136,7 @@ async def test_expire_now(tstore):
         assert tstore.get("a3").expires_at == NOW
         assert actions(tstore, "a3")[-1] == "expire"
         # The row stays, marked, so the change can be seen and undone.
-        assert "a3" in app.table.rows
+        assert "a3" in app.table.ids()
         assert "expired" in screen_text(app)
 
 
@@ -289,7 +289,7 @@ async def test_search_narrows_the_list(tstore):
         await pilot.pause()
         await pilot.press("slash", *"cabin")
         await settle(app, pilot)
-        assert {str(k.value) for k in app.table.rows} == {"a2", "a5"}
+        assert set(app.table.ids()) == {"a2", "a5"}
         assert "2 results" in screen_text(app)
         await pilot.press("escape")
         await pilot.pause()
@@ -305,7 +305,7 @@ async def test_hybrid_search_ranks_the_match_first(tstore):
         assert app.model_state == "ready"
         await pilot.press(*"deploys")
         await settle(app, pilot)
-        assert app.table.current_id() == "a3" or str(list(app.table.rows)[0].value) == "a3"
+        assert app.table.current_id() == "a3" or app.table.ids()[0] == "a3"
 
 
 async def test_search_is_debounced(tstore):
@@ -351,10 +351,10 @@ async def test_stale_search_results_are_dropped(tstore):
         await app.workers.wait_for_complete()
         await pilot.pause()
         # ... so the old results (a3 only) never replace the list.
-        assert {str(k.value) for k in app.table.rows} != {"a3"}
+        assert set(app.table.ids()) != {"a3"}
         await pilot.pause(0.5)
         await settle(app, pilot)
-        assert {str(k.value) for k in app.table.rows} == {"a2", "a5"}
+        assert set(app.table.ids()) == {"a2", "a5"}
 
 
 async def test_filters_forgotten_and_tier_and_tag(tstore):
@@ -365,21 +365,21 @@ async def test_filters_forgotten_and_tier_and_tag(tstore):
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert {str(k.value) for k in app.table.rows} == {"a1", "a2", "a5"}
+        assert set(app.table.ids()) == {"a1", "a2", "a5"}
         await pilot.press("f")
         await pilot.pause()
         app.screen.query_one("#include-forgotten", Checkbox).value = True
         app.screen.query_one("#tier-episodic", Checkbox).value = True
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert {str(k.value) for k in app.table.rows} == {"a1", "a2", "a3", "a4", "a5"}
+        assert set(app.table.ids()) == {"a1", "a2", "a3", "a4", "a5"}
         assert "forgotten" in screen_text(app)
         await pilot.press("f")
         await pilot.pause()
         app.screen.query_one("#filter-tags", Input).value = "home"
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert {str(k.value) for k in app.table.rows} == {"a2"}
+        assert set(app.table.ids()) == {"a2"}
 
 
 async def test_expired_filter(tstore):
@@ -387,11 +387,11 @@ async def test_expired_filter(tstore):
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert "a3" not in app.table.rows
+        assert "a3" not in app.table.ids()
         app.flt = Filter(include_expired=True)
         app.reload()
         await pilot.pause()
-        assert "a3" in app.table.rows
+        assert "a3" in app.table.ids()
 
 
 # -- literal text ------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ async def test_markup_and_escapes_shown_literally(tstore):
         assert "[bold red]x[/]" in text
         assert "\\x1b[31mred" in text
         assert "\x1b" not in text
-        cell = app.table.get_row("a4")[-1]
+        cell = app.table.cells("a4")[-1]
         assert "[bold red]x[/]" in cell.plain and not cell.spans
 
 
@@ -427,36 +427,164 @@ async def test_notification_with_markup_in_tags_does_not_crash(tstore):
 
 # -- large stores ------------------------------------------------------------------------------
 
-async def test_pages_load_as_the_cursor_nears_the_end(fake_config, tmp_path):
+def many(store, n: int) -> None:
+    """n memories, m0000 the oldest: the list shows m{n-1} first."""
+    store.insert([Memory(id=f"m{i:04d}", text=f"memory {i}",
+                         created_at=f"2025-01-{1 + i // 3600:02d}T00:{i // 60 % 60:02d}:{i % 60:02d}Z")
+                  for i in range(n)])
+
+
+def count_lists(store) -> list:
+    """Record every store.list call (offset, limit, reverse) made from now on."""
+    calls = []
+    original = store.list
+
+    def counting(*args, **kw):
+        calls.append((kw.get("offset", 0), kw.get("limit"), kw.get("reverse", False)))
+        return original(*args, **kw)
+
+    store.list = counting
+    return calls
+
+
+async def test_pages_are_read_only_when_needed(fake_config, tmp_path):
     store = MemoryStore(tmp_path / "big.db", config=fake_config, clock=lambda: NOW)
-    store.insert([Memory(id=f"m{i:04d}", text=f"memory {i}", created_at=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z")
-                  for i in range(450)])
+    many(store, 450)
+    calls = count_lists(store)
     app = make(store, page_size=100)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert app.table.row_count == 100 and app.total == 450
+        assert app.table.row_count == 450 and app.total == 450
+        assert calls == [(0, 100, False)]  # one page for the first screen
         for _ in range(6):
             await pilot.press("pagedown")
         await pilot.pause()
-        assert 100 < app.table.row_count < 450
-        rows = [str(k.value) for k in app.table.rows]
-        assert rows == [f"m{i:04d}" for i in range(449, 449 - len(rows), -1)]  # no gaps, no repeats
+        row = app.table.cursor_row
+        assert 6 * 10 <= row < 100
+        assert app.table.current_id() == f"m{449 - row:04d}"
+        assert len(calls) == 2  # the next page, read ahead after a frame near the end of the first
+        assert app.table.fetch_calls == 2 and app.table.rows_fetched == 200
+        ids = app.table.ids()
+        assert ids == [f"m{i:04d}" for i in range(449, 449 - len(ids), -1)]  # no gaps, no repeats
+    store.close()
+
+
+async def test_scrolling_far_reads_few_pages(fake_config, tmp_path):
+    store = MemoryStore(tmp_path / "far.db", config=fake_config, clock=lambda: NOW)
+    many(store, 5000)
+    calls = count_lists(store)
+    app = make(store, page_size=100)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = app.table
+        assert table.row_count == 5000 and "1 of 5,000 memories" in screen_text(app)
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.cursor_row == 4999 and table.current_id() == "m0000"
+        text = screen_text(app)
+        assert "memory 0 " in text and "memory 9 " in text  # the last screen is drawn ...
+        assert "m0000" in text and "5,000 of 5,000 memories" in text  # ... and the detail follows
+        # The first page and the last (read upwards from the end, not at offset 4,900), nothing between.
+        assert len(calls) == 2 and calls[-1] == (0, 100, True)
+        for _ in range(8):
+            await pilot.press("pageup")
+        await pilot.pause()
+        assert table.cursor_row == 4999 - 8 * table.rows_visible < 4900
+        assert table.current_id() == f"m{8 * table.rows_visible:04d}"
+        assert len(calls) == 3 and calls[-1][2]  # the page above the last: read upwards too
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.current_id() == "m4999"
+        for _ in range(50):
+            await pilot.press("pagedown")
+        await pilot.pause()
+        step = table.rows_visible
+        assert table.cursor_row == 50 * step
+        assert table.current_id() == f"m{4999 - 50 * step:04d}"
+        assert f"memory {4999 - 50 * step}" in screen_text(app)
+        pages = 50 * step // 100 + 1
+        assert len(calls) <= 3 + pages  # each page read once on the way down
+        assert table.rows_fetched <= (len(calls)) * 100
+        for _ in range(3):
+            await pilot.press("pageup")
+        await pilot.press("down", "down", "up")
+        await pilot.pause()
+        assert table.cursor_row == 47 * step + 1
+        assert table.current_id() == f"m{4999 - 47 * step - 1:04d}"
+        assert len(table._pages) <= table.max_pages  # bounded, whatever the store's size
+    store.close()
+
+
+async def test_scrollbar_and_wheel_scroll_without_reading_everything(fake_config, tmp_path):
+    store = MemoryStore(tmp_path / "wheel.db", config=fake_config, clock=lambda: NOW)
+    many(store, 3000)
+    calls = count_lists(store)
+    app = make(store, page_size=100)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = app.table
+        table.scroll_to(y=2000, animate=False)  # a dragged scrollbar: rows shown, cursor stays
+        await pilot.pause()
+        assert "memory 999 " in screen_text(app)
+        assert table.cursor_row == 0
+        assert len(calls) <= 3
+        await pilot.click("#list", offset=(20, 3))  # the third row on screen
+        await pilot.pause()
+        assert table.cursor_row == round(table.scroll_y) + 2
+        assert table.current_id() == f"m{2999 - table.cursor_row:04d}"
+    store.close()
+
+
+@pytest.mark.parametrize("same", [1, 7, 100, 250])
+def test_pager_reads_the_same_rows_as_offsets(fake_config, tmp_path, same):
+    """Keyset-like reads (after a page, before a page, from the end) give exactly the rows that
+    plain offsets give, even when many memories share a timestamp across page boundaries."""
+    from pmem.tui.paging import StorePager
+
+    store = MemoryStore(tmp_path / "ties.db", config=fake_config, clock=lambda: NOW)
+    store.insert([Memory(id=f"t{i:04d}", text=f"tie {i}", tags=["odd"] if i % 2 else [],
+                         created_at=f"2025-01-01T00:{i // same // 60 % 60:02d}:{i // same % 60:02d}Z")
+                  for i in range(730)])
+    for flt in (Filter(), Filter(tags=("odd",))):
+        expected = [m.id for m in store.list(flt, limit=None)]
+        total = len(expected)
+        pager = StorePager(store, flt, total)
+        down = [m.id for offset in range(0, total, 100) for m in pager(offset, 100)]
+        assert down == expected
+        assert set(pager.strategy[1:]) == {"after"}
+        pager = StorePager(store, flt, total)
+        starts = list(range(0, total, 100))[::-1]
+        up = {offset: [m.id for m in pager(offset, 100)] for offset in starts}
+        assert [i for offset in sorted(up) for i in up[offset]] == expected
+        assert pager.strategy[0] == "from end" and set(pager.strategy[1:]) == {"before"}
+        pager = StorePager(store, flt, total)
+        assert [m.id for m in pager(300, 100)] == expected[300:400]
     store.close()
 
 
 async def test_paging_offset_survives_forgetting(fake_config, tmp_path):
     store = MemoryStore(tmp_path / "big.db", config=fake_config, clock=lambda: NOW)
-    store.insert([Memory(id=f"m{i:04d}", text=f"memory {i}", created_at=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z")
-                  for i in range(150)])
+    many(store, 150)
     app = make(store, page_size=100)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("d", "y")
         await pilot.pause()
-        app.load_more()
-        await pilot.pause()
-        rows = [str(k.value) for k in app.table.rows]
+        table = app.table
+        assert app.total == 149 and table.row_count == 150  # the forgotten row stays, struck through
+        rows = [table.memory_at(i).id for i in range(table.row_count)]
         assert len(rows) == 150 and len(set(rows)) == 150
+        table._pages.clear()  # read again from the store: the kept row still sits in its place
+        table._strips.clear()
+        assert [table.memory_at(i).id for i in range(table.row_count)] == rows
+        await pilot.press("r")  # restore: listed again
+        await pilot.pause()
+        assert app.total == 150 and table.row_count == 150
+        table._pages.clear()
+        assert [table.memory_at(i).id for i in range(table.row_count)] == rows
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert table.current_id() == "m0149"
     store.close()
 
 
@@ -523,7 +651,7 @@ async def test_dream_review_accepts_and_applies(tstore):
         assert tstore.get("a5").forgotten_at is not None
         assert tstore.get("a4").expires_at is None
         assert not isinstance(app.screen, DreamScreen)
-        assert "a5" in app.table.rows or app.total == 4
+        assert "a5" in app.table.ids() or app.total == 4
 
 
 async def test_list_keys_do_nothing_under_the_dream_screen(tstore):

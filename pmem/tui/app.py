@@ -28,7 +28,7 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from .. import timeutil
@@ -38,7 +38,8 @@ from ..search import MODES
 from ..search import search as library_search
 from ..store import Filter, MemoryStore
 from . import render
-from .widgets import DetailPane, MemoryTable
+from .paging import StorePager
+from .widgets import DetailPane, MemoryList
 
 
 def screens():
@@ -92,7 +93,6 @@ class PmemApp(App[None]):
         self.query_text = ""
         self.search_gen = 0
         self.shown_gen = 0
-        self.loaded = 0
         self.total = 0
         self.hits_shown: int | None = None
         self.model_state = "unloaded"  # unloaded, loading, ready, failed
@@ -107,6 +107,7 @@ class PmemApp(App[None]):
         self._status_text = ""
         self._bg_lock = threading.Lock()
         self._bg_store: MemoryStore | None = None
+        self._pager: StorePager | None = None
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -114,7 +115,7 @@ class PmemApp(App[None]):
         with Vertical(id="main"):
             yield Input(placeholder="search: type to narrow, enter to browse, esc to clear", id="search")
             with Container(id="body"):
-                yield MemoryTable(id="list")
+                yield MemoryList(id="list", page_size=self.page_size)
                 yield DetailPane(id="detail")
             yield Static(Text(""), id="status", markup=False)
         yield Footer()
@@ -124,8 +125,8 @@ class PmemApp(App[None]):
         search = self.query_one("#search", Input)
         search.display = False
         table = self.table
-        table.on_need_more = self.load_more
-        table.fit_text_column()
+        table.cells_for = self._cells
+        table.on_highlight = self._highlighted
         table.focus()
         self.reload()
         if self._initial_query:
@@ -144,8 +145,8 @@ class PmemApp(App[None]):
             self.store.close()
 
     @property
-    def table(self) -> MemoryTable:
-        return self.query_one("#list", MemoryTable)
+    def table(self) -> MemoryList:
+        return self.query_one("#list", MemoryList)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The list's keys act on the main screen only, never under a dialog or the dream screen.
@@ -183,24 +184,27 @@ class PmemApp(App[None]):
 
     # -- filling the list -----------------------------------------------------------------
 
-    def _cells(self, m: Memory) -> list[Text]:
-        return render.row_cells(m, self.now_iso(), self.now_dt(), self.table.text_width)
+    def _cells(self, m: Memory, text_width: int) -> list[Text]:
+        return render.row_cells(m, self.now_iso(), self.now_dt(), text_width)
 
-    def _add_rows(self, memories: list[Memory]) -> None:
-        table = self.table
-        rows = table.rows
-        for m in memories:
-            if m.id not in rows:
-                table.add_row(*self._cells(m), key=m.id)
+    def _fetch_page(self, offset: int, limit: int) -> list[Memory]:
+        """One page of the list, read when the view first needs one of its rows."""
+        if self._pager is None:
+            return []
+        try:
+            return self._pager(offset, limit)
+        except PmemError as exc:
+            self.error(str(exc))
+            return []
 
     def reload(self, keep: str | None = None) -> None:
-        """Read the list again from the database (or run the search again)."""
-        keep = keep or self.table.current_id()
+        """Read the list again from the database (or run the search again). The cursor stays on
+        the same memory if it is still near the same place, else at the same position."""
         table = self.table
-        table.clear()
-        self.loaded = 0
+        keep = keep or table.current_id()
+        keep_index = table.cursor_row
         if self.query_text.strip():
-            table.exhausted = True
+            table.clear()
             self.start_search()
             return
         self.hits_shown = None
@@ -209,26 +213,10 @@ class PmemApp(App[None]):
         except PmemError as exc:
             self.error(str(exc))
             self.total = 0
-        table.exhausted = False
-        self.load_more()
-        if keep and keep in table.rows:
-            table.move_cursor(row=table.get_row_index(keep))
-        self.show_detail()
+        self._pager = StorePager(self.store, self.flt, self.total)
+        table.set_source(self.total, self._fetch_page, keep_id=keep, keep_index=keep_index)
         self.update_status()
         self._fire_ready()
-
-    def load_more(self) -> None:
-        table = self.table
-        if table.exhausted or self.hits_shown is not None:
-            return
-        try:
-            page = self.store.list(self.flt, limit=self.page_size, offset=self.loaded)
-        except PmemError as exc:
-            self.error(str(exc))
-            page = []
-        self.loaded += len(page)
-        table.exhausted = len(page) < self.page_size
-        self._add_rows(page)
 
     def _fire_ready(self) -> None:
         if self._on_ready is not None and not self._ready_fired:
@@ -248,12 +236,14 @@ class PmemApp(App[None]):
         elif self.query_text.strip():
             parts.append("searching…")
         else:
-            parts.append(f"{self.table.row_count:,} of {self.total:,} memories")
+            table = self.table
+            rows = table.row_count
+            parts.append(f"{table.cursor_row + 1 if rows else 0:,} of {rows:,} memories")
         parts.append(self.describe_filter())
         text = " · ".join(p for p in parts if p)
         if text != self._status_text:
             self._status_text = text
-            self.query_one("#status", Static).update(Text(text))
+            self.query_one("#status", Static).update(Text(text), layout=False)  # one line, fixed size
 
     def describe_filter(self) -> str:
         f = self.flt
@@ -295,8 +285,7 @@ class PmemApp(App[None]):
             return
         pane.show(self.detail_renderable(m))
 
-    @on(DataTable.RowHighlighted, "#list")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def _highlighted(self, event: MemoryList.Highlighted) -> None:
         # Throttled: the first move shows at once; while the cursor keeps moving (a held key),
         # the pane follows at most every `detail_throttle` seconds, so scrolling stays smooth.
         if self.detail_throttle <= 0:
@@ -315,8 +304,8 @@ class PmemApp(App[None]):
             self._detail_pending = False
             self.show_detail()
 
-    @on(DataTable.RowSelected, "#list")
-    def _selected(self, event: DataTable.RowSelected) -> None:
+    @on(MemoryList.Selected, "#list")
+    def _selected(self, event: MemoryList.Selected) -> None:
         self.action_details()
 
     def action_details(self) -> None:
@@ -338,13 +327,16 @@ class PmemApp(App[None]):
         except PmemError:
             self.reload()
             return
+        listed = None
         if matched_before is not None and self.hits_shown is None:
-            delta = int(self._matches(mid)) - int(matched_before)
-            self.loaded += delta
-            self.total += delta
-        if mid in table.rows:
-            for column_key, cell in zip(["pin", "tier", "age", "expiry", "tags", "text"], self._cells(m)):
-                table.update_cell(mid, column_key, cell)
+            matches = self._matches(mid)
+            if matches != matched_before:
+                self.total += int(matches) - int(matched_before)
+                listed = matches
+                if self._pager is not None:  # the store's list shifted by one from here on
+                    self._pager.total = self.total
+                    self._pager.forget_anchors()
+        table.replace_memory(m, listed=listed)
         self.show_detail()
         self.update_status()
 
@@ -601,13 +593,8 @@ class PmemApp(App[None]):
         self.shown_gen = gen
         table = self.table
         keep = table.current_id()
-        table.clear()
-        table.exhausted = True
-        self._add_rows([h.memory for h in hits])
         self.hits_shown = len(hits)
-        if keep and keep in table.rows:
-            table.move_cursor(row=table.get_row_index(keep))
-        self.show_detail()
+        table.set_memories([h.memory for h in hits], keep_id=keep)
         self.update_status()
 
     def _search_failed(self, gen: int, message: str) -> None:
