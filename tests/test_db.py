@@ -77,3 +77,21 @@ def test_locked_database_gives_clear_error(tmp_path, fake_config):
         holder.wait()
     with MemoryStore(path, config=fake_config) as s:
         assert [m.text for m in s.list()] == ["before the lock"]
+
+
+def test_upgrade_from_first_schema_keeps_data(tmp_path, fake_config):
+    path = tmp_path / "old.db"
+    conn = db.connect(path)
+    name, first = migrations.MIGRATIONS[0]
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    first(conn)
+    conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO memories (id, text, created_at, updated_at) VALUES ('abcd1234', 'old', "
+                 "'2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')")
+    conn.close()
+    with MemoryStore(path, config=fake_config) as s:
+        assert [m.text for m in s.list()] == ["old"]
+        assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
+        indexes = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "memories_created_seq" in indexes and "memories_tier" not in indexes
