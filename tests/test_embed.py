@@ -124,3 +124,16 @@ def test_minilm_is_cached_and_semantic(minilm):
     assert load_embedder(str(minilm.path)) is minilm
     a, b, c = minilm.embed(["I adopted a puppy", "We got a new dog", "The invoice is overdue"])
     assert _cos(a, b) > _cos(a, c) + 0.2
+
+
+def test_default_threads_follow_idle_cores(monkeypatch):
+    from pmem import embed
+
+    monkeypatch.setattr(embed.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert embed.default_threads() == 2
+    monkeypatch.setattr(embed.os, "getloadavg", lambda: (1.6, 1.0, 1.0))
+    assert embed.default_threads() == 1
+    monkeypatch.setattr(embed.os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert embed.default_threads() == 8
