@@ -101,7 +101,7 @@ def default_threads() -> int:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average (Windows): be conservative
         load = cores / 2
-    return max(1, min(8, max(cores // 2, round(cores - load))))
+    return max(1, min(8, max(cores // 2, math.ceil(cores - load))))
 
 
 def _load_error(exc: Exception) -> str:
