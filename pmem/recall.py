@@ -7,6 +7,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
@@ -40,6 +41,17 @@ def estimate_tokens(text: str) -> int:
         return 0
     pieces = len(_WORD.findall(text))
     return max(math.ceil(pieces * 1.2), math.ceil(len(text) / 3.5))
+
+
+@lru_cache(maxsize=4096)
+def _line_cost(line: str) -> int:
+    return estimate_tokens(line + "\n")
+
+
+def _cost(text: str) -> int:
+    """An upper bound of estimate_tokens(text), summed line by line so packing re-measures only
+    new lines: each rule in estimate_tokens is subadditive over lines (words never span a newline)."""
+    return sum(_line_cost(line) for line in text.split("\n"))
 
 
 @dataclass
@@ -100,11 +112,11 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     # Pack greedily, measuring the rendered block itself, so the budget holds for every
     # header and separator too. JSON is for programs; it is packed by its Markdown size.
     measure = "md" if fmt == "json" else fmt
-    used = estimate_tokens(render(result, measure))
+    used = _cost(render(result, measure))
     for bucket, items in ((result.core, core), (result.relevant, others)):
         for m in items:
             bucket.append(m)
-            cost = estimate_tokens(render(result, measure))
+            cost = _cost(render(result, measure))
             if cost > budget:
                 bucket.pop()
                 result.left_out += 1
