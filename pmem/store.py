@@ -373,10 +373,16 @@ class MemoryStore:
 
     # -- writing --------------------------------------------------------------------------
 
-    def _new_id(self) -> str:
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        """Which of these exact ids are stored (one query, for imports and id allocation)."""
+        rows = self.conn.execute("SELECT id FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+                                 (json.dumps(list(ids)),))
+        return {r[0] for r in rows}
+
+    def _new_id(self, taken: set[str] = frozenset()) -> str:
         while True:
             candidate = _token()
-            if not self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (candidate,)).fetchone():
+            if candidate not in taken and not self.existing_ids([candidate]):
                 return candidate
 
     @staticmethod
@@ -469,14 +475,12 @@ class MemoryStore:
         with self.operation(kind, summary or f"{len(items)} memories"):
             if items:
                 self._ensure_vec_table()
+            stored = self.existing_ids(m.id for m in items if m.id) if keep_ids else set()
             taken: set[str] = set()
             for m, blob in zip(items, blobs):
                 mid = m.id
-                if not (keep_ids and mid and _ID.match(mid) and mid not in taken and not self.conn.execute(
-                        "SELECT 1 FROM memories WHERE id = ?", (mid,)).fetchone()):
-                    mid = self._new_id()
-                    while mid in taken:
-                        mid = self._new_id()
+                if not (keep_ids and mid and _ID.match(mid) and mid not in taken and mid not in stored):
+                    mid = self._new_id(taken)
                 taken.add(mid)
                 m = replace(m, id=mid, created_at=m.created_at or self.clock(),
                             updated_at=m.updated_at or self.clock())

@@ -563,7 +563,7 @@ def import_(
         records = [replace(r, tags=list(r.tags) + list(tag or []), tier=r.tier if tier is None or
                            r.tier != "archival" else tier) for r in records]
     with open_store() as store:
-        existing = {r.id for r in records if r.id and _exists(store, r.id)}
+        existing = store.existing_ids(r.id for r in records if r.id)
         todo = [r for r in records if r.id not in existing]
         if dry_run:
             stored = []
@@ -579,10 +579,6 @@ def import_(
         verb = "would import" if dry_run else "imported"
         count = len(todo) if dry_run else len(stored)
         out.note(f"{verb} {count} memories" + (f"; {len(existing)} already present" if existing else ""))
-
-
-def _exists(store, memory_id: str) -> bool:
-    return store.conn.execute("SELECT 1 FROM memories WHERE id = ?", (memory_id,)).fetchone() is not None
 
 
 @command()
