@@ -322,18 +322,14 @@ def _vectors(store: "MemoryStore", memories: list[Memory]):
     """Unit vectors (numpy float32 rows) for `memories`, in order; rows of zeros where missing."""
     import numpy as np
 
-    if not memories or not store._has_vec_table():
-        return np.zeros((len(memories), 1), dtype=np.float32)
     _, dim = store.vector_model()
-    dim = dim or 1
-    seqs = dict(store.conn.execute(
-        "SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
-        (json.dumps([m.id for m in memories]),)).fetchall())
-    wanted = {seqs[m.id]: i for i, m in enumerate(memories) if m.id in seqs}
+    if not memories or not dim:
+        return np.zeros((len(memories), 1), dtype=np.float32)
+    blobs = store.vectors(m.id for m in memories)
     out = np.zeros((len(memories), dim), dtype=np.float32)
-    for seq, blob in store.conn.execute("SELECT seq, embedding FROM memory_vec"):
-        i = wanted.get(seq)
-        if i is not None and blob is not None and len(blob) == dim * 4:
+    for i, m in enumerate(memories):
+        blob = blobs.get(m.id)
+        if blob is not None and len(blob) == dim * 4:
             out[i] = np.frombuffer(blob, dtype="<f4")
     return out
 

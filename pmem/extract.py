@@ -457,8 +457,6 @@ def _similar(store: "MemoryStore", text: str, limit: int = 5):
     from .search import search
     from .store import Filter
 
-    if not store._has_vec_table():
-        return []
     return [h for h in search(store, text, Filter(), limit=limit, mode="semantic") if h.distance is not None]
 
 
@@ -615,10 +613,9 @@ def why(store: "MemoryStore", memory_id: str) -> dict[str, Any]:
     info = m.meta.get("extract") if isinstance(m.meta.get("extract"), dict) else {}
     run = None
     if info.get("run"):
-        row = store.conn.execute("SELECT id, kind, at, undone_at FROM operations WHERE id = ?",
-                                 (info["run"],)).fetchone()
-        if row:
-            run = {"id": row[0], "kind": row[1], "at": row[2], "undone_at": row[3]}
+        op = store.get_operation(info["run"])
+        if op:
+            run = {"id": op.id, "kind": op.kind, "at": op.at, "undone_at": op.undone_at}
     sources = store.get_many(m.derived_from)
     return {"memory": m.to_dict(), "extracted": bool(info) and info.get("role") != "source",
             "model": info.get("model"), "run": run, "span": info.get("span"), "kind": info.get("kind"),

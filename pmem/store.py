@@ -273,6 +273,15 @@ class MemoryStore:
                 progress(min(start + batch, len(texts)), len(texts))
         return out
 
+    def vectors(self, ids: Iterable[str]) -> dict[str, bytes]:
+        """Stored vectors of these memories, by id (a keyed join, not a scan of the vec table)."""
+        if not self._has_vec_table():
+            return {}
+        rows = self.conn.execute(
+            "SELECT m.id, v.embedding FROM memories m JOIN memory_vec v ON v.seq = m.seq "
+            "WHERE m.id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
+        return {r[0]: r[1] for r in rows}
+
     def query_vector(self, text: str) -> bytes:
         return self.embed([text])[0]
 
@@ -606,6 +615,13 @@ class MemoryStore:
             "(SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o "
             "ORDER BY o.rowid DESC LIMIT ?", (limit,)).fetchall()
         return [Operation(*r) for r in rows]
+
+    def get_operation(self, op_id: str) -> Operation | None:
+        row = self.conn.execute(
+            "SELECT o.id, o.kind, o.summary, o.at, o.undone_at, "
+            "(SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o WHERE o.id = ?",
+            (op_id,)).fetchone()
+        return Operation(*row) if row else None
 
     def events(self, op_id: str) -> list[Event]:
         rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at FROM events "
