@@ -528,7 +528,8 @@ class MemoryStore:
         with self.operation(action, f"{action} {before.id}"):
             return self._write(before, after, action, blob)
 
-    def _change(self, memory_id: str, action: str, **changes) -> Memory:
+    def set_fields(self, memory_id: str, action: str, **changes) -> Memory:
+        """Change fields of a memory as one recorded `action` (pin, forget, dream's dedup...)."""
         before = self.get(memory_id)
         after = replace(before, **changes)
         if _memory_dict(after) == _memory_dict(before):
@@ -539,20 +540,20 @@ class MemoryStore:
 
     def pin(self, memory_id: str) -> Memory:
         """Make a memory core: always recalled first."""
-        return self._change(memory_id, "pin", pinned=True, tier="core")
+        return self.set_fields(memory_id, "pin", pinned=True, tier="core")
 
     def unpin(self, memory_id: str) -> Memory:
         m = self.get(memory_id)
-        return self._change(m.id, "unpin", pinned=False, tier="archival" if m.tier == "core" else m.tier)
+        return self.set_fields(m.id, "unpin", pinned=False, tier="archival" if m.tier == "core" else m.tier)
 
     def expire(self, memory_id: str, at: str | None = None) -> Memory:
-        return self._change(memory_id, "expire", expires_at=at or self.clock())
+        return self.set_fields(memory_id, "expire", expires_at=at or self.clock())
 
     def forget(self, memory_id: str) -> Memory:
         m = self.get(memory_id)
         if m.forgotten_at:
             return m
-        return self._change(m.id, "forget", forgotten_at=self.clock())
+        return self.set_fields(m.id, "forget", forgotten_at=self.clock())
 
     def delete(self, memory_id: str, action: str = "delete") -> Memory:
         """Remove a memory's row and vector (dream --purge). The event keeps both, so undo restores it."""
@@ -570,7 +571,7 @@ class MemoryStore:
         """Bring back a forgotten, expired or merged memory."""
         m = self.get(memory_id)
         now = self.clock()
-        return self._change(m.id, "restore", forgotten_at=None, merged_into=None,
+        return self.set_fields(m.id, "restore", forgotten_at=None, merged_into=None,
                             expires_at=None if m.is_expired(now) else m.expires_at)
 
     def supersede(self, old_id: str, new_id: str, at: str | None = None) -> Memory:
@@ -584,10 +585,6 @@ class MemoryStore:
                 self._write(new, replace(new, valid_from=at, updated_at=self.clock()), "supersede")
             return self._write(old, replace(old, valid_to=at, superseded_by=new.id, updated_at=self.clock()),
                                "supersede")
-
-    def set_fields(self, memory_id: str, action: str, **changes) -> Memory:
-        """Low-level change used by extract and dream, inside their own operation."""
-        return self._change(memory_id, action, **changes)
 
     # -- history and undo -----------------------------------------------------------------
 
