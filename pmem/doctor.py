@@ -76,7 +76,7 @@ def run_checks(db_override=None) -> list[Check]:
             from pathlib import Path
 
             p = Path(spec).expanduser()
-            ok = p.is_file() and p.read_bytes()[:4] == b"GGUF" if p.is_file() else False
+            ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
     return checks

@@ -276,3 +276,18 @@ def test_doctor_passes_and_reports_a_bad_model_path(tmp_path, monkeypatch):
     r = pmem("doctor")
     assert r.exit_code == 1
     assert "missing or not a GGUF" in r.stdout and "fix:" in r.stdout
+
+
+def test_extract_file_checks_match_stdin(tmp_path, monkeypatch):
+    import pmem.extract
+
+    monkeypatch.setattr(pmem.extract, "MAX_INPUT", 100)
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 200)
+    r = pmem("extract", str(big))
+    assert r.exit_code == 2 and "larger than 100 characters" in r.stderr
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"caf\xe9")
+    r = pmem("extract", str(bad))
+    assert r.exit_code == 2 and "not valid UTF-8" in r.stderr
+    assert json.loads(ok("list", "--all", "--json").stdout) == []

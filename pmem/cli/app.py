@@ -107,21 +107,35 @@ def _meta(pairs: List[str]) -> dict:
     return meta
 
 
-def read_stdin(limit_chars: int) -> str:
+def read_stdin(limit_chars: int, hint: str = " (use `pmem extract` for long text)") -> str:
     """All of stdin as text, refusing binary, non-UTF-8 and oversized input with one line."""
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("no text given: pass TEXT or pipe it on stdin")
-    data = sys.stdin.buffer.read(limit_chars * 4 + 1)
+    return decode_text(sys.stdin.buffer.read(limit_chars * 4 + 1), "input", limit_chars, hint)
+
+
+def read_text_file(path: str, limit_chars: int, hint: str = "") -> str:
+    """A file's text ('-' for stdin), with the same checks as stdin."""
+    if path == "-":
+        return read_stdin(limit_chars, hint)
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"no such file: {path}")
+    with open(p, "rb") as f:
+        return decode_text(f.read(limit_chars * 4 + 1), path, limit_chars, hint)
+
+
+def decode_text(data: bytes, what: str, limit_chars: int, hint: str = "") -> str:
     if len(data) > limit_chars * 4:
-        raise UsageError(f"input is larger than {limit_chars:,} characters; use `pmem extract` or split it")
+        raise UsageError(f"{what} is larger than {limit_chars:,} characters{hint}")
     if b"\x00" in data:
-        raise UsageError("input looks binary (NUL bytes); pmem stores text")
+        raise UsageError(f"{what} looks binary (NUL bytes); pmem stores text")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"input is not valid UTF-8 (byte {exc.start})") from None
+        raise UsageError(f"{what} is not valid UTF-8 (byte {exc.start})") from None
     if len(text) > limit_chars:
-        raise UsageError(f"input is {len(text):,} characters; the limit is {limit_chars:,} (use `pmem extract`)")
+        raise UsageError(f"{what} is {len(text):,} characters; the limit is {limit_chars:,}{hint}")
     return text
 
 

@@ -3,31 +3,19 @@ by importing this module (see app.py); `pmem add --extract` calls `run_extract`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
 from . import output as out
-from .app import JsonOpt, _when, app, command, open_store, read_stdin  # noqa: F401
+from .app import JsonOpt, _when, app, command, open_store, read_text_file  # noqa: F401
 
 
 def _read_file(path: str) -> str:
     from ..extract import MAX_INPUT
 
-    if path == "-":
-        return read_stdin(MAX_INPUT)
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"no such file: {path}")
-    data = p.read_bytes()
-    if b"\x00" in data:
-        raise UsageError(f"{path} looks binary (NUL bytes); pmem extracts from text")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path} is not valid UTF-8 (byte {exc.start})") from None
+    return read_text_file(path, MAX_INPUT, " (split it)")
 
 
 class _Reviewer:
