@@ -279,9 +279,9 @@ def test_doctor_passes_and_reports_a_bad_model_path(tmp_path, monkeypatch):
 
 
 def test_extract_file_checks_match_stdin(tmp_path, monkeypatch):
-    import pmem.extract
+    from pmem import extract as extract_module
 
-    monkeypatch.setattr(pmem.extract, "MAX_INPUT", 100)
+    monkeypatch.setattr(extract_module, "MAX_INPUT", 100)
     big = tmp_path / "big.txt"
     big.write_text("word " * 200)
     r = pmem("extract", str(big))
