@@ -12,7 +12,9 @@ a match is cosine >= --match (all-MiniLM-L6-v2). Reported:
   s/1k tokens   extraction wall time per 1,000 input tokens (chat model tokenizer), median
   R@10          evidence recall@10 of hybrid search over the turns alone, and over the turns
                 plus the stored facts (a fact counts as the turn it came from), categories 1-4,
-                questions whose evidence lies in the sessions run
+                questions whose evidence lies in the sessions run; the facts either stand
+                alone ("unlinked") or are derived_from their turn, so that search gives a
+                fact and its turn one slot ("linked", the way pmem stores them)
 
 Usage (from the repository root):
 
@@ -20,6 +22,7 @@ Usage (from the repository root):
   python benchmarks/extract_bench.py --model /path/to/other-chat.gguf --sessions 4
   python benchmarks/extract_bench.py --model rules      # no model: every candidate sentence
   python benchmarks/extract_bench.py --samples 5         # print matches to check by hand
+  python benchmarks/extract_bench.py --retrieval-from out.json   # redo R@10 from a --json file
 """
 
 from __future__ import annotations
@@ -70,6 +73,37 @@ def cosine_matrix(a, b):
     return np.asarray(a) @ np.asarray(b).T if len(a) and len(b) else np.zeros((len(a), len(b)))
 
 
+def retrieval(inputs: list[dict], tmp: Path, cfg) -> dict[str, list[int]]:
+    """Evidence hits@10 over turns alone, turns + unlinked facts, turns + linked facts."""
+    r10 = {"turns": [0, 0], "turns+facts unlinked": [0, 0], "turns+facts linked": [0, 0]}
+    for item in inputs:
+        for label in r10:
+            rs = MemoryStore(tmp / f"{item['conversation']}-{label}.db", config=cfg)
+            turns = [rs.new_memory(t, meta={"dia_id": d}) for t, d in item["turns"]]
+            by_dia = {m.meta["dia_id"]: m.id for m in turns}
+            facts = []
+            if label != "turns":
+                for t, d in item["facts"]:
+                    linked = label.endswith(" linked")
+                    facts.append(rs.new_memory(t, meta={"dia_id": d},
+                                               derived_from=[by_dia[d]] if linked else ()))
+            rs.insert(turns + facts)
+            for q in item["questions"]:
+                hits = search(rs, q["question"], Filter(), limit=10)
+                ids = {h.memory.meta.get("dia_id") for h in hits}
+                r10[label][0] += bool(ids & set(q["evidence"]))
+                r10[label][1] += 1
+            rs.close()
+    return r10
+
+
+def r10_figures(r10: dict[str, list[int]]) -> dict:
+    out = {"questions": r10["turns"][1]}
+    for label, (hit, total) in r10.items():
+        out["r10_" + label.replace("+", "_").replace(" ", "_")] = round(hit / max(total, 1), 3)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "locomo_dev.json"))
@@ -79,6 +113,8 @@ def main() -> int:
     p.add_argument("--match", type=float, default=0.7, help="cosine for a fact to match an observation")
     p.add_argument("--samples", type=int, default=0, help="print N fact/observation pairs per session")
     p.add_argument("--json", dest="json_out", default=None, help="write the figures to this file")
+    p.add_argument("--retrieval-from", default=None,
+                   help="skip extraction: recompute R@10 from the turns and facts saved in this --json file")
     args = p.parse_args()
 
     data = json.load(open(args.data, encoding="utf-8"))
@@ -88,6 +124,10 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="pmem-bench-"))
     os.environ["PMEM_HOME"] = str(tmp)
     cfg = load_config()
+    if args.retrieval_from:
+        saved = json.load(open(args.retrieval_from, encoding="utf-8"))
+        print(json.dumps(r10_figures(retrieval(saved["retrieval_inputs"], tmp, cfg)), indent=2))
+        return 0
     if args.model == "rules":
         gen = RulesOnly()
     else:
@@ -95,7 +135,7 @@ def main() -> int:
 
         gen = load_generator(args.model, threads=cfg.threads)
     rows, totals = [], {"obs": 0, "found": 0, "stored": 0, "correct": 0, "ungrounded": 0, "rejected": 0}
-    r10 = {"turns": [0, 0], "turns+facts": [0, 0]}
+    inputs = []
     for conv in convs:
         store = MemoryStore(tmp / f"{conv['sample_id']}.db", config=cfg)
         emb = store.embedder
@@ -137,19 +177,10 @@ def main() -> int:
             turn_mems += [(f"{t['speaker']}: {t['text']}", t["dia_id"]) for t in turns]
             fact_mems += [(store.get(f.id).text, by_turn[f.turn]) for f in stored]
         store.close()
-        # Retrieval: turns alone vs turns + facts, each in its own store.
-        qs = [q for q in conv["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")
-              and set(q["evidence"]) <= done_ids]
-        for label, mems in (("turns", turn_mems), ("turns+facts", turn_mems + fact_mems)):
-            rs = MemoryStore(tmp / f"{conv['sample_id']}-{label}.db", config=cfg)
-            items = [rs.new_memory(t, meta={"dia_id": d}) for t, d in mems]
-            rs.insert(items)
-            for q in qs:
-                hits = search(rs, q["question"], Filter(), limit=10)
-                ids = {h.memory.meta.get("dia_id") for h in hits}
-                r10[label][0] += bool(ids & set(q["evidence"]))
-                r10[label][1] += 1
-            rs.close()
+        qs = [{"question": q["question"], "evidence": q["evidence"]} for q in conv["qa"]
+              if q.get("category") in (1, 2, 3, 4) and q.get("evidence") and set(q["evidence"]) <= done_ids]
+        inputs.append({"conversation": conv["sample_id"], "turns": turn_mems, "facts": fact_mems, "questions": qs})
+    r10 = retrieval(inputs, tmp, cfg)
 
     def med(key):
         vals = [r[key] for r in rows if r[key] is not None]
@@ -162,13 +193,13 @@ def main() -> int:
         "precision_pooled": round(totals["correct"] / max(totals["stored"], 1), 3),
         "recall_median": med("recall"), "precision_median": med("precision"),
         "stored": totals["stored"], "ungrounded_stored": totals["ungrounded"], "gate_rejected": totals["rejected"],
-        "s_per_1k_tokens_median": med("s_per_1k"), "questions": r10["turns"][1],
-        "r10_turns": round(r10["turns"][0] / max(r10["turns"][1], 1), 3),
-        "r10_turns_facts": round(r10["turns+facts"][0] / max(r10["turns+facts"][1], 1), 3),
+        "s_per_1k_tokens_median": med("s_per_1k"),
+        **r10_figures(r10),
     }
     print(json.dumps(summary, indent=2))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"summary": summary, "sessions": rows}, indent=2))
+        Path(args.json_out).write_text(json.dumps({"summary": summary, "sessions": rows,
+                                                   "retrieval_inputs": inputs}, indent=2))
     return 0
 
 

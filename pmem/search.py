@@ -103,7 +103,12 @@ def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit: int = 10,
-           mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING) -> list[Hit]:
+           mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING, collapse: bool = True) -> list[Hit]:
+    """The best `limit` memories for `query`.
+
+    With `collapse`, a memory and one derived from it (a fact and the turn it came from) take one
+    slot: whichever ranks higher stands for both, and the slot goes to the next idea. Facts derived
+    from the same source are different ideas and all stay."""
     flt = flt or Filter()
     if mode not in MODES:
         raise UsageError(f"unknown search mode {mode!r}: use {', '.join(MODES)}")
@@ -129,14 +134,31 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
             for seq, norm in _minmax(pairs):
                 scores[seq] = scores.get(seq, 0.0) + weight * norm
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-    if not ranked:
-        return []
-    seqs = [seq for seq, _ in ranked]
-    placeholders = ", ".join("?" * len(seqs))
-    rows = store.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq IN ({placeholders})",
-                              seqs).fetchall()
-    by_seq = {r[0]: Memory.from_row(r[1:]) for r in rows}
-    return [Hit(memory=by_seq[seq], score=score, keyword_rank=kw_rank.get(seq),
-                semantic_rank=sem_rank.get(seq), distance=distance.get(seq))
-            for seq, score in ranked if seq in by_seq]
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    hits: list[Hit] = []
+    listed: set[str] = set()   # ids already in the results
+    sources: set[str] = set()  # what those were derived from
+    # Rows are read a page at a time: without collapsing one page is the answer.
+    page = limit if not collapse else 2 * limit
+    for start in range(0, len(ranked), page):
+        chunk = ranked[start:start + page]
+        seqs = [seq for seq, _ in chunk]
+        placeholders = ", ".join("?" * len(seqs))
+        rows = store.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq IN ({placeholders})",
+                                  seqs).fetchall()
+        by_seq = {r[0]: Memory.from_row(r[1:]) for r in rows}
+        for seq, score in chunk:
+            memory = by_seq.get(seq)
+            if memory is None:
+                continue
+            if collapse and (memory.id in sources or any(d in listed for d in memory.derived_from)):
+                continue
+            hits.append(Hit(memory=memory, score=score, keyword_rank=kw_rank.get(seq),
+                            semantic_rank=sem_rank.get(seq), distance=distance.get(seq)))
+            listed.add(memory.id)
+            sources.update(memory.derived_from)
+            if len(hits) == limit:
+                return hits
+        if not collapse:
+            break
+    return hits

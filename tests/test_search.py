@@ -85,3 +85,40 @@ def test_bad_arguments(store):
 
 def test_empty_store_returns_nothing(store):
     assert search(store, "anything") == []
+
+
+def test_a_fact_and_its_source_share_one_slot(store):
+    turn = Memory(id="bbbb0001", text="Caroline: I went to the pottery class on Sunday")
+    fact = Memory(id="bbbb0002", text="Caroline went to the pottery class on Sunday", derived_from=["bbbb0001"])
+    sibling = Memory(id="bbbb0003", text="Caroline liked the pottery teacher", derived_from=["bbbb0001"])
+    other = Memory(id="bbbb0004", text="Melanie paints pottery at home")
+    store.insert([turn, fact, sibling, other])
+    loose = ids(search(store, "pottery class", mode="keyword", limit=4, collapse=False))
+    assert set(loose) == {"bbbb0001", "bbbb0002", "bbbb0003", "bbbb0004"}
+    shown = ids(search(store, "pottery class", mode="keyword", limit=4))
+    # The better ranked of turn and fact stands for both; the freed slot goes to the next memory.
+    best = loose[0]
+    assert shown[0] == best
+    assert "bbbb0004" in shown
+    assert not ({"bbbb0001", "bbbb0002"} <= set(shown))
+    assert len(shown) == len(set(shown))
+
+
+def test_sibling_facts_of_an_unlisted_source_all_stay(store):
+    source = Memory(id="cccc0001", text="long raw conversation", tier="episodic")
+    facts = [Memory(id=f"cccc000{i}", text=f"Fact {i} about the garden hose", derived_from=["cccc0001"])
+             for i in range(2, 5)]
+    store.insert([source, *facts])
+    shown = ids(search(store, "garden hose", mode="keyword", limit=10))
+    assert set(shown) == {"cccc0002", "cccc0003", "cccc0004"}
+
+
+def test_collapse_fills_the_limit_from_lower_ranks(store):
+    base = Memory(id="dddd0001", text="alpha beta gamma")
+    derived = [Memory(id=f"dddd00{i:02d}", text=f"alpha beta gamma copy {i}", derived_from=["dddd0001"])
+               for i in range(2, 8)]
+    rest = [Memory(id=f"eeee00{i:02d}", text=f"alpha unrelated {i}") for i in range(1, 6)]
+    store.insert([base, *derived, *rest])
+    shown = search(store, "alpha beta gamma", mode="keyword", limit=4)
+    assert len(shown) == 4
+    assert sum(h.memory.id.startswith("dddd") for h in shown) == 1

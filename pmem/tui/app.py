@@ -581,7 +581,8 @@ class PmemApp(App[None]):
             with self.background() as store:
                 if worker.is_cancelled or gen != self.search_gen:
                     return
-                hits = self.search_fn(store, query, flt, limit=self.search_limit, mode=mode)
+                # the browser shows every match: a fact and its source are both there to inspect
+                hits = self.search_fn(store, query, flt, limit=self.search_limit, mode=mode, collapse=False)
         except PmemError as exc:
             self.call_from_thread(self._search_failed, gen, str(exc))
             return
