@@ -5,7 +5,9 @@
 
 Builds a database of N LoCoMo-style memories (the dev conversations' turns, repeated with a
 suffix to reach N) by `pmem import` (timed: memories per second), then times whole processes
-(start to exit) of `pmem search`, `pmem add` and `pmem list`, reporting medians and quartiles.
+(start to exit) of `pmem search`, `pmem add`, `pmem list` and `pmem recall`, reporting medians and
+quartiles: first with every command loading the model itself, then again with `pmem serve`
+running (the commands find it by themselves). `--no-serve` skips the second round.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-serve", action="store_true", help="skip the round with `pmem serve` running")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PMEM_HOME": tmp}
@@ -69,14 +72,26 @@ def main() -> int:
         t_import = timed([*pmem, "import", "-"], env, data)
         result = {"memories": args.n, "import_s": round(t_import, 2),
                   "import_per_s": round(args.n / t_import, 1)}
-        for name, make in [
+        commands = [
             ("search", lambda i: [*pmem, "search", QUERIES[i % len(QUERIES)], "--json"]),
             ("add", lambda i: [*pmem, "add", f"benchmark note number {i} about the garden"]),
             ("list", lambda i: [*pmem, "list"]),
             ("recall", lambda i: [*pmem, "recall", QUERIES[i % len(QUERIES)]]),
-        ]:
+        ]
+        for name, make in commands:
             timed(make(-1), env)  # warm the page cache
             result[name] = summary([timed(make(i), env) for i in range(args.runs)])
+        if not args.no_serve:
+            subprocess.run([*pmem, "serve", "--detach"], env=env, check=True, capture_output=True)
+            try:
+                result["with_serve"] = {}
+                for name, make in commands:
+                    if name == "list":
+                        continue  # needs no model
+                    timed(make(-1), env)
+                    result["with_serve"][name] = summary([timed(make(i + 1000), env) for i in range(args.runs)])
+            finally:
+                subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True)
         result["python_startup"] = summary([timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)])
     print(json.dumps(result, indent=2))
     return 0

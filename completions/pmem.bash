@@ -15,9 +15,9 @@ _pmem() {
 _pmem_words() {
     local words=""
     case "$1" in
-        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why tui models config --db --version --help" ;;
+        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui models config --db --version --help" ;;
         "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --json --help" ;;
-        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --json --help" ;;
+        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --json --help" ;;
         "recall") words="--budget -b --format -f --tag -t --tier --as-of --help" ;;
         "list") words="--limit -n --offset --tag -t --tier --since --until --as-of --pinned --unpinned --include-expired --include-forgotten --all -a --sort --reverse -r --json --help" ;;
         "show") words="--json --help" ;;
@@ -39,6 +39,7 @@ _pmem_words() {
         "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --json --help" ;;
         "extract") words="--tag -t --at --source --dry-run --review --model --json --help" ;;
         "why") words="--json --help" ;;
+        "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;
         "tui") words="--search -s --help" ;;
         "models") words="list pull --json --help" ;;
         "models list") words="--json --help" ;;

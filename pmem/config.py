@@ -30,6 +30,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     "chat_model": ("SmolLM2-135M-Instruct", "chat model for extract and dream: a known name or a GGUF path"),
     "recall_budget": (1500, "default token budget of `pmem recall`"),
     "search_limit": (10, "default number of results of `pmem search`"),
+    "server": ("auto", "use a running `pmem serve` to skip loading the embedding model: auto or off"),
     "threads": (0, "CPU threads for models (0: the idle cores, from the load average; at least half, at most 8)"),
     "dedup_threshold": (0.92, "cosine similarity above which dream treats two memories as duplicates"),
     "dedup_lexical": (0.5, "word-overlap (Jaccard) also required for a duplicate"),

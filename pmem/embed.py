@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import ModelError
+from .errors import ModelError, UsageError
 
 
 @runtime_checkable
@@ -268,16 +268,29 @@ _cache_lock = threading.Lock()
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
-def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0) -> Embedder:
-    """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process)."""
+def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0,
+                  server: str = "off") -> Embedder:
+    """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
+
+    server="auto": when `pmem serve` is running, the model stays in that process and only texts
+    and vectors cross its socket (see pmem.serve); otherwise the model loads here."""
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
+    if server not in ("auto", "off"):
+        raise UsageError(f"server must be 'auto' or 'off', not {server!r}")
     from .provision import resolve_model
 
     path = resolve_model(spec, "embed", models_dir)
     key = (str(Path(path).resolve()), threads)
     with _cache_lock:
-        if key not in _cache:
-            _cache[key] = LlamaEmbedder(path, threads=threads)
+        if key in _cache:
+            return _cache[key]
+        if server == "auto":
+            from .serve import connect_embedder
+
+            remote = connect_embedder(Path(key[0]), threads)
+            if remote is not None:
+                return remote
+        _cache[key] = LlamaEmbedder(path, threads=threads)
         return _cache[key]

@@ -231,7 +231,8 @@ class MemoryStore:
         if self._embedder is None:
             from .embed import load_embedder
 
-            self._embedder = load_embedder(self.config.embed_model, threads=self.config.threads)
+            self._embedder = load_embedder(self.config.embed_model, threads=self.config.threads,
+                                            server=self.config.server)
         return self._embedder
 
     def vector_model(self) -> tuple[str | None, int | None]:

@@ -291,3 +291,16 @@ def test_extract_file_checks_match_stdin(tmp_path, monkeypatch):
     r = pmem("extract", str(bad))
     assert r.exit_code == 2 and "not valid UTF-8" in r.stderr
     assert json.loads(ok("list", "--all", "--json").stdout) == []
+
+
+def test_search_collapses_a_fact_with_its_source_unless_asked():
+    src = ok("add", "Caroline: I went to the pottery class on Sunday", "--json")
+    src_id = json.loads(src.stdout)["id"]
+    from pmem.store import MemoryStore
+
+    with MemoryStore() as store:
+        store.add("Caroline went to the pottery class on Sunday", derived_from=[src_id])
+    both = json.loads(ok("search", "pottery class", "--json", "--no-collapse").stdout)
+    assert len(both) == 2
+    one = json.loads(ok("search", "pottery class", "--json").stdout)
+    assert [h["id"] for h in one] == [both[0]["id"]]

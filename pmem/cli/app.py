@@ -224,9 +224,14 @@ def search(
     as_of: Optional[str] = AsOfOpt,
     include_expired: bool = typer.Option(False, "--include-expired", help="Also expired memories."),
     mode: str = typer.Option("hybrid", "--mode", help="hybrid (words + meaning), semantic or keyword."),
+    no_collapse: bool = typer.Option(False, "--no-collapse",
+                                     help="List a fact and the memory it was derived from separately."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Find memories by meaning and by words (hybrid).
+
+    A fact and the memory it was derived from (see `pmem why`) share one result: the better
+    ranked one is shown.
 
     \b
     Examples:
@@ -238,7 +243,8 @@ def search(
 
     with open_store() as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired)
-        hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode)
+        hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
+                          collapse=not no_collapse)
     if as_json:
         out.print_json([h.to_dict() for h in hits])
     elif hits:
@@ -649,7 +655,7 @@ def stats(as_json: bool = JsonOpt) -> None:
 
 @command()
 def path(as_json: bool = JsonOpt) -> None:
-    """Print where pmem keeps its database, config, models and backups.
+    """Print where pmem keeps its database, config, models, backups and server socket.
 
     \b
     Example:
@@ -659,6 +665,7 @@ def path(as_json: bool = JsonOpt) -> None:
 
     data = {"db": str(paths.db_path(_state["db"])), "config": str(paths.config_path()),
             "models": str(paths.models_dir()), "backups": str(paths.backups_dir()),
+            "socket": str(paths.data_dir() / "pmem.sock"),
             "home": str(paths.home()) if paths.home() else None}
     if as_json:
         out.print_json(data)
@@ -841,4 +848,4 @@ def config_set(key: str = typer.Argument(..., help="Setting name."),
 
 
 # Commands that live in their own modules register themselves on `app` when imported.
-from . import dream_cmd, extract_cmd, tui_cmd  # noqa: E402,F401
+from . import dream_cmd, extract_cmd, serve_cmd, tui_cmd  # noqa: E402,F401

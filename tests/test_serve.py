@@ -1,0 +1,254 @@
+"""`pmem serve`: the optional resident model process and the commands' use of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pmem import serve as srv
+from pmem.cli.app import app
+from pmem.embed import FakeEmbedder, load_embedder
+from pmem.errors import ModelError, UsageError
+
+pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
+runner = CliRunner()
+
+
+@pytest.fixture
+def short_home(monkeypatch):
+    """Unix socket paths must stay under ~104 bytes: pytest's tmp_path can be longer."""
+    home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))
+    monkeypatch.setenv("PMEM_HOME", str(home))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+class CountingFake(FakeEmbedder):
+    loads = 0
+
+    def __init__(self, path, threads=0):
+        super().__init__(32)
+        CountingFake.loads += 1
+        self.path = path
+
+    def embed(self, texts):
+        if any(t == "boom" for t in texts):
+            raise ModelError("the model failed on this text")
+        return super().embed(texts)
+
+
+@pytest.fixture
+def server(short_home):
+    CountingFake.loads = 0
+    s = srv.Server(threads=1, loader=CountingFake)
+    s.bind()
+    thread = threading.Thread(target=s.serve, daemon=True)
+    thread.start()
+    yield s
+    s.shutdown()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_socket_is_private_and_removed_on_stop(server, short_home):
+    mode = stat.S_IMODE(os.stat(server.path).st_mode)
+    assert stat.S_ISSOCK(os.stat(server.path).st_mode) and mode == 0o600
+    assert stat.S_IMODE(os.stat(short_home).st_mode) == 0o700
+    assert srv.stop() is True
+    for _ in range(100):
+        if not server.path.exists():
+            break
+        time.sleep(0.02)
+    assert not server.path.exists()
+    assert srv.status() is None and srv.stop() is False
+
+
+def test_vectors_cross_the_socket_exactly(server, tmp_path):
+    model = tmp_path / "any.gguf"
+    remote = srv.connect_embedder(model)
+    assert isinstance(remote, srv.RemoteEmbedder)
+    assert (remote.name, remote.dim) == ("fake-32", 32)
+    texts = ["The wifi password at the cabin is hunter2", "", "ünïcödé ✓ 🏔", "x" * 5000]
+    got = remote.embed(texts)
+    want = FakeEmbedder(32).embed(texts)
+    assert len(got) == len(texts)
+    for g, w in zip(got, want):  # float32 on the wire, as in the database
+        assert max(abs(a - b) for a, b in zip(g, w)) < 1e-6
+    assert remote.embed([]) == []
+    info = srv.status()
+    assert info["pid"] == os.getpid() and info["models"] == [str(model.resolve())]
+    assert CountingFake.loads == 1  # loaded once, kept
+
+
+def test_a_model_error_is_reported_not_fatal(server, tmp_path):
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    with pytest.raises(ModelError, match="failed on this text"):
+        remote.embed(["fine", "boom"])
+    assert len(remote.embed(["still serving"])) == 1
+
+
+@pytest.mark.parametrize("payload", [b"not json\n", b"[1, 2]\n", b'{"v": 1, "op": "nope"}\n',
+                                     b'{"v": 99, "op": "status"}\n', b'{"v": 1, "op": "embed", "texts": "abc"}\n',
+                                     b'{"v": 1, "op": "embed", "model": "m", "texts": [1]}\n'])
+def test_bad_requests_get_one_line_errors(server, payload):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(server.path))
+        s.sendall(payload)
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply["ok"] is False and "\n" not in reply["error"] and reply["error"]
+    assert srv.status() is not None  # still up
+
+
+def test_a_second_server_refuses_and_a_stale_socket_is_replaced(server, short_home):
+    with pytest.raises(UsageError, match="already running"):
+        srv.Server(loader=CountingFake).bind()
+    server.shutdown()
+    time.sleep(0.8)
+    # a crashed server leaves its socket file behind
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(server.path))
+    stale.close()
+    assert server.path.exists() and srv.status() is None
+    assert srv.connect_embedder(short_home / "m.gguf") is None  # commands fall back quietly
+    again = srv.Server(loader=CountingFake)
+    again.bind()
+    try:
+        assert stat.S_ISSOCK(os.stat(again.path).st_mode)
+    finally:
+        again.close()
+    assert not again.path.exists()
+
+
+def test_client_falls_back_to_a_local_model_when_the_server_dies(server, tmp_path, monkeypatch, capsys):
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    monkeypatch.setattr(srv.RemoteEmbedder, "_load_local", lambda self: FakeEmbedder(32))
+    server.shutdown()
+    time.sleep(0.8)
+    assert remote.embed(["after the server went away"]) == FakeEmbedder(32).embed(["after the server went away"])
+
+
+def test_idle_server_exits_by_itself(short_home):
+    s = srv.Server(loader=CountingFake, idle=0.3)
+    s.bind()
+    t0 = time.monotonic()
+    s.serve()  # returns once idle
+    assert 0.3 <= time.monotonic() - t0 < 5
+    assert not s.path.exists()
+
+
+def test_too_long_socket_path_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PMEM_HOME", str(tmp_path / ("x" * 120)))
+    with pytest.raises(UsageError, match="too long"):
+        srv.Server(loader=CountingFake).bind()
+
+
+def test_server_off_never_connects(server, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(srv, "connect_embedder", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    assert load_embedder("some-model", server="off").dim == 16
+    assert calls == []
+    with pytest.raises(UsageError, match="auto"):
+        load_embedder("some-model", server="sometimes")
+
+
+def test_cli_status_and_stop_without_a_server(short_home):
+    r = runner.invoke(app, ["serve", "--status"])
+    assert r.exit_code == 1 and "no pmem server is running" in r.output
+    r = runner.invoke(app, ["serve", "--stop"])
+    assert r.exit_code == 1 and "no pmem server is running" in r.output
+    r = runner.invoke(app, ["serve", "--stop", "--status"])
+    assert r.exit_code == 2
+
+
+def test_cli_status_reports_the_running_server(server):
+    r = runner.invoke(app, ["serve", "--status", "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["pid"] == os.getpid() and info["socket"] == str(server.path)
+
+
+# --- with the real model -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm_path(tmp_path_factory):
+    pytest.importorskip("llama_cpp")
+    from pmem import provision
+
+    env = os.environ.get("PMEM_TEST_MODELS_DIR")
+    models = Path(env) if env else Path(__file__).resolve().parents[1] / ".models-cache"
+    return provision.ensure_model("all-MiniLM-L6-v2", models, progress=False)
+
+
+@pytest.mark.model
+def test_detached_server_serves_search_like_a_local_model(short_home, minilm_path, tmp_path):
+    env = {**os.environ, "PMEM_HOME": str(short_home), "PMEM_MODELS_DIR": str(minilm_path.parent),
+           "PMEM_THREADS": "1"}
+
+    def pmem(*args, input=None):
+        return subprocess.run([sys.executable, "-m", "pmem", *args], env=env, input=input,
+                              capture_output=True, text=True, timeout=120)
+
+    for text in ("The wifi password at the cabin is hunter2", "Deploys need approval from Dana",
+                 "I adopted a puppy named Biscuit", "The invoice is overdue"):
+        assert pmem("add", text).returncode == 0
+    local = json.loads(pmem("search", "new dog", "--json").stdout)
+    started = pmem("serve", "--detach", "--idle", "5m")
+    assert started.returncode == 0, started.stderr
+    try:
+        assert "pmem server running" in started.stderr
+        assert stat.S_IMODE(os.stat(short_home / "pmem.sock").st_mode) == 0o600
+        served = json.loads(pmem("search", "new dog", "--json").stdout)
+        assert [h["id"] for h in served] == [h["id"] for h in local]
+        assert [h["score"] for h in served] == pytest.approx([h["score"] for h in local], abs=1e-5)
+        added = pmem("add", "We got a new dog last week", "--json")
+        assert added.returncode == 0, added.stderr
+        status = json.loads(pmem("serve", "--status", "--json").stdout)
+        assert status["requests"] >= 4 and str(minilm_path.resolve()) in status["models"]
+        again = pmem("serve", "--detach")
+        assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        stopped = pmem("serve", "--stop")
+    assert stopped.returncode == 0, stopped.stderr
+    for _ in range(100):
+        if not (short_home / "pmem.sock").exists():
+            break
+        time.sleep(0.05)
+    assert not (short_home / "pmem.sock").exists()
+    # with the server gone, commands load the model themselves again
+    assert [h["id"] for h in json.loads(pmem("search", "new dog", "--json").stdout)][:1] != []
+
+
+def test_commands_using_the_server_never_import_llama_cpp(server, short_home):
+    model = short_home / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    env = {**os.environ, "PMEM_EMBED_MODEL": str(model)}
+    code = (
+        "import sys, json\n"
+        "from typer.testing import CliRunner\n"
+        "from pmem.cli.app import app\n"
+        "r = CliRunner().invoke(app, ['add', 'The wifi password at the cabin is hunter2'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "r = CliRunner().invoke(app, ['search', 'cabin wifi', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(json.dumps({'hits': len(json.loads(r.stdout)),\n"
+        "                  'heavy': sorted(m for m in ('llama_cpp', 'numpy') if m in sys.modules)}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"hits": 1, "heavy": []}
+    assert srv.status()["requests"] >= 3  # open + embed for add, open + embed for search
