@@ -110,6 +110,8 @@ def main() -> int:
     p.add_argument("--conversations", default="conv-26", help="comma-separated sample ids, or 'all'")
     p.add_argument("--sessions", type=int, default=4, help="first N sessions of each conversation (0: all)")
     p.add_argument("--model", default=None, help="chat model (default: config chat_model); 'rules' for none")
+    p.add_argument("--mode", default=None, choices=("auto", "label", "rewrite"),
+                   help="extract_mode for the chat model (default: config)")
     p.add_argument("--match", type=float, default=0.7, help="cosine for a fact to match an observation")
     p.add_argument("--samples", type=int, default=0, help="print N fact/observation pairs per session")
     p.add_argument("--json", dest="json_out", default=None, help="write the figures to this file")
@@ -133,7 +135,7 @@ def main() -> int:
     else:
         from pmem.generate import load_generator
 
-        gen = load_generator(args.model, threads=cfg.threads)
+        gen = load_generator(args.model, threads=cfg.threads, mode=args.mode)
     rows, totals = [], {"obs": 0, "found": 0, "stored": 0, "correct": 0, "ungrounded": 0, "rejected": 0}
     inputs = []
     for conv in convs:
@@ -187,7 +189,7 @@ def main() -> int:
         return round(statistics.median(vals), 3) if vals else None
 
     summary = {
-        "model": gen.name, "conversations": [c["sample_id"] for c in convs], "sessions": len(rows),
+        "model": gen.name, "mode": "rewrite" if getattr(gen, "strong", False) else "label", "conversations": [c["sample_id"] for c in convs], "sessions": len(rows),
         "match_cosine": args.match, "min_support": cfg.extract_min_support,
         "recall_pooled": round(totals["found"] / max(totals["obs"], 1), 3),
         "precision_pooled": round(totals["correct"] / max(totals["stored"], 1), 3),

@@ -28,6 +28,8 @@ def _toml():
 DEFAULTS: dict[str, tuple[Any, str]] = {
     "embed_model": ("all-MiniLM-L6-v2", "embedding model: a known name or a path to a GGUF file"),
     "chat_model": ("SmolLM2-135M-Instruct", "chat model for extract and dream: a known name or a GGUF path"),
+    "extract_mode": ("auto", "how the chat model extracts: label (rules choose sentences, the model labels them), "
+                             "rewrite (it chooses, rewrites and judges conflicts), auto (rewrite from 1B parameters)"),
     "recall_budget": (1500, "default token budget of `pmem recall`"),
     "search_limit": (10, "default number of results of `pmem search`"),
     "server": ("auto", "use a running `pmem serve` to skip loading the embedding model: auto or off"),

@@ -326,6 +326,32 @@ class _Sentence:
         return f"{self.turn.speaker}: {self.text}" if self.turn.speaker else self.text
 
 
+_ENUMERATION = re.compile(r"^\s*(?:\d{1,3}\s*[.)]|[-*\u2022])\s+")
+
+
+def tidy_rewrite(fact: str, speaker: str | None) -> str:
+    """Undo what a weak model copies from the prompt into a written fact: the list number the
+    sentence was shown with, and a "Speaker: I ..." echo of the sentence (made third person, as
+    the label path does). The result still has to pass the grounding gate."""
+    fact = _ENUMERATION.sub("", fact.strip(), count=1).strip()
+    if speaker and fact.lower().startswith(speaker.lower() + ":"):
+        fact = third_person(speaker, fact[len(speaker) + 1:].strip())
+    return fact
+
+
+def _best_source(fact: str, chunk: list[_Sentence], claimed: _Sentence) -> _Sentence:
+    """The shown sentence a written fact shares most words with. Small models often give the
+    wrong sentence number; provenance (and the gate) should follow the text, not the number.
+    The claimed sentence wins ties."""
+    want = {_stem(w) for w in content_words(fact)}
+
+    def overlap(s: _Sentence) -> int:
+        return len(want & {_stem(w) for w in content_words(s.display)})
+
+    best = max(chunk, key=overlap)
+    return best if overlap(best) > overlap(claimed) else claimed
+
+
 def _chunks(sentences: list[_Sentence]) -> list[list[_Sentence]]:
     chunks: list[list[_Sentence]] = [[]]
     size = 0
@@ -357,7 +383,11 @@ def propose(turns: list[Turn], generator: "Generator", progress: Callable[[int, 
             for item in items if isinstance(items, list) else []:
                 n = item.get("n") if isinstance(item, dict) else None
                 if isinstance(n, int) and 1 <= n <= len(chunk) and isinstance(item.get("fact"), str):
-                    picks.append((chunk[n - 1], str(item.get("kind") or "event"), item["fact"].strip()))
+                    fact = tidy_rewrite(item["fact"], chunk[n - 1].turn.speaker)
+                    s = _best_source(fact, chunk, chunk[n - 1])
+                    if s is not chunk[n - 1]:
+                        fact = tidy_rewrite(item["fact"], s.turn.speaker)
+                    picks.append((s, str(item.get("kind") or "event"), fact))
                 else:
                     invalid += 1
         else:
@@ -532,7 +562,8 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
         if generator is None:
             from .generate import load_generator
 
-            generator = load_generator(store.config.chat_model, threads=store.config.threads)
+            generator = load_generator(store.config.chat_model, threads=store.config.threads,
+                                       mode=store.config.extract_mode)
             model = generator.name
         proposed, shown, invalid = propose(turns, generator, progress)
     except (ModelError, ExtractionError) as exc:

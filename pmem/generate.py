@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .embed import default_threads
-from .errors import ExtractionError, ModelError
+from .errors import ExtractionError, ModelError, UsageError
 
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
 # smaller ones only choose and label spans of the source (see extract.py).
@@ -113,17 +113,30 @@ _cache: dict[str, LlamaGenerator] = {}
 _cache_lock = threading.Lock()
 
 
-def load_generator(spec: str | None = None, models_dir: Path | str | None = None, threads: int | None = None) -> Generator:
-    """The configured chat model (or `spec`: a known name or a GGUF path), one per process."""
+MODES = ("auto", "label", "rewrite")
+
+
+def load_generator(spec: str | None = None, models_dir: Path | str | None = None, threads: int | None = None,
+                   mode: str | None = None) -> Generator:
+    """The configured chat model (or `spec`: a known name or a GGUF path), one per process.
+
+    mode (config `extract_mode`): "label" lets the model only label sentences the rules chose;
+    "rewrite" lets it choose and rewrite sentences and judge conflicts; "auto" decides by size
+    (STRONG_PARAMS). Every fact still goes through the grounding gate either way."""
     from .config import load as load_config
     from .provision import resolve_model
 
-    cfg = load_config() if spec is None or threads is None else None
+    cfg = load_config() if spec is None or threads is None or mode is None else None
     spec = spec or cfg.chat_model
     threads = threads if threads is not None else cfg.threads
+    mode = mode if mode is not None else cfg.extract_mode
+    if mode not in MODES:
+        raise UsageError(f"extract_mode must be one of {', '.join(MODES)}, not {mode!r}")
     path = resolve_model(spec, "chat", models_dir)
     key = str(Path(path).resolve())
     with _cache_lock:
         if key not in _cache:
             _cache[key] = LlamaGenerator(path, threads=threads)
-        return _cache[key]
+        gen = _cache[key]
+    gen.strong = gen.chooses = (gen.params >= STRONG_PARAMS) if mode == "auto" else (mode == "rewrite")
+    return gen

@@ -387,3 +387,39 @@ def test_cli_missing_model_is_one_line(monkeypatch, pmem_home, tmp_path):
     r = CliRunner().invoke(app, ["extract"], input=CHAT)
     assert r.exit_code == 1 and "kept as episodic memory" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_tidy_rewrite_removes_prompt_echoes_only():
+    from pmem.extract import tidy_rewrite
+
+    assert tidy_rewrite("1. Caroline: I went to a support group.", "Caroline") == \
+        "Caroline went to a support group."
+    assert tidy_rewrite("  12) Melanie paints sunsets", "Melanie") == "Melanie paints sunsets"
+    assert tidy_rewrite("- Caroline moved to Lisbon", "Caroline") == "Caroline moved to Lisbon"
+    # numbers that are content stay; so does text that merely mentions the speaker
+    assert tidy_rewrite("2023 was the year Caroline moved", "Caroline") == "2023 was the year Caroline moved"
+    assert tidy_rewrite("3 dogs live with Caroline", "Caroline") == "3 dogs live with Caroline"
+    assert tidy_rewrite("Caroline's plan: move", "Caroline") == "Caroline's plan: move"
+
+
+class WrongNumberGenerator(FakeGenerator):
+    """A weak model in rewrite mode: echoes sentences with list numbers, one place off."""
+
+    def generate_json(self, messages, schema, max_tokens=256):
+        props = schema["properties"]
+        if "facts" not in props:
+            return super().generate_json(messages, schema, max_tokens)
+        lines = re.findall(r"^\d+\. (.*)$", messages[-1]["content"], re.M)
+        return {"facts": [{"n": (i % len(lines)) + 1, "kind": "event", "fact": f"{i}. {s}"}
+                          for i, s in enumerate(lines, 1)]}
+
+
+def test_rewrites_follow_their_text_not_the_sentence_number(store):
+    r = ex.extract(store, CHAT, generator=WrongNumberGenerator(strong=True))
+    assert r.facts and not r.rejected
+    turns = ex.parse_input(CHAT)
+    for f in r.facts:
+        assert not re.match(r"^\d", f.text)  # the echoed list number is gone
+        # provenance points at the turn whose words the fact uses
+        assert f.span in turns[f.turn].text
+        assert f.text.split()[0] == turns[f.turn].speaker

@@ -43,3 +43,24 @@ def test_real_extraction_end_to_end(real_store):
 def test_real_grounding_rejects_an_invented_fact(real_store):
     g = check_grounding("Melanie owns three horses in Texas", [CHAT], real_store.embedder, min_support=0.6)
     assert not g.ok
+
+
+def test_real_model_in_rewrite_mode_stores_only_grounded_facts(real_store, monkeypatch):
+    """The choose-and-rewrite path with a real (too small) model: whatever it writes, the gate
+    decides, and nothing it invents is stored."""
+    monkeypatch.setenv("PMEM_EXTRACT_MODE", "rewrite")
+    from pmem.config import load
+
+    real_store.config = load()
+    r = extract(real_store, CHAT)
+    from pmem.generate import load_generator
+
+    assert load_generator("SmolLM2-135M-Instruct", mode="rewrite").strong
+    assert r.source_ids, r.to_dict()  # the source is kept whatever the model did
+    for f in r.facts:
+        if f.action in ("add", "update", "supersede"):
+            assert check_grounding(real_store.get(f.id).text, [CHAT], real_store.embedder, min_support=0.6).ok
+    for f in r.rejected:
+        assert f.action == "rejected" and f.reason
+    monkeypatch.delenv("PMEM_EXTRACT_MODE")
+    assert not load_generator("SmolLM2-135M-Instruct").strong  # auto: 135M parameters only label

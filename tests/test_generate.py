@@ -70,3 +70,10 @@ def test_real_model_answers_in_schema():
     answer = g.generate_json([{"role": "user", "content": "Label: 1. I ran. 2. I will swim. 3. I ate."}], schema, 64)
     assert len(answer["labels"]) == 3 and set(answer["labels"]) <= {"event", "plan"}
     assert load_generator("SmolLM2-135M-Instruct") is g  # one instance per path
+
+
+def test_unknown_extract_mode_is_a_usage_error(tmp_path):
+    from pmem.errors import UsageError
+
+    with pytest.raises(UsageError, match="extract_mode"):
+        load_generator(str(tmp_path / "none.gguf"), threads=1, mode="sometimes")

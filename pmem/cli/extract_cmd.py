@@ -58,7 +58,8 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
     reviewer = _Reviewer() if review else None
     try:
         with open_store() as store:
-            generator = load_generator(model, threads=store.config.threads) if model else None
+            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode)
+                         if model else None)
             with out.Progress("extracting") as progress:
                 result = extract(store, text, generator=generator, tags=tags, at=at, source=source,
                                  dry_run=dry_run, review=reviewer, progress=progress)
