@@ -185,7 +185,9 @@ def connect_embedder(model_path: Path, threads: int = 0) -> RemoteEmbedder | Non
     except (OSError, ConnectionError, ValueError):
         return None
     if not info.get("ok"):
-        raise ModelError(str(info.get("error") or "the pmem server could not open the model"))
+        # e.g. a server from another pmem version, or a model it cannot load: loading it here
+        # either works or fails with the same clear message
+        return None
     return RemoteEmbedder(model_path, info, sock_path, threads)
 
 

@@ -252,3 +252,16 @@ def test_commands_using_the_server_never_import_llama_cpp(server, short_home):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"hits": 1, "heavy": []}
     assert srv.status()["requests"] >= 3  # open + embed for add, open + embed for search
+
+
+def test_serve_with_a_corrupt_model_fails_clearly_and_leaves_no_socket(short_home):
+    pytest.importorskip("llama_cpp")
+    bad = short_home / "broken.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(2048))
+    env = {**os.environ, "PMEM_EMBED_MODEL": str(bad)}
+    proc = subprocess.run([sys.executable, "-m", "pmem", "serve"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("pmem: error:") and "broken.gguf" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (short_home / "pmem.sock").exists()

@@ -61,6 +61,9 @@ def serve(
     n_threads = cfg.threads if threads is None else threads
     if n_threads < 0:
         raise UsageError("--threads must be 0 (automatic) or more")
+    from ..provision import resolve_model
+
+    model = resolve_model(cfg.embed_model, "embed")  # fetch it here, with progress, if needed
     if detach:
         argv = ["serve"] + (["--idle", idle] if idle else []) + ([f"--threads={threads}"] if threads is not None else [])
         info = srv.detach(argv, paths.data_dir() / "serve.log")
@@ -70,12 +73,13 @@ def serve(
             out.note(f"pmem server running (pid {info['pid']}), socket {info['socket']}")
         return
 
-    from ..provision import resolve_model
-
     server = srv.Server(threads=n_threads, idle=idle_s)
-    model = resolve_model(cfg.embed_model, "embed")
-    server.model(str(model))  # load before listening: the first command is fast, and errors show here
-    server.bind()
+    server.bind()  # claims the socket: a second server stops here
+    try:
+        server.model(str(model))  # before answering anyone: errors show here, and callers just wait
+    except BaseException:
+        server.close()
+        raise
 
     def _stop(signum, frame):  # noqa: ARG001
         server.shutdown()
