@@ -79,7 +79,23 @@ def run_checks(db_override=None) -> list[Check]:
             ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
+    checks.append(_server_check(cfg))
     return checks
+
+
+def _server_check(cfg) -> Check:
+    """`pmem serve` is optional: not running is fine; a socket nobody answers on is worth a word."""
+    from . import serve
+
+    sock = serve.socket_path()
+    if cfg.server == "off":
+        return Check("server", True, "not used (server = off)")
+    info = serve.status() if sock.exists() else None
+    if info is not None:
+        return Check("server", True, f"running (pid {info['pid']}, {info['requests']} requests) on {sock}")
+    if sock.exists():
+        return Check("server", True, f"not running; stale socket {sock} (the next `pmem serve` replaces it)")
+    return Check("server", True, "not running (optional: `pmem serve --detach` makes search and add faster)")
 
 
 def _model_name(spec: str) -> str:

@@ -265,3 +265,14 @@ def test_serve_with_a_corrupt_model_fails_clearly_and_leaves_no_socket(short_hom
     assert proc.stderr.startswith("pmem: error:") and "broken.gguf" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (short_home / "pmem.sock").exists()
+
+
+def test_doctor_reports_the_server(server):
+    from pmem.doctor import run_checks
+
+    check = {c.name: c for c in run_checks()}["server"]
+    assert check.ok and f"pid {os.getpid()}" in check.detail
+    server.shutdown()
+    time.sleep(0.8)
+    check = {c.name: c for c in run_checks()}["server"]
+    assert check.ok and "not running" in check.detail
