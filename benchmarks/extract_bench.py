@@ -79,7 +79,7 @@ def retrieval(inputs: list[dict], tmp: Path, cfg) -> dict[str, list[int]]:
     for item in inputs:
         for label in r10:
             rs = MemoryStore(tmp / f"{item['conversation']}-{label}.db", config=cfg)
-            turns = [rs.new_memory(t, meta={"dia_id": d}) for t, d in item["turns"]]
+            turns = [rs.new_memory(t, meta={"dia_id": d}, memory_id=f"t{i:05d}") for i, (t, d) in enumerate(item["turns"])]
             by_dia = {m.meta["dia_id"]: m.id for m in turns}
             facts = []
             if label != "turns":
