@@ -163,14 +163,16 @@ class RemoteEmbedder:
                 finally:
                     sock.close()
             except (OSError, ConnectionError, ValueError, KeyError):
-                self._local = self._load_local()
+                print("pmem: the server stopped answering; loading the model in this process", file=sys.stderr)
+                self._local = self.local()
         return self._local.embed(texts)
 
-    def _load_local(self):
-        from .embed import LlamaEmbedder
+    def local(self):
+        """The same model loaded in this process: for bulk work (an import, a reindex), which
+        should use the cores idle now rather than the threads the server chose at its start."""
+        from .embed import load_embedder
 
-        print("pmem: the server stopped answering; loading the model in this process", file=sys.stderr)
-        return LlamaEmbedder(self.path, threads=self._threads)
+        return load_embedder(str(self.path), threads=self._threads, server="off")
 
 
 def connect_embedder(model_path: Path, threads: int = 0) -> RemoteEmbedder | None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 _ID = re.compile(r"^[0-9a-z]{1,32}$")
+BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads the model itself
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 
 Progress = Callable[[int, int], None]
@@ -266,10 +267,13 @@ class MemoryStore:
 
     def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64) -> list[bytes]:
         self.check_model()
+        embedder = self.embedder
+        if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
+            embedder = embedder.local()  # `pmem serve` is for short requests; bulk work runs here
         out: list[bytes] = []
         for start in range(0, len(texts), batch):
             chunk = texts[start:start + batch]
-            out.extend(serialize(v) for v in self.embedder.embed(chunk))
+            out.extend(serialize(v) for v in embedder.embed(chunk))
             if progress:
                 progress(min(start + batch, len(texts)), len(texts))
         return out

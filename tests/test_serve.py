@@ -133,7 +133,7 @@ def test_a_second_server_refuses_and_a_stale_socket_is_replaced(server, short_ho
 
 def test_client_falls_back_to_a_local_model_when_the_server_dies(server, tmp_path, monkeypatch, capsys):
     remote = srv.connect_embedder(tmp_path / "m.gguf")
-    monkeypatch.setattr(srv.RemoteEmbedder, "_load_local", lambda self: FakeEmbedder(32))
+    monkeypatch.setattr(srv.RemoteEmbedder, "local", lambda self: FakeEmbedder(32))
     server.shutdown()
     time.sleep(0.8)
     assert remote.embed(["after the server went away"]) == FakeEmbedder(32).embed(["after the server went away"])
@@ -276,3 +276,20 @@ def test_doctor_reports_the_server(server):
     time.sleep(0.8)
     check = {c.name: c for c in run_checks()}["server"]
     assert check.ok and "not running" in check.detail
+
+
+def test_bulk_embedding_runs_in_the_calling_process(server, fake_config, tmp_path, monkeypatch):
+    from pmem.store import BULK_EMBED, MemoryStore
+
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    local = FakeEmbedder(32)
+    monkeypatch.setattr(srv.RemoteEmbedder, "local", lambda self: local)
+    store = MemoryStore(tmp_path / "bulk.db", config=fake_config, embedder=remote)
+    before = srv.status()["requests"]
+    store.embed(["a few", "texts"])
+    assert srv.status()["requests"] == before + 2  # one embed request (+ this status call)
+    calls = []
+    monkeypatch.setattr(local, "embed", lambda texts: calls.append(len(texts)) or FakeEmbedder(32).embed(texts))
+    store.embed([f"text {i}" for i in range(BULK_EMBED + 1)])
+    assert sum(calls) == BULK_EMBED + 1
+    store.close()
