@@ -8,6 +8,11 @@ suffix to reach N) by `pmem import` (timed: memories per second), then times who
 (start to exit) of `pmem search`, `pmem add`, `pmem list` and `pmem recall`, reporting medians and
 quartiles: first with every command loading the model itself, then again with `pmem serve`
 running (the commands find it by themselves). `--no-serve` skips the second round.
+
+It measures the installed pmem, as a user runs it: the processes start in the temporary
+directory, so `python -m pmem` imports the copy that `pip install .` put in site-packages (with
+its bytecode compiled), not this source tree. Reinstall after changing the code. The JSON says
+which copy ran.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def records(n: int) -> list[dict]:
 
 def timed(cmd: list[str], env: dict, stdin: str | None = None) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, env=env, input=stdin, text=True, capture_output=True, check=True)
+    subprocess.run(cmd, env=env, input=stdin, text=True, capture_output=True, check=True, cwd=env["PMEM_HOME"])
     return time.perf_counter() - t
 
 
@@ -64,13 +69,18 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PMEM_HOME": tmp}
+        # Some sandboxes set this; users do not, and without cached bytecode every process
+        # would compile pmem's modules again.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if "PMEM_MODELS_DIR" not in env:
             env["PMEM_MODELS_DIR"] = str(Path(__file__).resolve().parents[1] / ".models-cache")
         pmem = [sys.executable, "-m", "pmem"]
-        subprocess.run([*pmem, "models", "pull"], env=env, check=True, capture_output=True)
+        subprocess.run([*pmem, "models", "pull"], env=env, check=True, capture_output=True, cwd=tmp)
+        where = subprocess.run([sys.executable, "-c", "import pmem; print(pmem.__file__)"], env=env, cwd=tmp,
+                               capture_output=True, text=True, check=True).stdout.strip()
         data = "".join(json.dumps(r) + "\n" for r in records(args.n))
         t_import = timed([*pmem, "import", "-"], env, data)
-        result = {"memories": args.n, "import_s": round(t_import, 2),
+        result = {"pmem": where, "memories": args.n, "import_s": round(t_import, 2),
                   "import_per_s": round(args.n / t_import, 1)}
         commands = [
             ("search", lambda i: [*pmem, "search", QUERIES[i % len(QUERIES)], "--json"]),
@@ -82,7 +92,7 @@ def main() -> int:
             timed(make(-1), env)  # warm the page cache
             result[name] = summary([timed(make(i), env) for i in range(args.runs)])
         if not args.no_serve:
-            subprocess.run([*pmem, "serve", "--detach"], env=env, check=True, capture_output=True)
+            subprocess.run([*pmem, "serve", "--detach"], env=env, check=True, capture_output=True, cwd=tmp)
             try:
                 result["with_serve"] = {}
                 for name, make in commands:
@@ -91,7 +101,7 @@ def main() -> int:
                     timed(make(-1), env)
                     result["with_serve"][name] = summary([timed(make(i + 1000), env) for i in range(args.runs)])
             finally:
-                subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True)
+                subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True, cwd=tmp)
         result["python_startup"] = summary([timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)])
     print(json.dumps(result, indent=2))
     return 0
