@@ -44,6 +44,13 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
 }
 
 
+# Settings that take one of a few words.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "extract_mode": ("auto", "label", "rewrite"),
+    "server": ("auto", "off"),
+}
+
+
 def env_name(key: str) -> str:
     return "PMEM_" + key.upper()
 
@@ -76,7 +83,10 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
             return int(value)
         if kind is float:
             return float(value)
-        return str(value)
+        text = str(value)
+        if key in CHOICES and text not in CHOICES[key]:
+            raise UsageError(f"{origin}: {key} must be one of {', '.join(CHOICES[key])}, got {text!r}")
+        return text
     except (TypeError, ValueError):
         raise UsageError(f"{origin}: {key} must be a {kind.__name__}, got {value!r}") from None
 

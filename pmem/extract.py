@@ -383,11 +383,8 @@ def propose(turns: list[Turn], generator: "Generator", progress: Callable[[int, 
             for item in items if isinstance(items, list) else []:
                 n = item.get("n") if isinstance(item, dict) else None
                 if isinstance(n, int) and 1 <= n <= len(chunk) and isinstance(item.get("fact"), str):
-                    fact = tidy_rewrite(item["fact"], chunk[n - 1].turn.speaker)
-                    s = _best_source(fact, chunk, chunk[n - 1])
-                    if s is not chunk[n - 1]:
-                        fact = tidy_rewrite(item["fact"], s.turn.speaker)
-                    picks.append((s, str(item.get("kind") or "event"), fact))
+                    s = _best_source(item["fact"], chunk, chunk[n - 1])
+                    picks.append((s, str(item.get("kind") or "event"), tidy_rewrite(item["fact"], s.turn.speaker)))
                 else:
                     invalid += 1
         else:
