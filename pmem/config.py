@@ -32,7 +32,8 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
                              "rewrite (it chooses, rewrites and judges conflicts), auto (rewrite from 1B parameters)"),
     "recall_budget": (1500, "default token budget of `pmem recall`"),
     "search_limit": (10, "default number of results of `pmem search`"),
-    "server": ("auto", "use a running `pmem serve` to skip loading the embedding model: auto or off"),
+    "server": ("auto", "use a running `pmem serve` to skip loading the embedding model: auto, "
+                       "start (also start one when none runs; it exits after 30 idle minutes) or off"),
     "threads": (0, "CPU threads for models (0: the idle cores, from the load average; at least half, at most 8)"),
     "dedup_threshold": (0.92, "cosine similarity above which dream treats two memories as duplicates"),
     "dedup_lexical": (0.5, "word-overlap (Jaccard) also required for a duplicate"),
@@ -47,7 +48,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
 # Settings that take one of a few words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "extract_mode": ("auto", "label", "rewrite"),
-    "server": ("auto", "off"),
+    "server": ("auto", "start", "off"),
 }
 
 

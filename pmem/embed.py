@@ -273,12 +273,13 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
 
     server="auto": when `pmem serve` is running, the model stays in that process and only texts
-    and vectors cross its socket (see pmem.serve); otherwise the model loads here."""
+    and vectors cross its socket (see pmem.serve); otherwise the model loads here. "start": the
+    same, and when no server answers, one is started in the background for later commands."""
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
-    if server not in ("auto", "off"):
-        raise UsageError(f"server must be 'auto' or 'off', not {server!r}")
+    if server not in ("auto", "start", "off"):
+        raise UsageError(f"server must be 'auto', 'start' or 'off', not {server!r}")
     from .provision import resolve_model
 
     path = resolve_model(spec, "embed", models_dir)
@@ -286,11 +287,13 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-        if server == "auto":
-            from .serve import connect_embedder
+        if server != "off":
+            from . import serve
 
-            remote = connect_embedder(Path(key[0]), threads)
+            remote = serve.connect_embedder(Path(key[0]), threads)
             if remote is not None:
                 return remote
+            if server == "start":
+                serve.start_in_background()
         _cache[key] = LlamaEmbedder(path, threads=threads)
         return _cache[key]

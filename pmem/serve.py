@@ -362,8 +362,11 @@ class Server:
             raise UsageError(f"bad request: unknown op {op!r}")
 
 
-def detach(argv: list[str], log: Path, wait: float = 60.0) -> dict[str, Any]:
-    """Start `pmem serve` (argv) in the background and wait until it answers."""
+_spawned: list = []  # children started by this process (kept so Python does not warn about them)
+
+
+def spawn(argv: list[str], log: Path):
+    """Start `pmem <argv>` in its own session, output to `log` (0600); returns the Popen."""
     import subprocess
 
     paths.ensure_private_dir(log.parent)
@@ -373,6 +376,18 @@ def detach(argv: list[str], log: Path, wait: float = 60.0) -> dict[str, Any]:
                                 stderr=fd, start_new_session=True, close_fds=True)
     finally:
         os.close(fd)
+    _spawned.append(proc)
+    return proc
+
+
+def log_path() -> Path:
+    return paths.data_dir() / "serve.log"
+
+
+def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict[str, Any]:
+    """Start `pmem serve` (argv) in the background and wait until it answers."""
+    log = log or log_path()
+    proc = spawn(argv, log)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         info = status()
@@ -384,3 +399,19 @@ def detach(argv: list[str], log: Path, wait: float = 60.0) -> dict[str, Any]:
         time.sleep(0.05)
     proc.terminate()
     raise PmemError(f"the server did not answer within {wait:.0f} s (log: {log})")
+
+
+AUTOSTART_IDLE = "30m"
+
+
+def start_in_background() -> bool:
+    """For `server = "start"`: launch a server for the next commands without waiting for it
+    (this command loads its own model meanwhile). It exits after AUTOSTART_IDLE without use."""
+    if not SUPPORTED:
+        return False
+    try:
+        _check_path_length(socket_path())
+        spawn(["serve", "--idle", AUTOSTART_IDLE], log_path())
+    except (OSError, PmemError):
+        return False  # the command works without it
+    return True

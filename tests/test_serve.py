@@ -293,3 +293,42 @@ def test_bulk_embedding_runs_in_the_calling_process(server, fake_config, tmp_pat
     store.embed([f"text {i}" for i in range(BULK_EMBED + 1)])
     assert sum(calls) == BULK_EMBED + 1
     store.close()
+
+
+def test_server_start_launches_one_for_later_commands(short_home, tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
+    monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    monkeypatch.setattr("pmem.embed._cache", {})
+    assert load_embedder("some-model", server="start").dim == 16  # this command: its own model
+    assert started == [(["serve", "--idle", srv.AUTOSTART_IDLE], short_home / "serve.log")]
+    monkeypatch.setattr("pmem.embed._cache", {})
+    load_embedder("some-model", server="auto")
+    assert len(started) == 1  # "auto" only uses a server, never starts one
+
+
+@pytest.mark.model
+def test_server_start_end_to_end(short_home, minilm_path):
+    env = {**os.environ, "PMEM_HOME": str(short_home), "PMEM_MODELS_DIR": str(minilm_path.parent),
+           "PMEM_THREADS": "1", "PMEM_SERVER": "start"}
+
+    def pmem(*args):
+        return subprocess.run([sys.executable, "-m", "pmem", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    try:
+        first = pmem("add", "The wifi password at the cabin is hunter2")
+        assert first.returncode == 0, first.stderr
+        for _ in range(300):
+            info = srv.status(short_home / "pmem.sock")
+            if info is not None:
+                break
+            time.sleep(0.1)
+        assert info is not None, (short_home / "serve.log").read_text()
+        assert info["idle_limit"] == 1800
+        hits = json.loads(pmem("search", "cabin internet", "--json").stdout)
+        assert hits and hits[0]["text"].startswith("The wifi password")
+        assert srv.status(short_home / "pmem.sock")["requests"] > info["requests"]
+    finally:
+        srv.stop(short_home / "pmem.sock")

@@ -27,8 +27,9 @@ def serve(
     """Keep the embedding model loaded so search and add skip loading it (optional).
 
     Commands use a running server by themselves (config `server = "auto"`, the default) and load
-    the model in their own process when none runs. The socket is private to you (0600, in the
-    pmem home); nothing listens on the network.
+    the model in their own process when none runs; with `server = "start"` they also start one
+    (exiting after 30 idle minutes) for the commands after them. The socket is private to you
+    (0600, in the pmem home); nothing listens on the network.
 
     \b
     Examples:
@@ -36,7 +37,7 @@ def serve(
       pmem serve --status
       pmem serve --stop
     """
-    from .. import config, paths, serve as srv
+    from .. import config, serve as srv
 
     if sum((detach, stop, show_status)) > 1:
         raise UsageError("choose one of --detach, --stop, --status")
@@ -66,7 +67,7 @@ def serve(
     model = resolve_model(cfg.embed_model, "embed")  # fetch it here, with progress, if needed
     if detach:
         argv = ["serve"] + (["--idle", idle] if idle else []) + ([f"--threads={threads}"] if threads is not None else [])
-        info = srv.detach(argv, paths.data_dir() / "serve.log")
+        info = srv.detach(argv)
         if as_json:
             out.print_json(info)
         else:
