@@ -1,6 +1,8 @@
-"""The `pmem` command line: parse, call the library, render. Nothing else lives here."""
+"""The `pmem` command line: parse, call the library, render. Nothing else lives here.
 
-from __future__ import annotations
+No `from __future__ import annotations` in the command modules: typer reads every command's
+signature at each start, and string annotations made it evaluate them all (~12 ms a command).
+"""
 
 import functools
 import json

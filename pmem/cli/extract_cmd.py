@@ -1,8 +1,6 @@
 """`pmem extract` and `pmem why`: parse options, call pmem.extract, render. Registered on `app`
 by importing this module (see app.py); `pmem add --extract` calls `run_extract`."""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

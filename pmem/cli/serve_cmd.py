@@ -1,7 +1,5 @@
 """The `pmem serve` command. Registered on the app by importing this module (see app.py)."""
 
-from __future__ import annotations
-
 import signal
 import sys
 import time

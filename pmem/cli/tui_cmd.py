@@ -1,7 +1,5 @@
 """The `pmem tui` command(s). Registered on the app by importing this module (see app.py)."""
 
-from __future__ import annotations
-
 import sys
 from typing import Optional
 
