@@ -55,6 +55,18 @@ def make(store, **kw):
     kw.setdefault("detail_throttle", 0)
     return make_app(store, **kw)
 
+async def retag(app, pilot, memory_id, value):
+    """Open the tags dialog on a memory, type `value`, confirm."""
+    from textual.widgets import Input
+
+    select(app, memory_id)
+    await pilot.press("t")
+    await pilot.pause()
+    app.screen.query_one(Input).value = value
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 
 def select(app, memory_id: str) -> None:
     app.table.move_cursor(row=app.table.index_of(memory_id))
@@ -207,17 +219,10 @@ async def test_external_editor(tstore, monkeypatch):
 
 
 async def test_tags(tstore):
-    from textual.widgets import Input
-
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        select(app, "a3")
-        await pilot.press("t")
-        await pilot.pause()
-        app.screen.query_one(Input).value = "ops, oncall"
-        await pilot.press("enter")
-        await pilot.pause()
+        await retag(app, pilot, "a3", "ops, oncall")
         assert tstore.get("a3").tags == ["oncall", "ops"]
         assert actions(tstore, "a3")[-1] == "retag"
 
@@ -411,17 +416,10 @@ async def test_markup_and_escapes_shown_literally(tstore):
 
 
 async def test_notification_with_markup_in_tags_does_not_crash(tstore):
-    from textual.widgets import Input
-
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        select(app, "a3")
-        await pilot.press("t")
-        await pilot.pause()
-        app.screen.query_one(Input).value = "[bold]x[/] [/oops]"
-        await pilot.press("enter")
-        await pilot.pause()
+        await retag(app, pilot, "a3", "[bold]x[/] [/oops]")
         assert tstore.get("a3").tags == ["[/oops]", "[bold]x[/]"]
 
 

@@ -7,17 +7,7 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from pmem.store import MemoryStore  # noqa: E402
-
-from test_tui import NOW, FakeDream, seed  # noqa: E402
-
-
-@pytest.fixture
-def snap_store(fake_config, tmp_path):
-    s = MemoryStore(tmp_path / "snap.db", config=fake_config, clock=lambda: NOW)
-    seed(s)
-    yield s
-    s.close()
+from test_tui import NOW, FakeDream, tstore  # noqa: E402,F401 - tstore: the shared seeded store fixture
 
 
 def app_for(store, **kw):
@@ -26,49 +16,49 @@ def app_for(store, **kw):
     return make_app(store, now=NOW, search_debounce=0, detail_throttle=0, search_mode="keyword", **kw)
 
 
-def test_main_80x24(snap_compare, snap_store):
-    assert snap_compare(app_for(snap_store), terminal_size=(80, 24))
+def test_main_80x24(snap_compare, tstore):
+    assert snap_compare(app_for(tstore), terminal_size=(80, 24))
 
 
-def test_main_wide(snap_compare, snap_store):
+def test_main_wide(snap_compare, tstore):
     async def pick(pilot):
         pilot.app.table.move_cursor(row=2)
         await pilot.pause()
 
-    assert snap_compare(app_for(snap_store), terminal_size=(130, 34), run_before=pick)
+    assert snap_compare(app_for(tstore), terminal_size=(130, 34), run_before=pick)
 
 
-def test_literal_markup_row(snap_compare, snap_store):
+def test_literal_markup_row(snap_compare, tstore):
     async def pick(pilot):
         pilot.app.table.move_cursor(row=1)  # a4: markup and escape codes
         await pilot.pause()
 
-    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=pick)
+    assert snap_compare(app_for(tstore), terminal_size=(80, 24), run_before=pick)
 
 
-def test_search_results(snap_compare, snap_store):
+def test_search_results(snap_compare, tstore):
     async def search(pilot):
         await pilot.press("slash", *"cabin")
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
 
-    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=search)
+    assert snap_compare(app_for(tstore), terminal_size=(80, 24), run_before=search)
 
 
-def test_help(snap_compare, snap_store):
-    assert snap_compare(app_for(snap_store), press=["question_mark"], terminal_size=(80, 24))
+def test_help(snap_compare, tstore):
+    assert snap_compare(app_for(tstore), press=["question_mark"], terminal_size=(80, 24))
 
 
-def test_details(snap_compare, snap_store):
+def test_details(snap_compare, tstore):
     async def details(pilot):
         pilot.app.table.move_cursor(row=0)
         await pilot.press("enter")
         await pilot.pause()
 
-    assert snap_compare(app_for(snap_store), terminal_size=(80, 24), run_before=details)
+    assert snap_compare(app_for(tstore), terminal_size=(80, 24), run_before=details)
 
 
-def test_dream_review(snap_compare, snap_store):
+def test_dream_review(snap_compare, tstore):
     async def dream(pilot):
         await pilot.press("D")
         await pilot.app.workers.wait_for_complete()
@@ -76,8 +66,8 @@ def test_dream_review(snap_compare, snap_store):
         await pilot.press("space")
         await pilot.pause()
 
-    assert snap_compare(app_for(snap_store, dream=FakeDream()), terminal_size=(80, 24), run_before=dream)
+    assert snap_compare(app_for(tstore, dream=FakeDream()), terminal_size=(80, 24), run_before=dream)
 
 
-def test_expire_dialog(snap_compare, snap_store):
-    assert snap_compare(app_for(snap_store), press=["x"], terminal_size=(80, 24))
+def test_expire_dialog(snap_compare, tstore):
+    assert snap_compare(app_for(tstore), press=["x"], terminal_size=(80, 24))
