@@ -30,7 +30,7 @@ import locomo  # noqa: E402
 
 from pmem import dream  # noqa: E402
 from pmem.config import load as load_config  # noqa: E402
-from pmem.models import TIERS  # noqa: E402
+from pmem.records import TIERS  # noqa: E402
 from pmem.recall import estimate_tokens  # noqa: E402
 from pmem.search import search  # noqa: E402
 from pmem.store import Filter, MemoryStore  # noqa: E402
@@ -67,7 +67,7 @@ def paraphrase(text: str, n: int) -> str:
 
 def build(store: MemoryStore, conv: dict) -> tuple[dict, list[tuple[str, str]]]:
     """Store a conversation; returns evidence map (memory id -> turn ids) and planted pairs."""
-    from pmem.models import Memory
+    from pmem.records import Memory
 
     turns = locomo.turn_records(conv)
     dates = {n: date for n, date, _ in locomo.sessions(conv)}

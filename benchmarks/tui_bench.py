@@ -39,7 +39,7 @@ TAGS = ("work", "home", "travel", "food", "health", "family", "code")
 def build(path: Path, n: int) -> None:
     os.environ["PMEM_EMBED_MODEL"] = "fake-64"
     from pmem.config import load
-    from pmem.models import Memory
+    from pmem.records import Memory
     from pmem.store import MemoryStore
 
     rng = random.Random(n)

@@ -12,7 +12,7 @@ from .config import Config
 from .config import load as load_config
 from .errors import (AmbiguousId, DatabaseError, ExtensionError, ExtractionError, ModelError,
                      ModelMismatch, NotFound, PmemError, UsageError)
-from .models import TIERS, Event, Hit, Memory, Operation
+from .records import TIERS, Event, Hit, Memory, Operation
 from .recall import Recalled, estimate_tokens, recall, render
 from .search import search
 from .store import Filter, MemoryStore

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from . import timeutil
 from .errors import PmemError, UsageError
-from .models import TIERS, Memory
+from .records import TIERS, Memory
 
 if TYPE_CHECKING:
     from .store import MemoryStore

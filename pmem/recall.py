@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .models import Memory
+from .records import Memory
 
 if TYPE_CHECKING:
     from .store import Filter, MemoryStore

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .models import Hit, Memory
+from .records import Hit, Memory
 from .store import _COLUMNS_SQL, Filter
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from . import db, migrations, paths, timeutil
 from .config import Config
 from .config import load as load_config
 from .errors import AmbiguousId, DatabaseError, ModelMismatch, NotFound, UsageError
-from .models import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
+from .records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 
 if TYPE_CHECKING:
     from .embed import Embedder

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pmem import dream
-from pmem.models import TIERS
+from pmem.records import TIERS
 from pmem.search import search
 from pmem.store import Filter, MemoryStore
 

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from pmem.models import Memory  # noqa: E402
+from pmem.records import Memory  # noqa: E402
 from pmem.store import Filter, MemoryStore  # noqa: E402
 
 NOW = "2025-03-01T12:00:00Z"
@@ -638,7 +638,7 @@ async def test_dream_review_accepts_and_applies(tstore):
         await pilot.pause()
         await pilot.press("D")
         await settle(app, pilot)
-        from pmem.tui.dream import DreamScreen
+        from pmem.tui.dream_review import DreamScreen
 
         assert isinstance(app.screen, DreamScreen)
         assert "[bold]cabin[/]" in screen_text(app)

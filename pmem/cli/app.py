@@ -143,7 +143,7 @@ def decode_text(data: bytes, what: str, limit_chars: int, hint: str = "") -> str
 
 def _filter(tag, tier, since, until, as_of, include_expired=False, include_forgotten=False, pinned=None,
             all_=False, source=None):
-    from ..models import TIERS
+    from ..records import TIERS
     from ..store import Filter
 
     tiers = tuple(tier) if tier else (TIERS if all_ else ("core", "archival"))
@@ -564,12 +564,12 @@ def import_(
       pmem import notes.jsonl
       pmem export | pmem --db other.db import -
     """
-    import io as _io
+    import io
 
-    from .. import io
+    from .. import transfer
 
     if file == "-":
-        stream = _io.StringIO(read_stdin(500_000_000))
+        stream = io.StringIO(read_stdin(500_000_000))
         name = ""
     else:
         path = Path(file)
@@ -578,7 +578,7 @@ def import_(
         stream = open(path, encoding="utf-8", errors="strict")
         name = path.name
     with stream:
-        records = io.parse(stream, fmt, name)
+        records = transfer.parse(stream, fmt, name)
     from dataclasses import replace
 
     if tag or tier:
@@ -616,7 +616,7 @@ def export(
       pmem export > backup.jsonl
       pmem export --format md -o memories.md
     """
-    from .. import io
+    from .. import transfer
     from ..store import Filter
 
     with open_store() as store:
@@ -624,9 +624,9 @@ def export(
             memories = store.list(Filter(tiers=("core", "archival", "episodic")), limit=None, reverse=True)
         else:
             memories = list(store.iter_all())
-    if fmt not in io.FORMATS:
-        raise UsageError(f"unknown format {fmt!r}: use {', '.join(io.FORMATS)}")
-    lines = io.export_jsonl(memories) if fmt == "jsonl" else io.export_markdown(memories)
+    if fmt not in transfer.FORMATS:
+        raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
+    lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
     if output:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from .. import timeutil
 from ..display import visible  # noqa: F401 - re-exported for commands
-from ..models import Hit, Memory
+from ..records import Hit, Memory
 
 
 

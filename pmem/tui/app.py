@@ -33,7 +33,7 @@ from textual.worker import get_current_worker
 
 from .. import timeutil
 from ..errors import NotFound, PmemError
-from ..models import Memory
+from ..records import Memory
 from ..search import MODES
 from ..search import search as library_search
 from ..store import Filter, MemoryStore
@@ -510,7 +510,7 @@ class PmemApp(App[None]):
         self.push_screen(screens().FilterScreen(self.flt), chosen)
 
     def action_dream(self) -> None:
-        from .dream import DreamScreen
+        from .dream_review import DreamScreen
 
         def done(applied: bool | None) -> None:
             if applied:

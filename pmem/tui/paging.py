@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..models import Memory
+from ..records import Memory
 from ..store import Filter, MemoryStore
 
 

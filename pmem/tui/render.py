@@ -15,7 +15,7 @@ from rich.text import Text
 
 from .. import timeutil
 from ..display import visible
-from ..models import Event, Memory, Operation
+from ..records import Event, Memory, Operation
 
 TIER_SHORT = {"core": "core", "archival": "arch", "episodic": "epis"}
 

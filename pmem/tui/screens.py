@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from ..models import TIERS
+from ..records import TIERS
 from ..store import Filter
 
 KEYS = [

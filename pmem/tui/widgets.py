@@ -25,7 +25,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..models import Memory
+from ..records import Memory
 
 # (key, label, width); the text column takes what is left. Each cell has one space either side.
 COLUMNS = (("pin", " ", 1), ("tier", "tier", 4), ("age", "age", 4), ("expiry", "expiry", 7),

@@ -13,7 +13,7 @@ from typing import IO, Any, Iterable, Iterator
 
 from . import timeutil
 from .errors import UsageError
-from .models import TIERS, Memory
+from .records import TIERS, Memory
 
 FORMATS = ("jsonl", "md")
 _FIELDS = {f.name for f in fields(Memory)}
