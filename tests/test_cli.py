@@ -308,3 +308,52 @@ def test_search_collapses_a_fact_with_its_source_unless_asked():
     assert len(both) == 2
     one = json.loads(ok("search", "pottery class", "--json").stdout)
     assert [h["id"] for h in one] == [both[0]["id"]]
+
+
+def test_one_group_translates_errors_for_every_registered_command():
+    import typer
+
+    from pmem.cli.app import make_app
+    from pmem.cli.common import PmemGroup, open_store
+    from pmem.errors import NotFound, UsageError
+
+    throwaway = make_app()
+    raised = {"usage": UsageError("bad value for --x"), "missing": NotFound("no such thing"),
+              "interrupt": KeyboardInterrupt()}
+
+    @throwaway.command("boom")
+    def boom(kind: str) -> None:
+        raise raised[kind]
+
+    @throwaway.command("malformed")
+    def malformed() -> None:
+        with open_store() as store:
+            store.list()
+            from pmem import db
+
+            raise db.driver().DatabaseError("database disk image is malformed")
+
+    sub = typer.Typer(cls=PmemGroup)
+
+    @sub.command("deep")
+    def deep() -> None:
+        raise NotFound("nothing down here")
+
+    throwaway.add_typer(sub, name="sub")
+    for args, code, message in [(["boom", "usage"], 2, "bad value for --x"), (["boom", "missing"], 1, "no such thing"),
+                                (["boom", "interrupt"], 130, "interrupted"),
+                                (["malformed"], 1, "database error: database disk image is malformed"),
+                                (["sub", "deep"], 1, "nothing down here")]:
+        r = runner.invoke(throwaway, args)
+        assert r.exit_code == code, (args, r.output, r.exception)
+        assert r.stderr.splitlines() == [f"pmem: error: {message}"], args
+        assert "Traceback" not in r.output
+
+
+def test_db_option_reaches_every_command(tmp_path, pmem_home):
+    other = tmp_path / "other.db"
+    mid = ok("--db", str(other), "add", "only in the other database").stdout.strip()
+    assert json.loads(ok("list", "--json").stdout) == []
+    assert json.loads(ok("--db", str(other), "show", mid, "--json").stdout)["id"] == mid
+    assert json.loads(ok("--db", str(other), "path", "--json").stdout)["db"] == str(other)
+    assert not (pmem_home / "pmem.db").exists() or json.loads(ok("stats", "--json").stdout)["memories"] == 0

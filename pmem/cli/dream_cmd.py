@@ -1,4 +1,4 @@
-"""The `pmem dream` command(s). Registered on the app by importing this module (see app.py)."""
+"""The `pmem dream` command."""
 
 import sys
 import time
@@ -8,7 +8,11 @@ import typer
 
 from ..errors import UsageError
 from . import output as out
-from .app import JsonOpt, app, command, open_store  # noqa: F401
+from .common import JsonOpt, open_store
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(dream)
 
 
 def _kinds(only: Optional[str], purge: bool) -> Optional[set]:
@@ -55,7 +59,6 @@ def _render_plan(plan, store) -> None:
     out.console().print(table)
 
 
-@command()
 def dream(
     apply: bool = typer.Option(False, "--apply", help="Apply the plan (asks once; see --yes)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking (for cron)."),

@@ -1,5 +1,5 @@
-"""`pmem extract` and `pmem why`: parse options, call pmem.extract, render. Registered on `app`
-by importing this module (see app.py); `pmem add --extract` calls `run_extract`."""
+"""`pmem extract` and `pmem why`: parse options, call pmem.extract, render.
+`pmem add --extract` calls `run_extract`."""
 
 from typing import List, Optional
 
@@ -7,7 +7,12 @@ import typer
 
 from ..errors import UsageError
 from . import output as out
-from .app import JsonOpt, _when, app, command, open_store, read_text_file  # noqa: F401
+from .common import JsonOpt, _when, open_store, read_text_file
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(extract)
+    app.command()(why)
 
 
 def _read_file(path: str) -> str:
@@ -85,7 +90,6 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
              + (f"; undo with `pmem undo` (run {result.run})" if result.run else ""))
 
 
-@command()
 def extract(
     file: str = typer.Argument("-", metavar="[FILE|-]", help="Text, chat log or JSON messages; '-' reads stdin."),
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Tag every stored fact and the source (repeatable)."),
@@ -114,7 +118,6 @@ def extract(
                 as_json=as_json, model=model)
 
 
-@command()
 def why(
     memory_id: str = typer.Argument(..., metavar="ID", help="Memory id or a unique prefix."),
     as_json: bool = JsonOpt,

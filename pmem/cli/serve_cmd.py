@@ -1,4 +1,4 @@
-"""The `pmem serve` command. Registered on the app by importing this module (see app.py)."""
+"""The `pmem serve` command."""
 
 import signal
 import sys
@@ -10,10 +10,13 @@ import typer
 from .. import timeutil
 from ..errors import NotFound, UsageError
 from . import output as out
-from .app import JsonOpt, app, command
+from .common import JsonOpt
 
 
-@command()
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+
+
 def serve(
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background and return once it answers."),
     idle: Optional[str] = typer.Option(None, "--idle", help="Exit after this long without requests (e.g. 30m, 8h)."),
@@ -35,7 +38,8 @@ def serve(
       pmem serve --status
       pmem serve --stop
     """
-    from .. import config, serve as srv
+    from .. import config
+    from .. import serve as srv
 
     if sum((detach, stop, show_status)) > 1:
         raise UsageError("choose one of --detach, --stop, --status")

@@ -1,4 +1,4 @@
-"""The `pmem tui` command(s). Registered on the app by importing this module (see app.py)."""
+"""The `pmem tui` command."""
 
 import sys
 from typing import Optional
@@ -6,10 +6,13 @@ from typing import Optional
 import typer
 
 from ..errors import UsageError
-from .app import app, command, open_store  # noqa: F401
+from .common import open_store
 
 
-@command()
+def register(app: typer.Typer) -> None:
+    app.command()(tui)
+
+
 def tui(
     query: Optional[str] = typer.Option(None, "--search", "-s", help="Start with this search."),
 ) -> None:

@@ -1,0 +1,85 @@
+"""Looking after the store: stats, path, reindex, doctor."""
+
+import typer
+
+from . import output as out
+from .common import JsonOpt, db_override, open_store
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(stats)
+    app.command()(path)
+    app.command()(reindex)
+    app.command()(doctor)
+
+
+def stats(as_json: bool = JsonOpt) -> None:
+    """Counts by tier and status, database size, model.
+
+    \b
+    Example:
+      pmem stats --json
+    """
+    with open_store() as store:
+        data = store.stats()
+    if as_json:
+        out.print_json(data)
+        return
+    tags = data.pop("tags")
+    by_tier = data.pop("by_tier")
+    out.key_values([*data.items(), *((f"tier {k}", v) for k, v in by_tier.items()),
+                    ("top tags", ", ".join(f"{k} ({v})" for k, v in tags.items()))])
+
+
+def path(as_json: bool = JsonOpt) -> None:
+    """Print where pmem keeps its database, config, models, backups and server socket.
+
+    \b
+    Example:
+      pmem path
+    """
+    from .. import paths
+
+    data = {"db": str(paths.db_path(db_override())), "config": str(paths.config_path()),
+            "models": str(paths.models_dir()), "backups": str(paths.backups_dir()),
+            "socket": str(paths.data_dir() / "pmem.sock"),
+            "home": str(paths.home()) if paths.home() else None}
+    if as_json:
+        out.print_json(data)
+    else:
+        out.key_values((k, v) for k, v in data.items() if v)
+
+
+def reindex() -> None:
+    """Re-embed every memory with the configured embedding model (after changing models).
+
+    \b
+    Example:
+      PMEM_EMBED_MODEL=~/models/bge-small.gguf pmem reindex
+    """
+    with open_store() as store, out.Progress("re-embedding") as progress:
+        n = store.reindex(progress=progress)
+        name, dim = store.vector_model()
+    out.note(f"re-embedded {n} memories with {name} ({dim}-d)")
+
+
+def doctor(as_json: bool = JsonOpt) -> None:
+    """Check the SQLite driver, sqlite-vec, models and database integrity, and say how to fix problems.
+
+    \b
+    Example:
+      pmem doctor
+    """
+    from ..doctor import run_checks
+
+    checks = run_checks(db_override())
+    if as_json:
+        out.print_json([c.__dict__ for c in checks])
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else "FAIL"
+            out.echo(out.visible(f"[{mark}] {c.name}: {c.detail}"))
+            if not c.ok and c.fix:
+                out.echo(out.visible(f"       fix: {c.fix}"))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)

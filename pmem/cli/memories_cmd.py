@@ -1,0 +1,344 @@
+"""Commands on memories: add, search, recall, list, show, edit, pin, unpin, expire, forget, restore."""
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .. import timeutil
+from ..errors import UsageError
+from . import output as out
+from .common import (
+    AsOfOpt,
+    IdsArg,
+    JsonOpt,
+    SinceOpt,
+    TagOpt,
+    TierOpt,
+    UntilOpt,
+    _filter,
+    _meta,
+    _when,
+    open_store,
+    read_stdin,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(add)
+    app.command()(search)
+    app.command()(recall)
+    app.command("list")(list_)
+    app.command()(show)
+    app.command()(edit)
+    app.command()(pin)
+    app.command()(unpin)
+    app.command()(expire)
+    app.command()(forget)
+    app.command()(restore)
+
+
+def add(
+    text: Optional[str] = typer.Argument(None, help="The memory; '-' or nothing reads stdin."),
+    tag: List[str] = typer.Option(None, "--tag", "-t", help="Tag (repeatable)."),
+    pin: bool = typer.Option(False, "--pin", help="Pin it: a core memory, always recalled first."),
+    tier: str = typer.Option("archival", "--tier", help="core, archival or episodic."),
+    ttl: Optional[str] = typer.Option(None, "--ttl", help="Expire after this long: 90m, 12h, 3d, 2w, 1y."),
+    expires: Optional[str] = typer.Option(None, "--expires", help="Expire at DATE."),
+    source: Optional[str] = typer.Option(None, "--source", help="Where it came from (a URL, a tool, a person)."),
+    meta: List[str] = typer.Option(None, "--meta", help="key=value metadata (repeatable; values may be JSON)."),
+    at: Optional[str] = typer.Option(None, "--at", help="When it happened (sets created_at), e.g. 2023-05-08."),
+    allow_duplicate: bool = typer.Option(False, "--allow-duplicate", help="Store even if the same text is stored."),
+    extract: bool = typer.Option(False, "--extract", help="Pull durable facts out of the text with the local chat model."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Store a memory.
+
+    \b
+    Examples:
+      pmem add "The wifi password at the cabin is hunter2" --tag home
+      echo "Deploys need approval from Dana" | pmem add --tag work --ttl 30d
+      pmem add "I am vegetarian" --pin
+    """
+    from ..store import MAX_TEXT
+
+    if text is None or text == "-":
+        text = read_stdin(MAX_TEXT)
+    if ttl and expires:
+        raise UsageError("use --ttl or --expires, not both")
+    expires_at = _when(expires, direction=1)
+    if ttl:
+        expires_at = timeutil.iso(timeutil.now() + timeutil.parse_duration(ttl))
+    if extract:
+        from .extract_cmd import run_extract
+
+        run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=False, review=False,
+                    as_json=as_json)
+        return
+    with open_store() as store:
+        memory, created = store.add(text, tags=tag or [], tier=tier, pinned=pin, source=source,
+                                    meta=_meta(meta or []), created_at=_when(at), expires_at=expires_at,
+                                    allow_duplicate=allow_duplicate)
+    if as_json:
+        out.print_json({**memory.to_dict(), "created": created})
+    else:
+        if not created:
+            out.note(f"already stored as {memory.id} (use --allow-duplicate to store it again)")
+        elif out.is_tty():
+            out.note(f"stored {memory.id}")
+        out.echo(memory.id)
+
+
+def search(
+    query: str = typer.Argument(..., help="What to look for, in plain words."),
+    limit: int = typer.Option(None, "--limit", "-k", "-n", help="How many results (default 10)."),
+    tag: List[str] = TagOpt,
+    tier: List[str] = TierOpt,
+    since: Optional[str] = SinceOpt,
+    until: Optional[str] = UntilOpt,
+    as_of: Optional[str] = AsOfOpt,
+    include_expired: bool = typer.Option(False, "--include-expired", help="Also expired memories."),
+    mode: str = typer.Option("hybrid", "--mode", help="hybrid (words + meaning), semantic or keyword."),
+    no_collapse: bool = typer.Option(False, "--no-collapse",
+                                     help="List a fact and the memory it was derived from separately."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Find memories by meaning and by words (hybrid).
+
+    A fact and the memory it was derived from (see `pmem why`) share one result: the better
+    ranked one is shown.
+
+    \b
+    Examples:
+      pmem search "cabin internet"
+      pmem search "who approves deploys" --json --limit 5
+      pmem search "moved" --as-of 2024-01-01 --mode keyword
+    """
+    from ..search import search as run_search
+
+    with open_store() as store:
+        flt = _filter(tag, tier, since, until, as_of, include_expired)
+        hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
+                          collapse=not no_collapse)
+    if as_json:
+        out.print_json([h.to_dict() for h in hits])
+    elif hits:
+        out.memory_table([], hits=hits)
+    elif out.is_tty():
+        out.note("no memories match")
+
+
+def recall(
+    query: Optional[str] = typer.Argument(None, help="The topic; without it: core plus most recent."),
+    budget: Optional[int] = typer.Option(None, "--budget", "-b", help="Token budget (default 1500)."),
+    fmt: str = typer.Option("md", "--format", "-f", help="md, xml, json or text."),
+    tag: List[str] = TagOpt,
+    tier: List[str] = TierOpt,
+    as_of: Optional[str] = AsOfOpt,
+) -> None:
+    """Print what another LLM should know: core memories, then the most relevant, under a budget.
+
+    \b
+    Examples:
+      pmem recall "plan dinner" --budget 800 | llm "suggest a recipe"
+      pmem recall --format xml > context.xml
+    """
+    from ..recall import recall as run_recall
+    from ..recall import render
+
+    with open_store() as store:
+        flt = _filter(tag, tier, None, None, as_of)
+        result = run_recall(store, query, budget=budget, flt=flt, fmt=fmt)
+    out.echo(render(result, fmt))
+    if result.left_out and sys.stderr.isatty():
+        out.note(f"{result.left_out} more memories did not fit in {result.budget} tokens")
+
+
+def list_(
+    limit: int = typer.Option(50, "--limit", "-n", help="How many (0 for all)."),
+    offset: int = typer.Option(0, "--offset", help="Skip this many first."),
+    tag: List[str] = TagOpt,
+    tier: List[str] = TierOpt,
+    since: Optional[str] = SinceOpt,
+    until: Optional[str] = UntilOpt,
+    as_of: Optional[str] = AsOfOpt,
+    pinned: Optional[bool] = typer.Option(None, "--pinned/--unpinned", help="Only pinned, or only unpinned."),
+    include_expired: bool = typer.Option(False, "--include-expired", help="Also expired memories."),
+    include_forgotten: bool = typer.Option(False, "--include-forgotten", help="Also forgotten memories."),
+    all_: bool = typer.Option(False, "--all", "-a", help="Everything: every tier and status."),
+    sort: str = typer.Option("created", "--sort", help="created, updated, accessed, expires or id."),
+    reverse: bool = typer.Option(False, "--reverse", "-r", help="Oldest first."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List memories, newest first.
+
+    \b
+    Examples:
+      pmem list --tag work
+      pmem list --all --json | jq '.[].text'
+    """
+    with open_store() as store:
+        flt = _filter(tag, tier, since, until, as_of, include_expired, include_forgotten, pinned, all_)
+        memories = store.list(flt, sort=sort, reverse=reverse, limit=limit or None, offset=offset)
+    if as_json:
+        out.print_json([m.to_dict() for m in memories])
+    elif memories:
+        out.memory_table(memories)
+    elif out.is_tty():
+        out.note("no memories")
+
+
+def show(
+    memory_id: str = typer.Argument(..., metavar="ID", help="Memory id or a unique prefix."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show one memory with all its fields.
+
+    \b
+    Example:
+      pmem show 3f2a
+    """
+    with open_store() as store:
+        memory = store.get(memory_id)
+        store.touch([memory.id])
+    if as_json:
+        out.print_json(memory.to_dict())
+    else:
+        out.memory_detail(memory)
+
+
+def edit(
+    memory_id: str = typer.Argument(..., metavar="ID", help="Memory id or a unique prefix."),
+    text: Optional[str] = typer.Argument(None, help="New text; '-' reads stdin; none opens $EDITOR."),
+    tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag (repeatable)."),
+    untag: List[str] = typer.Option(None, "--untag", help="Remove this tag (repeatable)."),
+    tier: Optional[str] = typer.Option(None, "--tier", help="Move to tier core, archival or episodic."),
+    meta: List[str] = typer.Option(None, "--meta", help="Set key=value metadata (repeatable)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Change a memory's text, tags, tier or metadata (recorded; `pmem undo` reverts).
+
+    \b
+    Examples:
+      pmem edit 3f2a "The cabin wifi password is now hunter3"
+      pmem edit 3f2a --tag travel --untag home
+    """
+    from ..store import MAX_TEXT
+
+    with open_store() as store:
+        memory = store.get(memory_id)
+        if text == "-":
+            text = read_stdin(MAX_TEXT)
+        elif text is None and not (tag or untag or tier or meta):
+            text = _edit_in_editor(memory.text)
+            if text is None:
+                out.note("no change")
+                out.echo(memory.id)
+                return
+        new_meta = {**memory.meta, **_meta(meta)} if meta else None
+        memory = store.edit(memory.id, text=text, add_tags=tag or [], remove_tags=untag or [], tier=tier,
+                            meta=new_meta)
+    if as_json:
+        out.print_json(memory.to_dict())
+    else:
+        out.echo(memory.id)
+
+
+def _edit_in_editor(current: str) -> Optional[str]:
+    import shlex
+    import subprocess
+    import tempfile
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w+", suffix=".md", delete=False, encoding="utf-8") as f:
+        f.write(current)
+        name = f.name
+    try:
+        os.chmod(name, 0o600)
+        try:
+            rc = subprocess.call([*shlex.split(editor), name])
+        except OSError as exc:
+            raise UsageError(f"cannot run editor {editor!r}: {exc}") from None
+        if rc != 0:
+            raise UsageError(f"editor {editor!r} exited with {rc}; nothing changed")
+        new = Path(name).read_text(encoding="utf-8").strip()
+    finally:
+        os.unlink(name)
+    if not new:
+        raise UsageError("empty text; nothing changed (use `pmem forget` to remove a memory)")
+    return None if new == current.strip() else new
+
+
+def _each(ids: List[str], action: str, fn_name: str, **kw) -> None:
+    with open_store() as store:
+        full = [store.resolve(i) for i in ids]
+        with store.operation(action, f"{action} {' '.join(full)}"):
+            for mid in full:
+                getattr(store, fn_name)(mid, **kw)
+    for mid in full:
+        out.echo(mid)
+
+
+def pin(ids: List[str] = IdsArg) -> None:
+    """Pin memories: core, always recalled first.
+
+    \b
+    Example:
+      pmem pin 3f2a
+    """
+    _each(ids, "pin", "pin")
+
+
+def unpin(ids: List[str] = IdsArg) -> None:
+    """Unpin memories (they become archival).
+
+    \b
+    Example:
+      pmem unpin 3f2a
+    """
+    _each(ids, "unpin", "unpin")
+
+
+def expire(
+    ids: List[str] = IdsArg,
+    in_: Optional[str] = typer.Option(None, "--in", help="Expire after this long (3d, 2w...)."),
+    at: Optional[str] = typer.Option(None, "--at", help="Expire at DATE."),
+    now: bool = typer.Option(False, "--now", help="Expire now (the default)."),
+) -> None:
+    """Set when memories expire; expired ones leave search and recall but can be restored.
+
+    \b
+    Examples:
+      pmem expire 3f2a --in 3d
+      pmem expire 3f2a --now
+    """
+    if sum(bool(x) for x in (in_, at, now)) > 1:
+        raise UsageError("use one of --in, --at, --now")
+    when = None
+    if in_:
+        when = timeutil.iso(timeutil.now() + timeutil.parse_duration(in_))
+    elif at:
+        when = _when(at, direction=1)
+    _each(ids, "expire", "expire", at=when)
+
+
+def forget(ids: List[str] = IdsArg) -> None:
+    """Forget memories (a soft delete: `pmem restore` or `pmem undo` brings them back).
+
+    \b
+    Example:
+      pmem forget 3f2a
+    """
+    _each(ids, "forget", "forget")
+
+
+def restore(ids: List[str] = IdsArg) -> None:
+    """Bring back forgotten, expired or merged memories.
+
+    \b
+    Example:
+      pmem restore 3f2a
+    """
+    _each(ids, "restore", "restore")

@@ -1,0 +1,104 @@
+"""Moving memories in and out: import, export."""
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UsageError
+from . import output as out
+from .common import JsonOpt, open_store, read_stdin
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_)
+    app.command()(export)
+
+
+def import_(
+    file: str = typer.Argument(..., metavar="FILE|-", help="JSONL or Markdown file; '-' reads stdin."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="jsonl or md (default: guessed)."),
+    tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag to every imported memory."),
+    tier: Optional[str] = typer.Option(None, "--tier", help="Tier for records that do not name one."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the file and count, store nothing."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Import memories from JSONL (fields: text, created_at, tags, tier, pinned, expires_at, source,
+    meta) or Markdown (one memory per list item or paragraph). One `pmem undo` reverts it.
+
+    \b
+    Examples:
+      pmem import notes.jsonl
+      pmem export | pmem --db other.db import -
+    """
+    import io
+
+    from .. import transfer
+
+    if file == "-":
+        stream = io.StringIO(read_stdin(500_000_000))
+        name = ""
+    else:
+        path = Path(file)
+        if not path.is_file():
+            raise UsageError(f"no such file: {file}")
+        stream = open(path, encoding="utf-8", errors="strict")
+        name = path.name
+    with stream:
+        records = transfer.parse(stream, fmt, name)
+    from dataclasses import replace
+
+    if tag or tier:
+        records = [replace(r, tags=list(r.tags) + list(tag or []), tier=r.tier if tier is None or
+                           r.tier != "archival" else tier) for r in records]
+    with open_store() as store:
+        existing = store.existing_ids(r.id for r in records if r.id)
+        todo = [r for r in records if r.id not in existing]
+        if dry_run:
+            stored = []
+        else:
+            with out.Progress("importing") as progress:
+                stored = store.insert(todo, kind="import", summary=f"import {name or 'stdin'}: {len(todo)}",
+                                      progress=progress)
+    result = {"read": len(records), "imported": len(stored), "skipped_existing": len(existing),
+              "dry_run": dry_run}
+    if as_json:
+        out.print_json(result)
+    else:
+        verb = "would import" if dry_run else "imported"
+        count = len(todo) if dry_run else len(stored)
+        out.note(f"{verb} {count} memories" + (f"; {len(existing)} already present" if existing else ""))
+
+
+def export(
+    fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl (lossless) or md."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+    active: bool = typer.Option(False, "--active", help="Only active memories (default: everything)."),
+) -> None:
+    """Export memories: JSONL keeps every field (import round-trips it); Markdown is for reading.
+
+    \b
+    Examples:
+      pmem export > backup.jsonl
+      pmem export --format md -o memories.md
+    """
+    from .. import transfer
+    from ..store import Filter
+
+    with open_store() as store:
+        if active:
+            memories = store.list(Filter(tiers=("core", "archival", "episodic")), limit=None, reverse=True)
+        else:
+            memories = list(store.iter_all())
+    if fmt not in transfer.FORMATS:
+        raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
+    lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
+    if output:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        out.note(f"wrote {len(memories)} memories to {output}")
+    else:
+        sys.stdout.writelines(lines)
