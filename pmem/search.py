@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .records import Hit, Memory
-from .store import _COLUMNS_SQL, Filter
+from .records import Hit
+from .store import Filter
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -67,31 +67,16 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int) -> list
     match = fts_query(query)
     if match is None:
         return []
-    where, params = flt.where(store.clock())
-    sql = (f"SELECT m.seq, bm25(memories_fts) AS rank FROM memories_fts "
-           f"JOIN memories m ON m.seq = memories_fts.rowid "
-           f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
-    return [(r[0], r[1]) for r in store.conn.execute(sql, [match, *params, n])]
+    return store.keyword_ranks(match, flt, n)
 
 
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                    vector: bytes | None = None) -> list[tuple[int, float]]:
-    """(seq, cosine distance) best first, after filters; widens the KNN until n survive them."""
-    if not store._has_vec_table():
+    """(seq, cosine distance) best first, after filters, exact at any store size."""
+    if not store.has_vectors():
         return []
     blob = vector if vector is not None else store.query_vector(query)
-    where, params = flt.where(store.clock())
-    live = "" if (flt.include_forgotten or flt.include_merged) else " AND live = 1"
-    total = store.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0]
-    k = min(max(n * 2, 32), total)
-    while True:
-        sql = (f"WITH knn AS (SELECT seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ?{live}) "
-               f"SELECT knn.seq, knn.distance FROM knn JOIN memories m ON m.seq = knn.seq "
-               f"WHERE {where} ORDER BY knn.distance LIMIT ?")
-        rows = [(r[0], r[1]) for r in store.conn.execute(sql, [blob, k, *params, n])]
-        if len(rows) >= n or k >= total:
-            return rows
-        k = min(k * 4, total)
+    return store.semantic_ranks(blob, flt, n)
 
 
 def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -142,11 +127,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     page = limit if not collapse else 2 * limit
     for start in range(0, len(ranked), page):
         chunk = ranked[start:start + page]
-        seqs = [seq for seq, _ in chunk]
-        placeholders = ", ".join("?" * len(seqs))
-        rows = store.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq IN ({placeholders})",
-                                  seqs).fetchall()
-        by_seq = {r[0]: Memory.from_row(r[1:]) for r in rows}
+        by_seq = store.memories_by_seq(seq for seq, _ in chunk)
         for seq, score in chunk:
             memory = by_seq.get(seq)
             if memory is None:

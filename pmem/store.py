@@ -29,6 +29,8 @@ _COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 _ID = re.compile(r"^[0-9a-z]{1,32}$")
 BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads the model itself
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
+KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
+EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly (cheaper than a KNN)
 
 Progress = Callable[[int, int], None]
 
@@ -384,6 +386,62 @@ class MemoryStore:
         rows = self._select("m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",
                             [text.strip()], "ORDER BY m.seq LIMIT 1")
         return rows[0] if rows else None
+
+    # -- search support (the SQL behind pmem.search) ----------------------------------------
+
+    def has_vectors(self) -> bool:
+        """Whether any memory has been embedded yet (the vec0 table exists)."""
+        return self._has_vec_table()
+
+    def keyword_ranks(self, match: str, flt: Filter, n: int) -> list[tuple[int, float]]:
+        """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better."""
+        where, params = flt.where(self.clock())
+        sql = (f"SELECT m.seq, bm25(memories_fts) AS rank FROM memories_fts "
+               f"JOIN memories m ON m.seq = memories_fts.rowid "
+               f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
+        return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
+
+    def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> list[tuple[int, float]]:
+        """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
+
+        Exact at any store size. vec0's KNN is a brute-force scan but takes at most KNN_MAX
+        neighbours, and filters other than `live` apply after it; so a filter that keeps few
+        memories (a tag, a date range) or a large `n` is answered by computing the distance over
+        the filtered rows instead (about 17 us a row against 1.5 us for the KNN; measured on
+        10,000 memories of 384 dimensions)."""
+        if n <= 0 or not self._has_vec_table():
+            return []
+        where, params = flt.where(self.clock())
+        total = self.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0]
+        candidates = self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
+        if not total or not candidates:
+            return []
+        live = "" if (flt.include_forgotten or flt.include_merged) else " AND live = 1"
+        k = min(total, n * total // candidates + n // 4 + 16)
+        if candidates > max(n, EXACT_SCAN_MAX) and k <= KNN_MAX:
+            while True:
+                sql = (f"WITH knn AS (SELECT seq, distance FROM memory_vec "
+                       f"WHERE embedding MATCH ? AND k = ?{live}) "
+                       f"SELECT knn.seq, knn.distance FROM knn JOIN memories m ON m.seq = knn.seq "
+                       f"WHERE {where} ORDER BY knn.distance LIMIT ?")
+                rows = [(r[0], r[1]) for r in self.conn.execute(sql, [vector, k, *params, int(n)])]
+                if len(rows) >= n or k >= total:
+                    return rows
+                if k >= KNN_MAX:
+                    break
+                k = min(k * 4, total, KNN_MAX)
+        sql = (f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
+               f"JOIN memory_vec v ON v.seq = m.seq WHERE {where} ORDER BY distance, m.seq LIMIT ?")
+        return [(r[0], r[1]) for r in self.conn.execute(sql, [vector, *params, int(n)])]
+
+    def memories_by_seq(self, seqs: Iterable[int]) -> dict[int, Memory]:
+        """Memories by their row number (search results carry seqs)."""
+        seqs = [int(s) for s in seqs]
+        if not seqs:
+            return {}
+        rows = self.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m "
+                                 f"WHERE m.seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),))
+        return {r[0]: Memory.from_row(r[1:]) for r in rows}
 
     # -- writing --------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import pytest
 
 from pmem import Filter, Memory, search
 from pmem.errors import UsageError
-from pmem.search import fts_query, query_words
+from pmem.search import fts_query, query_words, semantic_ranks
 
 
 def seed(store):
@@ -122,3 +122,57 @@ def test_collapse_fills_the_limit_from_lower_ranks(store):
     shown = search(store, "alpha beta gamma", mode="keyword", limit=4)
     assert len(shown) == 4
     assert sum(h.memory.id.startswith("dddd") for h in shown) == 1
+
+
+def _exact_nearest(store, vector, flt, n):
+    """Brute force in Python: the reference the store's semantic ranks must equal."""
+    import math
+
+    from pmem.store import deserialize
+
+    q = deserialize(vector)
+    qn = math.sqrt(sum(x * x for x in q))
+    kept = store.list(flt, limit=None)
+    vecs = store.vectors(m.id for m in kept)
+    out = []
+    for m in kept:
+        v = deserialize(vecs[m.id])
+        dot = sum(a * b for a, b in zip(q, v))
+        out.append((1.0 - dot / (qn * math.sqrt(sum(x * x for x in v))), m.id))
+    return sorted(out)[:n]
+
+
+def test_filters_and_large_k_work_past_the_knn_limit(store):
+    """sqlite-vec refuses k > 4096: a tag filter or -k 3000 on a store of 4,201 memories used to
+    end in 'k value in knn query too large'. Results must equal an exact scan."""
+    import random
+
+    from pmem.store import KNN_MAX, serialize
+
+    rng = random.Random(7)
+    n = KNN_MAX + 105
+    dim = store.embedder.dim
+    memories = [Memory(id=f"m{i:05d}", text=f"note {i} about topic {i % 97}",
+                       tags=(["x"] if i % 50 == 0 else []) + (["half"] if i % 2 else []),
+                       tier="episodic" if i % 7 == 0 else "archival") for i in range(n)]
+    vectors = [serialize([rng.gauss(0, 1) for _ in range(dim)]) for _ in range(n)]
+    store.insert(memories, vectors=vectors)
+    store.forget("m00001")
+    query = serialize([rng.gauss(0, 1) for _ in range(dim)])
+    by_seq = {}
+    for flt, k in [(Filter(tags=("x",)), 100), (Filter(tags=("half",)), 3000), (Filter(), 3000),
+                   (Filter.everything(), KNN_MAX + 50), (Filter(tiers=("episodic",)), 100)]:
+        got = semantic_ranks(store, "", flt, k, vector=query)
+        want = _exact_nearest(store, query, flt, k)
+        assert len(got) == len(want) == min(k, store.count(flt))
+        by_seq.update(store.memories_by_seq(seq for seq, _ in got if seq not in by_seq))
+        assert [d for _, d in got] == pytest.approx([d for d, _ in want], abs=1e-5)
+        # Same memories in the same order, up to float32-vs-double near-ties.
+        for (seq, d), (_, mid) in zip(got, want):
+            assert by_seq[seq].id == mid or any(abs(d - w) < 1e-5 for w, m2 in want if m2 == by_seq[seq].id)
+        cutoff = want[-1][0] - 1e-5
+        assert {mid for d, mid in want if d < cutoff} <= {by_seq[seq].id for seq, _ in got}
+    # The whole search path, as `pmem search q --tag x` and `-k 3000` run it.
+    assert {h.memory.id for h in search(store, "topic", Filter(tags=("x",)), limit=200)} == \
+        {m.id for m in memories if "x" in m.tags and m.tier == "archival"}
+    assert len(search(store, "note", limit=3000, mode="semantic")) == 3000
