@@ -526,6 +526,10 @@ class MemoryStore:
                 return existing, False
         blob = self.embed([m.text])[0]
         with self.operation("add", m.text[:80]):
+            if not allow_duplicate:  # again under the write lock: a concurrent add may have stored it
+                existing = self.find_exact(m.text)
+                if existing is not None:
+                    return existing, False
             self._ensure_vec_table()
             m = replace(m, id=self._new_id())
             self._insert(m, blob)
@@ -563,65 +567,97 @@ class MemoryStore:
              add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,
              meta: dict | None = None, source: str | None = None, expires_at: str | None | bool = False,
              valid_from: str | None = None, action: str | None = None) -> Memory:
-        """Change a memory; a text change re-embeds it (the old vector is kept for undo)."""
-        before = self.get(memory_id)
-        new_tags = list(before.tags if tags is None else tags)
-        new_tags = [t for t in new_tags if t not in set(remove_tags)] + list(add_tags)
-        after = replace(before, tags=new_tags)
-        if text is not None:
-            after = replace(after, text=text)
-        if tier is not None:
-            after = replace(after, tier=tier, pinned=tier == "core")
-        if meta is not None:
-            after = replace(after, meta=meta)
-        if source is not None:
-            after = replace(after, source=source)
-        if expires_at is not False:
-            after = replace(after, expires_at=expires_at)
-        if valid_from is not None:
-            after = replace(after, valid_from=valid_from)
-        after = self._normalize(after)
-        if _memory_dict(after) == _memory_dict(before):
-            return before
-        after = replace(after, updated_at=self.clock())
-        blob = self.embed([after.text])[0] if after.text != before.text else None
+        """Change a memory; a text change re-embeds it (the old vector is kept for undo).
+
+        The changes apply to the row as it is inside the write transaction, so concurrent edits
+        (two processes adding tags) both land and each event's `before` is exact."""
+        add_tags, remove_tags = list(add_tags), set(remove_tags)
+        tags = None if tags is None else list(tags)
+
+        def change(before: Memory) -> Memory:
+            new_tags = list(before.tags if tags is None else tags)
+            after = replace(before, tags=[t for t in new_tags if t not in remove_tags] + add_tags)
+            if text is not None:
+                after = replace(after, text=text)
+            if tier is not None:
+                after = replace(after, tier=tier, pinned=tier == "core")
+            if meta is not None:
+                after = replace(after, meta=meta)
+            if source is not None:
+                after = replace(after, source=source)
+            if expires_at is not False:
+                after = replace(after, expires_at=expires_at)
+            if valid_from is not None:
+                after = replace(after, valid_from=valid_from)
+            return self._normalize(after)
+
+        seen = self.get(memory_id)  # read once outside the lock: embed before taking it
+        guess = change(seen)
+        if _memory_dict(guess) == _memory_dict(seen):
+            return seen
+        vectors: dict[str, bytes] = {}
+        if guess.text != seen.text:
+            vectors[guess.text] = self.embed([guess.text])[0]
         if action is None:
-            changed = {k for k in _memory_dict(after) if _memory_dict(after)[k] != _memory_dict(before)[k]}
-            action = "retag" if changed <= {"tags", "updated_at"} else "edit"
-        with self.operation(action, f"{action} {before.id}"):
-            return self._write(before, after, action, blob)
+            changed = {k for k, v in _memory_dict(guess).items() if _memory_dict(seen)[k] != v}
+            name = "retag" if changed <= {"tags"} else "edit"
+        else:
+            name = action
+        with self.operation(name, f"{name} {seen.id}"):
+            before = self._fresh(seen.id)
+            after = change(before)
+            if _memory_dict(after) == _memory_dict(before):
+                return before
+            after = replace(after, updated_at=self.clock())
+            blob = None
+            if after.text != before.text:  # embedding under the lock only if the text moved meanwhile
+                blob = vectors.get(after.text) or self.embed([after.text])[0]
+            if action is None:
+                changed = {k for k, v in _memory_dict(after).items() if _memory_dict(before)[k] != v}
+                name = "retag" if changed <= {"tags", "updated_at"} else "edit"
+            return self._write(before, after, name, blob)
+
+    def _fresh(self, full_id: str) -> Memory:
+        """The row as it is now; call inside the write transaction, then change that."""
+        rows = self._select("m.id = ?", [full_id])
+        if not rows:
+            raise NotFound(f"no memory with id {full_id!r}")
+        return rows[0]
+
+    def _update(self, memory_id: str, action: str, change: Callable[[Memory], Memory]) -> Memory:
+        """Apply `change` to the fresh row inside the operation's write transaction."""
+        full = self.resolve(memory_id)
+        with self.operation(action, f"{action} {full}"):
+            before = self._fresh(full)
+            after = change(before)
+            if _memory_dict(after) == _memory_dict(before):
+                return before
+            return self._write(before, replace(after, updated_at=self.clock()), action)
 
     def set_fields(self, memory_id: str, action: str, **changes) -> Memory:
         """Change fields of a memory as one recorded `action` (pin, forget, dream's dedup...)."""
-        before = self.get(memory_id)
-        after = replace(before, **changes)
-        if _memory_dict(after) == _memory_dict(before):
-            return before
-        after = replace(after, updated_at=self.clock())
-        with self.operation(action, f"{action} {before.id}"):
-            return self._write(before, after, action)
+        return self._update(memory_id, action, lambda m: replace(m, **changes))
 
     def pin(self, memory_id: str) -> Memory:
         """Make a memory core: always recalled first."""
         return self.set_fields(memory_id, "pin", pinned=True, tier="core")
 
     def unpin(self, memory_id: str) -> Memory:
-        m = self.get(memory_id)
-        return self.set_fields(m.id, "unpin", pinned=False, tier="archival" if m.tier == "core" else m.tier)
+        return self._update(memory_id, "unpin", lambda m: replace(
+            m, pinned=False, tier="archival" if m.tier == "core" else m.tier))
 
     def expire(self, memory_id: str, at: str | None = None) -> Memory:
         return self.set_fields(memory_id, "expire", expires_at=at or self.clock())
 
     def forget(self, memory_id: str) -> Memory:
-        m = self.get(memory_id)
-        if m.forgotten_at:
-            return m
-        return self.set_fields(m.id, "forget", forgotten_at=self.clock())
+        now = self.clock()
+        return self._update(memory_id, "forget", lambda m: m if m.forgotten_at else replace(m, forgotten_at=now))
 
     def delete(self, memory_id: str, action: str = "delete") -> Memory:
         """Remove a memory's row and vector (dream --purge). The event keeps both, so undo restores it."""
-        m = self.get(memory_id)
-        with self.operation(action, f"{action} {m.id}"):
+        full = self.resolve(memory_id)
+        with self.operation(action, f"{action} {full}"):
+            m = self._fresh(full)
             seq = self._seq(m.id)
             vec = self._get_vec(seq)
             if self._has_vec_table():
@@ -632,18 +668,18 @@ class MemoryStore:
 
     def restore(self, memory_id: str) -> Memory:
         """Bring back a forgotten, expired or merged memory."""
-        m = self.get(memory_id)
         now = self.clock()
-        return self.set_fields(m.id, "restore", forgotten_at=None, merged_into=None,
-                            expires_at=None if m.is_expired(now) else m.expires_at)
+        return self._update(memory_id, "restore", lambda m: replace(
+            m, forgotten_at=None, merged_into=None, expires_at=None if m.is_expired(now) else m.expires_at))
 
     def supersede(self, old_id: str, new_id: str, at: str | None = None) -> Memory:
         """Mark `old_id` as no longer true from `at`, replaced by `new_id`. It stays findable with --as-of."""
-        old, new = self.get(old_id), self.get(new_id)
-        if old.id == new.id:
+        old_full, new_full = self.resolve(old_id), self.resolve(new_id)
+        if old_full == new_full:
             raise UsageError("a memory cannot supersede itself")
-        at = at or new.valid_from or new.created_at
-        with self.operation("supersede", f"{new.id} supersedes {old.id}"):
+        with self.operation("supersede", f"{new_full} supersedes {old_full}"):
+            old, new = self._fresh(old_full), self._fresh(new_full)
+            at = at or new.valid_from or new.created_at
             if new.valid_from is None:
                 self._write(new, replace(new, valid_from=at, updated_at=self.clock()), "supersede")
             return self._write(old, replace(old, valid_to=at, superseded_by=new.id, updated_at=self.clock()),
@@ -689,7 +725,14 @@ class MemoryStore:
         return [self._event(r) for r in rows]
 
     def undo(self, op_id: str | None = None) -> Operation:
-        """Revert the last operation not yet undone (or `op_id`, if it is that one), exactly."""
+        """Revert the last operation not yet undone (or `op_id`, if it is that one), exactly.
+
+        The operation is chosen and claimed inside the write transaction, so two concurrent
+        undos revert two operations (or the second finds nothing), never one twice."""
+        with self.transaction():
+            return self._undo_locked(op_id)
+
+    def _undo_locked(self, op_id: str | None) -> Operation:
         row = self.conn.execute("SELECT id, kind, summary, at, undone_at FROM operations "
                                 "WHERE undone_at IS NULL ORDER BY rowid DESC LIMIT 1").fetchone()
         if row is None:
@@ -699,35 +742,35 @@ class MemoryStore:
         op = Operation(*row)
         rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at, before_vec "
                                  "FROM events WHERE op_id = ? ORDER BY seq DESC", (op.id,)).fetchall()
+        # Old events kept no vector: re-embed those texts (rare; the lock is held meanwhile).
         needs_vec = [json.loads(r[4]) for r in rows if r[4] and r[7] is None and r[5]
                      and json.loads(r[4])["text"] != json.loads(r[5])["text"]]
         blobs = dict(zip([d["text"] for d in needs_vec], self.embed([d["text"] for d in needs_vec]))) \
             if needs_vec else {}
-        with self.transaction():
-            for r in rows:
-                mid, before_json, before_vec = r[2], r[4], r[7]
-                exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
-                if before_json is None:  # the operation created it
-                    if exists:
-                        if self._has_vec_table():
-                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
-                        self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
-                    continue
-                before = Memory(**json.loads(before_json))
+        for r in rows:
+            mid, before_json, before_vec = r[2], r[4], r[7]
+            exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
+            if before_json is None:  # the operation created it
                 if exists:
-                    sets = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
-                    self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*before.to_row()[1:], mid))
-                    seq = exists[0]
-                else:
-                    self.conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-                                      f"({', '.join('?' * len(MEMORY_COLUMNS))})", before.to_row())
-                    seq = self._seq(mid)
-                blob = before_vec if before_vec is not None else blobs.get(before.text)
-                if blob is not None and (self.vector_model()[1] or 0) * 4 == len(blob):
-                    self._put_vec(seq, blob, self._live(before))
-                elif self._has_vec_table():
-                    self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(before)), seq))
-            self.conn.execute("UPDATE operations SET undone_at = ? WHERE id = ?", (self.clock(), op.id))
+                    if self._has_vec_table():
+                        self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
+                    self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
+                continue
+            before = Memory(**json.loads(before_json))
+            if exists:
+                sets = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
+                self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*before.to_row()[1:], mid))
+                seq = exists[0]
+            else:
+                self.conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
+                                  f"({', '.join('?' * len(MEMORY_COLUMNS))})", before.to_row())
+                seq = self._seq(mid)
+            blob = before_vec if before_vec is not None else blobs.get(before.text)
+            if blob is not None and (self.vector_model()[1] or 0) * 4 == len(blob):
+                self._put_vec(seq, blob, self._live(before))
+            elif self._has_vec_table():
+                self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(before)), seq))
+        self.conn.execute("UPDATE operations SET undone_at = ? WHERE id = ?", (self.clock(), op.id))
         op.undone_at = self.clock()
         op.events = len(rows)
         return op
