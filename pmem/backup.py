@@ -2,6 +2,11 @@
 
 A backup is one self-contained SQLite file (rollback journal, not WAL) in paths.backups_dir(),
 readable by its owner only. Restoring is copying it back over the database while pmem is idle.
+
+A backup is written inside a private `.partial-<pid>-<token>` folder, synced, then renamed into
+place: a process killed while writing leaves no file that looks like a backup, only that folder
+(0700, so its contents are private whatever SQLite's journal mode gives them), which the next
+backup removes once its process is gone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,21 @@ if TYPE_CHECKING:
 
 MAX_TOTAL_BYTES = 2 * 1024 ** 3  # all backups together; the newest is always kept
 _NAME = re.compile(r"^pmem-\d{8}T\d{6}Z(?:-\d+)?(?:-[a-z0-9]+)?\.db$")
+_PARTIAL = re.compile(r"^\.partial-(\d+)-[0-9a-f]+$")
+_HEADER = b"SQLite format 3\x00"
+
+
+def _complete(path: Path) -> bool:
+    """A whole SQLite file: older pmem versions could leave an empty or truncated one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return False
+    if len(head) < 100 or not head.startswith(_HEADER):
+        return False
+    page = int.from_bytes(head[16:18], "big")
+    return path.stat().st_size >= (65536 if page == 1 else page)
 
 
 def list_backups(directory: Path | None = None) -> list[Path]:
@@ -27,7 +47,7 @@ def list_backups(directory: Path | None = None) -> list[Path]:
     directory = directory or paths.backups_dir()
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if p.is_file() and _NAME.match(p.name)]
+    found = [p for p in directory.iterdir() if p.is_file() and _NAME.match(p.name) and _complete(p)]
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
@@ -55,24 +75,62 @@ def backup_database(store: "MemoryStore", *, label: str = "", keep: int | None =
     if free < size * 1.2 + 16 * 1024 ** 2:
         raise DatabaseError(f"not enough free disk space for a backup in {directory} "
                             f"({free // 1024 ** 2} MiB free, the database is {size // 1024 ** 2} MiB)")
-    target = _target(directory, label)
-    fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    os.close(fd)
+    remove_partials(directory)
+    partial = directory / f".partial-{os.getpid()}-{os.urandom(4).hex()}"
+    partial.mkdir(mode=0o700)
+    temp = partial / "backup.db"
     try:
-        dest = db.driver().connect(str(target), isolation_level=None)
+        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        dest = db.driver().connect(str(temp), isolation_level=None)
         try:
             store.conn.backup(dest)
             dest.execute("PRAGMA journal_mode = DELETE")
         finally:
             dest.close()
+        os.chmod(temp, 0o600)
+        _fsync(temp)
+        target = _target(directory, label)
+        os.replace(temp, target)
+        _fsync(directory)
     except BaseException as exc:
-        target.unlink(missing_ok=True)
+        shutil.rmtree(partial, ignore_errors=True)
         if isinstance(exc, Exception) and not isinstance(exc, DatabaseError):
-            raise DatabaseError(f"backup to {target} failed: {exc}") from None
+            raise DatabaseError(f"backup in {directory} failed: {exc}") from None
         raise
-    os.chmod(target, 0o600)
+    shutil.rmtree(partial, ignore_errors=True)
     rotate(directory, keep=keep, max_total_bytes=max_total_bytes, protect=target)
     return target
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_partials(directory: Path) -> list[Path]:
+    """Delete what backups killed mid-write left behind (their process no longer runs)."""
+    removed = []
+    for p in directory.iterdir() if directory.is_dir() else ():
+        m = _PARTIAL.match(p.name)
+        if not m or not p.is_dir():
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still writing
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process holds that pid
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
 
 
 def rotate(directory: Path, *, keep: int, max_total_bytes: int = MAX_TOTAL_BYTES,

@@ -104,3 +104,57 @@ def test_concurrent_undos_never_revert_one_operation_twice(store, db):
     assert store.count(Filter.everything()) == 0
 
 
+
+
+# -- backups -------------------------------------------------------------------------------
+
+def test_a_backup_killed_mid_write_leaves_no_backup_and_nothing_readable(store, db, tmp_path):
+    """A dream killed while writing its backup left a 0-byte 'backup' that counted as one and a
+    0644 journal. Now: no file that looks like a backup, nothing readable by others, and the
+    next backup cleans up and counts one."""
+    import stat
+
+    from pmem.backup import backup_database, list_backups
+
+    for i in range(50):
+        store.add(f"something worth backing up {i}")
+    backups = tmp_path / "backups"
+    code = f"""
+        import os
+        from pathlib import Path
+        from pmem.backup import backup_database
+
+        class Dies:  # the kill lands while pages are being copied
+            def __init__(self, conn):
+                self.conn = conn
+            def backup(self, dest, **kw):
+                dest.execute("CREATE TABLE half(x)")
+                dest.execute("BEGIN")
+                dest.execute("INSERT INTO half VALUES (randomblob(100000))")
+                os.kill(os.getpid(), 9)
+
+        store.conn = Dies(store.conn)
+        backup_database(store, label="dream", directory=Path({str(backups)!r}))
+    """
+    prelude = f"from pmem.store import MemoryStore\nstore = MemoryStore({str(db)!r})\n"
+    p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
+                       env={**os.environ, "PMEM_EMBED_MODEL": "fake-64"})
+    assert p.returncode == -9
+    assert list_backups(backups) == []
+    left = list(backups.rglob("*"))
+    assert left  # the kill did leave its partial folder behind
+    for path in left:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        inside_private = any(stat.S_IMODE(d.stat().st_mode) == 0o700 for d in path.parents
+                             if d != backups and backups in d.parents)
+        assert mode & 0o077 == 0 or inside_private, (path, oct(mode))
+    # An empty or truncated file with a backup's name (what older versions left) is no backup.
+    (backups / "pmem-20260101T000000Z-dream.db").write_bytes(b"")
+    assert list_backups(backups) == []
+    made = backup_database(store, label="dream", directory=backups)
+    assert list_backups(backups) == [made]
+    assert stat.S_IMODE(made.stat().st_mode) == 0o600
+    assert not [p for p in backups.iterdir() if p.name.startswith(".partial-")]
+    copy = MemoryStore(made, config=store.config)
+    assert copy.count() == 50
+    copy.close()
