@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import prompts, timeutil
+from . import prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
 from .search import STOP_WORDS
 
@@ -527,31 +527,36 @@ def _check_text(text: str) -> str:
     return text.strip()
 
 
-def _store_sources(store: "MemoryStore", text: str, *, turns: list[Turn], tags, at, source, model, run) -> list[str]:
+def _store_sources(store: "MemoryStore", text: str, *, turns: list[Turn], tags, at, source, model, run,
+                   allow_secret: bool = False) -> list[str]:
     date = at or next((t.date for t in turns if t.date), None)
     meta = {"extract": {"model": model, "run": run, "role": "source"}}
     items = [store.new_memory(p, tier="episodic", tags=tags, source=source, meta=meta, created_at=date)
              for p in _source_parts(text)]
-    return [m.id for m in store.insert(items, kind="extract", summary="extract source")]
+    return [m.id for m in store.insert(items, kind="extract", summary="extract source", allow_secret=allow_secret)]
 
 
-def keep_source(store: "MemoryStore", text: str, *, tags=(), at=None, source=None, model: str = "") -> list[str]:
+def keep_source(store: "MemoryStore", text: str, *, tags=(), at=None, source=None, model: str = "",
+                allow_secret: bool = False) -> list[str]:
     """Store only the input, as its own operation: what a failed extraction still keeps."""
     text = _check_text(text)
     turns = parse_input(text)
     with store.operation("extract", f"extract source (model failed): {text[:60]}") as op:
-        return _store_sources(store, text, turns=turns, tags=list(tags), at=at, source=source, model=model, run=op)
+        return _store_sources(store, text, turns=turns, tags=list(tags), at=at, source=source, model=model, run=op,
+                              allow_secret=allow_secret)
 
 
 def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = None, tags=(), at: str | None = None,
             source: str | None = None, dry_run: bool = False,
             review: Callable[[Fact], str | None] | None = None,
-            progress: Callable[[int, int], None] | None = None) -> ExtractResult:
+            progress: Callable[[int, int], None] | None = None, allow_secret: bool = False) -> ExtractResult:
     """Extract, ground and reconcile facts from `text`; store them with their source in one operation.
 
     `review(fact)` returns the text to keep (possibly edited) or None to drop the fact. A model
     failure still stores the source (unless dry_run) and then raises, naming the stored id."""
     text = _check_text(text)
+    if not allow_secret:  # secret gate (pmem/secretscan.py): refuse before any model runs
+        secretscan.refuse(text, what="the input")
     tags = list(tags)
     turns = parse_input(text)
     model = getattr(generator, "name", None) or store.config.chat_model
@@ -566,7 +571,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     except (ModelError, ExtractionError) as exc:
         if dry_run:
             raise
-        ids = keep_source(store, text, tags=tags, at=at, source=source, model=model)
+        ids = keep_source(store, text, tags=tags, at=at, source=source, model=model, allow_secret=allow_secret)
         raise type(exc)(f"{exc}; the input was kept as episodic memory {', '.join(ids)}") from None
     result = ExtractResult(model=model, dry_run=dry_run, candidates=shown, invalid=invalid, turns=len(turns))
     embedder = store.embedder
@@ -574,6 +579,10 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     seen: set[frozenset] = set()
     accepted: list[Fact] = []
     for f in grounded:  # the same sentence said twice in one input is one fact
+        if secretscan.first_secret(f.text):  # secret gate: a fact never carries one, allowed or not
+            f.action, f.reason = "rejected", "contains a secret"
+            result.rejected.append(f)
+            continue
         key = frozenset(_stems(f.text))
         if key in seen:
             continue
@@ -595,7 +604,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     with store.operation("extract", f"extract {len(accepted)} facts: {text[:60]}") as op:
         result.run = op
         result.source_ids = _store_sources(store, text, turns=turns, tags=tags, at=at, source=source,
-                                           model=model, run=op)
+                                           model=model, run=op, allow_secret=allow_secret)
         for f in accepted:
             _apply(store, f, result, tags=tags, at=at, source=source, judge=judge)
             result.facts.append(f)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from . import db, migrations, paths, timeutil
+from . import db, migrations, paths, secretscan, timeutil
 from .config import Config
 from .config import load as load_config
 from .errors import AmbiguousId, DatabaseError, ModelMismatch, NotFound, UsageError
@@ -516,10 +516,16 @@ class MemoryStore:
                    valid_from=valid_from, derived_from=list(derived_from))
         return self._normalize(m)
 
-    def add(self, text: str, *, allow_duplicate: bool = False, **kw) -> tuple[Memory, bool]:
+    def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
+            **kw) -> tuple[Memory, bool]:
         """Store one memory. Returns (memory, created); an exact duplicate of an active memory
-        is not stored twice unless asked: the existing one comes back with created=False."""
+        is not stored twice unless asked: the existing one comes back with created=False.
+
+        Text holding a machine secret (an API key, a private key...) raises SecretFound unless
+        `allow_secret`."""
         m = self.new_memory(text, **kw)
+        if not allow_secret:
+            secretscan.refuse(m.text)
         if not allow_duplicate:
             existing = self.find_exact(m.text)
             if existing is not None:
@@ -537,12 +543,16 @@ class MemoryStore:
 
     def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
                progress: Progress | None = None, keep_ids: bool = True,
-               vectors: Sequence[bytes] | None = None) -> list[Memory]:
+               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]:
         """Store many memories as one operation (one `undo` takes them all back).
 
-        Memories are validated first and embedded in batches; then everything is written in one
-        transaction, so a failure stores nothing."""
+        Memories are validated first (a machine secret in any raises SecretFound unless
+        `allow_secret`) and embedded in batches; then everything is written in one transaction,
+        so a failure stores nothing."""
         items = [self._normalize(m) for m in memories]
+        if not allow_secret:
+            for i, m in enumerate(items, start=1):
+                secretscan.refuse(m.text, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
         if vectors is not None and len(vectors) != len(items):
             raise ValueError("one vector per memory")
         blobs = list(vectors) if vectors is not None else (
@@ -566,8 +576,9 @@ class MemoryStore:
     def edit(self, memory_id: str, *, text: str | None = None, tags: Iterable[str] | None = None,
              add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,
              meta: dict | None = None, source: str | None = None, expires_at: str | None | bool = False,
-             valid_from: str | None = None, action: str | None = None) -> Memory:
+             valid_from: str | None = None, action: str | None = None, allow_secret: bool = False) -> Memory:
         """Change a memory; a text change re-embeds it (the old vector is kept for undo).
+        A new text holding a machine secret raises SecretFound unless `allow_secret`.
 
         The changes apply to the row as it is inside the write transaction, so concurrent edits
         (two processes adding tags) both land and each event's `before` is exact."""
@@ -591,6 +602,8 @@ class MemoryStore:
                 after = replace(after, valid_from=valid_from)
             return self._normalize(after)
 
+        if text is not None and not allow_secret:
+            secretscan.refuse(text, what="the new text")
         seen = self.get(memory_id)  # read once outside the lock: embed before taking it
         guess = change(seen)
         if _memory_dict(guess) == _memory_dict(seen):

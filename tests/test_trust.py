@@ -158,3 +158,93 @@ def test_a_backup_killed_mid_write_leaves_no_backup_and_nothing_readable(store, 
     copy = MemoryStore(made, config=store.config)
     assert copy.count() == 50
     copy.close()
+
+
+# -- secrets -------------------------------------------------------------------------------
+
+SECRETS = {
+    "AWS access key": "the staging key is AKIAIOSFODNN7EXAMPLE",
+    "AWS secret key": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "GitHub token": "deploy with ghp_1234567890abcdefghijklmnopqrstuvwxyzAB",
+    "Slack token": "bot token xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "OpenAI API key": "OPENAI_API_KEY=sk-proj-AbCdEf1234567890GhIjKlMnOpQrStUvWxYz12",
+    "Anthropic API key": "key sk-ant-api03-AbCdEf1234567890GhIjKlMnOpQrStUvWxYz-1234567890abcdef",
+    "Google API key": "maps key AIzaSyA-1234567890abcdefghijklmnopqrstu",
+    "Stripe key": "stripe sk_live_51H8abcdefGHIJKLmnopqrstu",
+    "private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "JSON Web Token": "auth eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "password in a URL": "DATABASE_URL=postgres://admin:s3cr3tP4ss@db.example.com:5432/app",
+    "password in a connection string": "Server=tcp:db.example.com;Database=app;User ID=sa;Password=Hunter2Secret!;",
+}
+
+ORDINARY = [
+    "the wifi password is hunter2", "password: hunter2 (the router in the hall)",
+    "memory 3f2a9c1e was merged", "fixed in commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    "request 550e8400-e29b-41d4-a716-446655440000 failed",
+    "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "use sk-learn or scikit-learn-contrib-extra-packages-for-ml", "https://example.com/path?q=1",
+    "postgres://localhost/db", "postgres://user@host/db", "postgres://user:${PGPASSWORD}@host/db",
+    "postgres://user:****@host/db", "AKIA is the prefix of AWS access keys", "ghp_ tokens are GitHub's",
+    "-----BEGIN PUBLIC KEY-----", "-----BEGIN CERTIFICATE-----",
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 me@host", "email dana@example.com",
+    "aGVsbG8gd29ybGQgdGhpcyBpcyBiYXNlNjQgdGV4dA==", "http://localhost:8080/x@y", "sk-1234",
+    "hf_transfer speeds downloads", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "eyJ is how base64 JSON starts",
+    "Caroline: I went to the pottery class on Sunday", "my pin is 4711 and my locker is 22",
+]
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_each_kind_of_secret_is_found_and_named(kind):
+    from pmem.secretscan import first_secret
+
+    found = first_secret(SECRETS[kind])
+    assert found is not None and found.kind == kind
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_text_is_no_secret(text):
+    from pmem.secretscan import find_secrets
+
+    assert find_secrets(text) == []
+
+
+def test_add_import_and_edit_refuse_secrets_unless_allowed(store):
+    from pmem.errors import UsageError
+    from pmem.records import Memory
+    from pmem.secretscan import SecretFound
+    from pmem.store import Filter
+
+    text = SECRETS["AWS access key"]
+    with pytest.raises(SecretFound, match="AWS access key") as err:
+        store.add(text)
+    assert isinstance(err.value, UsageError) and err.value.exit_code == 2
+    assert "AKIAIOSFODNN7EXAMPLE" not in str(err.value)  # the message does not repeat the secret
+    with pytest.raises(SecretFound, match=r"memory 2 of 2 \(id aaaa0002\).*GitHub token"):
+        store.insert([Memory(id="aaaa0001", text="fine"), Memory(id="aaaa0002", text=SECRETS["GitHub token"])])
+    assert store.count(Filter.everything()) == 0  # an import with one secret stores nothing
+    m, _ = store.add("the wifi password is hunter2")
+    with pytest.raises(SecretFound, match="private key"):
+        store.edit(m.id, text=SECRETS["private key"])
+    kept, created = store.add(text, allow_secret=True)
+    assert created and kept.text == text
+    assert store.insert([Memory(id="", text=SECRETS["Stripe key"])], allow_secret=True)
+
+
+def test_extraction_never_makes_a_fact_of_a_secret(store):
+    from test_extract import FakeGenerator
+
+    from pmem import extract as ex
+    from pmem.secretscan import SecretFound, find_secrets
+    from pmem.store import Filter
+
+    chat = ("Dana: I moved to Lisbon in March. My staging key is AKIAIOSFODNN7EXAMPLE and I went "
+            "to the staging party yesterday.")
+    with pytest.raises(SecretFound, match="AWS access key"):
+        ex.extract(store, chat, generator=FakeGenerator())
+    assert store.count(Filter.everything()) == 0
+    # Stored on purpose: the source is kept, yet the sentence with the key becomes no fact.
+    r = ex.extract(store, chat, generator=FakeGenerator(), allow_secret=True)
+    assert len(r.facts) == 1 and "Lisbon" in r.facts[0].text
+    assert [f.reason for f in r.rejected] == ["contains a secret"]
+    facts = store.list(Filter(), limit=None)
+    assert facts and not any(find_secrets(m.text) for m in facts)

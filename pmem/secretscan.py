@@ -1,0 +1,104 @@
+"""Machine secrets kept out of memory: cloud and API keys, tokens, private keys, JWTs, passwords
+inside URLs and connection strings.
+
+Memories are recalled into prompts that users paste or pipe into LLMs, so a key stored by
+accident leaks later. Only high-confidence shapes count: a vendor prefix with the key's length
+and alphabet, a PEM private-key header, a password between `user:` and `@host`. A sentence about a
+password ("the wifi password is hunter2") is the user's own choice and passes, and so do hex ids,
+git hashes and UUIDs, which look random but are no secret.
+
+(Not named `secrets.py`: a module never shadows the standard library here.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UsageError
+
+
+class SecretFound(UsageError):
+    """Text to be stored contains what looks like a machine secret (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Secret:
+    kind: str   # "AWS access key", "GitHub token", ...
+    start: int
+    end: int
+
+    def hint(self, text: str) -> str:
+        """The first characters only, enough to find it in the input without showing it."""
+        found = text[self.start:self.end]
+        return found[:min(6, max(3, len(found) // 5))] + "…"
+
+
+def _mixed(token: str) -> bool:
+    """Random-looking: digits and letters of both cases (real keys; not words-with-dashes)."""
+    return (any(c.isdigit() for c in token) and any(c.islower() for c in token)
+            and any(c.isupper() for c in token))
+
+
+def _real_password(password: str) -> bool:
+    """Not a placeholder: `***`, `xxx`, `${PGPASSWORD}`, `<password>`, `%s`, `password`."""
+    p = password.strip()
+    if len(p) < 3 or set(p) <= set("*x.X•-_"):
+        return False
+    if p[0] in "$<{%[(:" or p.lower() in {"password", "passwd", "pass", "pwd", "secret", "changeme",
+                                         "yourpassword", "mypassword", "<password>"}:
+        return False
+    return True
+
+
+_Check = Callable[[re.Match], bool]
+_PATTERNS: list[tuple[str, re.Pattern, _Check | None]] = [
+    ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"), None),
+    ("AWS access key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"), None),
+    ("AWS secret key", re.compile(r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"),
+     None),
+    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{50,})\b"), None),
+    ("GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), None),
+    ("Slack token", re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}"), None),
+    ("Slack webhook", re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,}"), None),
+    ("Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{32,}"), None),
+    ("OpenAI API key", re.compile(r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?([A-Za-z0-9_-]{32,})"),
+     lambda m: _mixed(m.group(1))),
+    ("Stripe key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b"), None),
+    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), None),
+    ("Hugging Face token", re.compile(r"\bhf_([A-Za-z0-9]{30,})\b"), lambda m: _mixed(m.group(1))),
+    ("npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), None),
+    ("JSON Web Token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"), None),
+    ("password in a URL", re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]+:([^\s/?#@'\"]+)@[^\s/?#@]+"),
+     lambda m: _real_password(m.group(1))),
+    ("password in a connection string",
+     re.compile(r"(?i)(?:^|[;\s\"'])(?:password|pwd)\s*=\s*([^;\s\"']{3,})(?=;|\s|$|[\"'])"),
+     lambda m: _real_password(m.group(1)) and _CONN_KEYS.search(m.string) is not None),
+]
+_CONN_KEYS = re.compile(r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
+                        r"initial catalog)\s*=")
+
+
+def find_secrets(text: str) -> list[Secret]:
+    """Every machine secret in `text`, in order of position."""
+    found = []
+    for kind, pattern, check in _PATTERNS:
+        for m in pattern.finditer(text):
+            if check is None or check(m):
+                found.append(Secret(kind, m.start(), m.end()))
+    return sorted(found, key=lambda s: (s.start, s.kind))
+
+
+def first_secret(text: str) -> Secret | None:
+    found = find_secrets(text)
+    return found[0] if found else None
+
+
+def refuse(text: str, *, what: str = "the text") -> None:
+    """Raise SecretFound naming the kind of secret in `text`; the secret itself is not repeated."""
+    secret = first_secret(text)
+    if secret is not None:
+        raise SecretFound(f"{what} contains what looks like a {secret.kind} ({secret.hint(text)}); "
+                          "pmem keeps secrets out of memory: remove it, or pass --allow-secret "
+                          "to store it anyway")
