@@ -11,6 +11,7 @@ backup removes once its process is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -147,3 +148,45 @@ def rotate(directory: Path, *, keep: int, max_total_bytes: int = MAX_TOTAL_BYTES
         removed.append(oldest)
         files = files[1:]
     return removed
+
+
+def backups_holding(ids: list[str], directory: Path | None = None) -> list[Path]:
+    """Backups that still hold any of these memories (their row or an event about them)."""
+    found = []
+    for path in list_backups(directory):
+        conn = db.driver().connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            q = json.dumps(list(ids))
+            hit = conn.execute("SELECT 1 FROM memories WHERE id IN (SELECT value FROM json_each(?)) "
+                               "UNION ALL SELECT 1 FROM events WHERE memory_id IN (SELECT value FROM json_each(?)) "
+                               "AND (before IS NOT NULL OR after IS NOT NULL) LIMIT 1", (q, q)).fetchone()
+        except db.errors() as exc:
+            raise DatabaseError(f"cannot read backup {path}: {exc}") from None
+        finally:
+            conn.close()
+        if hit:
+            found.append(path)
+    return found
+
+
+def purge_backups(ids: list[str], *, mode: str = "rewrite", directory: Path | None = None,
+                  config=None) -> list[Path]:
+    """Erase memories from existing backups too: `rewrite` purges them inside each backup that
+    holds them (the rest of the backup stays restorable), `remove` deletes those backups.
+    Returns the backups changed or removed."""
+    if mode not in ("rewrite", "remove"):
+        raise ValueError("mode is rewrite or remove")
+    from .store import MemoryStore
+
+    touched = backups_holding(ids, directory)
+    for path in touched:
+        if mode == "remove":
+            path.unlink(missing_ok=True)
+            continue
+        with MemoryStore(path, config=config) as copy:
+            copy.purge([i for i in ids if copy.conn.execute(
+                "SELECT 1 FROM memories WHERE id = ? UNION ALL SELECT 1 FROM events WHERE memory_id = ?",
+                (i, i)).fetchone()])
+            copy.conn.execute("PRAGMA journal_mode = DELETE")  # self-contained again, as backups are
+        os.chmod(path, 0o600)
+    return touched

@@ -122,6 +122,17 @@ class Filter:
         return (" AND ".join(clauses) or "1"), params
 
 
+def _quotes(summary: str, text: str) -> bool:
+    """Whether an operation summary carries part of a memory's text (add: its first 80 chars;
+    extract: the first 60 of the input)."""
+    summary, text = summary.strip(), text.strip()
+    if not summary or not text:
+        return False
+    head = text[:min(len(text), 40)]
+    return head in summary or (len(summary) >= 12 and summary in text) or \
+        any(len(part) >= 12 and part.strip() in text for part in summary.split(": ", 1)[1:])
+
+
 def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
     if m is None:
         return None
@@ -698,6 +709,90 @@ class MemoryStore:
             return self._write(old, replace(old, valid_to=at, superseded_by=new.id, updated_at=self.clock()),
                                "supersede")
 
+    def purge(self, ids: Iterable[str]) -> dict[str, Any]:
+        """Erase memories for good: their text and vector leave every table.
+
+        The rows go from `memories`, the FTS index (merged, so no segment keeps the words) and
+        vec0 (the vector is zeroed before its row is deleted); every event about them keeps
+        only its action and time, and the summaries of operations that quoted the text are
+        replaced. `secure_delete` zeroes the freed space, VACUUM rewrites the file from the live
+        rows (older free space may hold copies) and a WAL checkpoint (TRUNCATE) empties the -wal; `checkpointed` is False when another process held a
+        read open so the -wal could not be emptied (run it again when pmem is idle). A purge is
+        recorded as an operation that `undo` cannot revert and skips. Memories derived from
+        these (extracted facts, merges) are separate memories, listed under `derived`, and
+        backups are separate files (pmem.backup.purge_backups)."""
+        wanted: list[str] = []
+        for raw in ids:
+            try:
+                full = self.resolve(raw)
+            except NotFound:  # gone from memories (undone, dream --purge) but still in events
+                full = raw.strip().lower()
+                if not self.conn.execute("SELECT 1 FROM events WHERE memory_id = ? LIMIT 1", (full,)).fetchone():
+                    raise
+            if full not in wanted:
+                wanted.append(full)
+        if not wanted:
+            raise UsageError("purge needs at least one memory id")
+        if self.conn.in_transaction:
+            raise RuntimeError("purge runs its own transaction (its checkpoint cannot run inside one)")
+        secure = self.conn.execute("PRAGMA secure_delete").fetchone()[0]
+        self.conn.execute("PRAGMA secure_delete = ON")
+        try:
+            with self.operation("purge", f"purge {len(wanted)} memories"):
+                texts: set[str] = set()
+                for mid in wanted:
+                    row = self.conn.execute("SELECT seq, text FROM memories WHERE id = ?", (mid,)).fetchone()
+                    for before, after in self.conn.execute(
+                            "SELECT before, after FROM events WHERE memory_id = ?", (mid,)):
+                        texts.update(json.loads(state)["text"] for state in (before, after) if state)
+                    if row is not None:
+                        texts.add(row[1])
+                        if self._has_vec_table():
+                            dim = int(self.vector_model()[1] or 0)
+                            self.conn.execute("UPDATE memory_vec SET embedding = ? WHERE seq = ?",
+                                              (serialize([0.0] * dim), row[0]))
+                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (row[0],))
+                        self.conn.execute("DELETE FROM memories WHERE seq = ?", (row[0],))
+                    ops = [r[0] for r in self.conn.execute(
+                        "SELECT DISTINCT op_id FROM events WHERE memory_id = ?", (mid,))]
+                    self.conn.execute("UPDATE events SET before = NULL, after = NULL, before_vec = NULL "
+                                      "WHERE memory_id = ?", (mid,))
+                    for op_id, kind, summary in self.conn.execute(
+                            "SELECT id, kind, summary FROM operations WHERE id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(ops),)).fetchall():
+                        if any(_quotes(summary, t) for t in texts):
+                            self.conn.execute("UPDATE operations SET summary = ? WHERE id = ?",
+                                              (f"{kind} (text purged)", op_id))
+                    self._record(mid, "purge", None, None)
+                self.conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+                derived = [r[0] for r in self.conn.execute(
+                    "SELECT m.id FROM memories m, json_each(m.derived_from) d "
+                    "WHERE d.value IN (SELECT value FROM json_each(?))", (json.dumps(wanted),))]
+            # Space freed before secure_delete was on (older pmem, FTS merges) may still hold old
+            # copies of the text: VACUUM rewrites every page from the live rows.
+            self.conn.execute("PRAGMA temp_store = MEMORY")
+            try:
+                self.conn.execute("VACUUM")
+            except self._sqlite_errors as exc:
+                raise self._db_error(exc) from None
+        finally:
+            self.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+        return {"purged": wanted, "derived": sorted(set(derived)), "checkpointed": self.checkpoint()}
+
+    def checkpoint(self, attempts: int = 5) -> bool:
+        """Copy the -wal into the database file and truncate it to 0 bytes; False if readers kept it."""
+        import time
+
+        for attempt in range(attempts):
+            try:
+                busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except self._sqlite_errors:
+                busy = 1
+            if not busy:
+                return True
+            time.sleep(0.05 * (attempt + 1))
+        return False
+
     # -- history and undo -----------------------------------------------------------------
 
     def _event(self, row) -> Event:
@@ -747,7 +842,8 @@ class MemoryStore:
 
     def _undo_locked(self, op_id: str | None) -> Operation:
         row = self.conn.execute("SELECT id, kind, summary, at, undone_at FROM operations "
-                                "WHERE undone_at IS NULL ORDER BY rowid DESC LIMIT 1").fetchone()
+                                "WHERE undone_at IS NULL AND kind != 'purge' "
+                                "ORDER BY rowid DESC LIMIT 1").fetchone()
         if row is None:
             raise NotFound("nothing to undo")
         if op_id is not None and row[0] != op_id:

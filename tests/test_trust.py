@@ -248,3 +248,97 @@ def test_extraction_never_makes_a_fact_of_a_secret(store):
     assert [f.reason for f in r.rejected] == ["contains a secret"]
     facts = store.list(Filter(), limit=None)
     assert facts and not any(find_secrets(m.text) for m in facts)
+
+
+# -- erasure -------------------------------------------------------------------------------
+
+CANARY = "Quokkazebra93517 is the locker code at the gym"
+
+
+def raw_bytes(path) -> bytes:
+    """The database file and its -wal, as a disk forensics tool would read them."""
+    data = b""
+    for p in (path, path.with_name(path.name + "-wal")):
+        if p.exists():
+            data += p.read_bytes()
+    return data
+
+
+def assert_gone(path, needles):
+    data = raw_bytes(path)
+    for needle in needles:
+        assert needle not in data, needle
+
+
+def test_purge_removes_text_and_vector_from_every_table_and_the_file(store, db):
+    from pmem.store import Filter
+
+    for i in range(300):  # neighbours on the same pages
+        store.add(f"ordinary memory number {i} about gardening and tools")
+    m, _ = store.add(CANARY, tags=["gym"])
+    store.edit(m.id, text=CANARY + ", row 4")  # events now hold two texts and the old vector
+    store.pin(m.id)
+    store.forget(m.id)
+    vector = store.vectors([m.id])[m.id]
+    other, _ = store.add("Dana likes the gym too")
+    assert CANARY.encode() in raw_bytes(db)
+
+    result = store.purge([m.id[:6]])
+    assert result["purged"] == [m.id] and result["checkpointed"]
+    assert store.count(Filter.everything()) == 301
+    assert store.get(other.id).text == "Dana likes the gym too"
+    events = [e for e, _ in store.history(m.id)]
+    assert events[-1].action == "purge"
+    assert all(e.before is None and e.after is None for e in events)
+    assert all("Quokka" not in op.summary for op in store.operations(100))
+    assert store.conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'quokkazebra93517'"
+                              ).fetchone()[0] == 0
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517", b"locker code at the gym", vector])
+    assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    # A purge is not undone; undo goes on to the operations before it.
+    op = store.undo()
+    assert op.kind == "add" and "Dana" in op.summary
+    store.close()
+    assert_gone(db, [b"Quokkazebra93517", vector])
+
+
+def test_purge_reaches_texts_left_only_in_events(store, db):
+    m, _ = store.add(CANARY)
+    store.undo()  # the row is gone, the add event still holds the text
+    assert CANARY.encode() in raw_bytes(db)
+    store.purge([m.id])
+    assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517"])
+    from pmem.errors import NotFound
+
+    with pytest.raises(NotFound):
+        store.purge(["ffffffff"])
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "remove"])
+def test_purge_reaches_backups_on_request(store, db, tmp_path, mode):
+    from pmem.backup import backup_database, backups_holding, list_backups, purge_backups
+
+    backups = tmp_path / "backups"
+    keep, _ = store.add("a memory that stays")
+    old = backup_database(store, directory=backups)  # before the canary: untouched
+    m, _ = store.add(CANARY)
+    held = backup_database(store, directory=backups)
+    store.purge([m.id])
+    assert backups_holding([m.id], backups) == [held]
+    assert CANARY.encode() in held.read_bytes()
+    assert purge_backups([m.id], mode=mode, directory=backups, config=store.config) == [held]
+    assert backups_holding([m.id], backups) == []
+    if mode == "remove":
+        assert list_backups(backups) == [old]
+    else:
+        assert list_backups(backups) == [old, held]
+        for p in held.parent.iterdir():
+            if p.name.startswith(held.name):
+                assert b"Quokkazebra93517" not in p.read_bytes() and b"quokkazebra93517" not in p.read_bytes()
+        assert held.read_bytes()[18:20] == b"\x01\x01"  # rollback journal again, self-contained
+        assert not held.with_name(held.name + "-wal").exists()
+        copy = MemoryStore(held, config=store.config)
+        assert copy.get(keep.id).text == "a memory that stays"
+        copy.close()
