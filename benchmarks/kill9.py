@@ -1,0 +1,276 @@
+"""kill -9 at random moments during import, dream --apply, reindex, extract and purge.
+
+    python benchmarks/kill9.py                     # 5 kills per operation, about a minute
+    python benchmarks/kill9.py --kills 20 --seed 3 --json
+
+One seeded store (1,500 memories, 60 near-duplicate pairs for dream; fake embedder and a fake
+chat model, so the kills land in pmem's code and SQLite, not in a model) is copied for every
+trial. A child process runs one operation through the library, as the commands do; the parent
+kills it with SIGKILL after a random delay within the operation's measured duration (one
+unkilled run per operation first: it must pass the same checks, and gives that duration).
+
+After every kill the store is opened again (SQLite recovers its WAL) and checked:
+
+- corrupt: PRAGMA integrity_check is not "ok", the FTS5 index fails its integrity-check, or
+  memories and vectors do not match one to one;
+- half-applied: a memory row differs from the `after` of its latest event not undone (or a row
+  has no event, or an event says the memory exists and it does not); an import with some but not
+  all of its memories; a vector table from two models after reindex; a purge that removed a
+  memory's row but not its text from the events (or the reverse); an operation with no events;
+  a memory derived from or merged into one that does not exist; a listed backup that is not a
+  whole database.
+
+It also reports, for purges that committed before the kill, whether the purged text was still
+in the database file or -wal until the next checkpoint (erasure finishes when a purge runs to
+its end; running it again completes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ("import", "dream", "reindex", "extract", "purge")
+PURGE_TOKEN = "Zorblaxcanary"  # in the memories a purge erases
+NOW = "2026-01-01T00:00:00Z"
+
+CHILD = r"""
+import json, re, sys, time
+from pathlib import Path
+from pmem.store import MemoryStore
+
+op, db, data = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+store = MemoryStore(db)
+print("ready", flush=True)
+if op == "import":
+    from pmem import transfer
+    with open(data / "import.jsonl", encoding="utf-8") as f:
+        items = transfer.parse(f, "jsonl")
+    store.insert(items, kind="import", summary="import kill9")
+elif op == "dream":
+    from pmem import dream
+    plan = dream.plan(store, only={"dedup"}, now=%(now)r, generator=False)
+    dream.apply(store, plan, backup=True)
+elif op == "reindex":
+    store.reindex()
+elif op == "extract":
+    from pmem import extract
+
+    class Labeller:  # labels every sentence a fact, as a small chat model does
+        name = "fake-chat"
+        def generate_json(self, messages, schema, max_tokens=256):
+            props = schema["properties"]
+            if "relation" in props:
+                return {"relation": "unrelated"}
+            lines = re.findall(r"^\d+\. (.*)$", messages[-1]["content"], re.M)
+            if "labels" in props:
+                return {"labels": ["event" for _ in lines]}
+            return {"facts": []}
+
+    extract.extract(store, (data / "chat.txt").read_text(encoding="utf-8"), generator=Labeller())
+elif op == "purge":
+    ids = json.loads((data / "purge.json").read_text())
+    store.purge(ids)
+print("done", flush=True)
+""" % {"now": NOW}
+
+
+def build_base(tmp: Path, n: int) -> Path:
+    from pmem.records import Memory
+    from pmem.store import MemoryStore
+
+    base = tmp / "base.db"
+    store = MemoryStore(base)
+    rng = random.Random(0)
+    topics = ["garden", "deploys", "cabin", "pottery", "running", "books", "taxes", "camping", "music", "cooking"]
+    items = [Memory(id="", text=f"Note {i}: something about {rng.choice(topics)} and {rng.choice(topics)} "
+                                f"on day {rng.randrange(365)}", tags=[rng.choice(topics)]) for i in range(n)]
+    for i in range(60):
+        text = f"Reminder {i}: water the {i} orchids on the balcony"
+        items.append(Memory(id="", text=text, created_at="2024-01-01T00:00:00Z"))
+        items.append(Memory(id="", text=text + "!", created_at="2024-02-01T00:00:00Z"))
+    items += [Memory(id="", text=f"{PURGE_TOKEN}{i} is a private note to erase") for i in range(20)]
+    store.insert(items)
+    purge_ids = [m.id for m in store.list(limit=None) if m.text.startswith(PURGE_TOKEN)]
+    store.checkpoint()
+    store.close()
+    data = tmp / "data"
+    data.mkdir()
+    (data / "purge.json").write_text(json.dumps(purge_ids))
+    with open(data / "import.jsonl", "w", encoding="utf-8") as f:
+        for i in range(1500):
+            f.write(json.dumps({"text": f"Imported memory {i} about {rng.choice(topics)}", "tags": ["kill9"]}) + "\n")
+    lines = ["1:56 pm on 8 May, 2023"]
+    for i in range(150):
+        who = rng.choice(["Caroline", "Melanie"])
+        lines.append(f"{who}: I went to the {rng.choice(topics)} class on day {i} and liked it a lot.")
+    (data / "chat.txt").write_text("\n".join(lines), encoding="utf-8")
+    return base
+
+
+def check(db: Path, op: str, data: Path) -> dict:
+    from pmem.backup import list_backups
+    from pmem.store import MemoryStore
+
+    problems: dict[str, list[str]] = {"corrupt": [], "half": []}
+    store = MemoryStore(db)
+    q = store.conn.execute
+    if q("PRAGMA integrity_check").fetchone()[0] != "ok":
+        problems["corrupt"].append("integrity_check")
+    try:
+        q("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+    except Exception as exc:
+        problems["corrupt"].append(f"fts: {exc}")
+    rows = {r[0] for r in q("SELECT seq FROM memories")}
+    vecs = {r[0] for r in q("SELECT seq FROM memory_vec")} if store.has_vectors() else set()
+    if rows != vecs:
+        problems["corrupt"].append(f"vectors: {len(rows - vecs)} missing, {len(vecs - rows)} orphaned")
+    undone = {r[0] for r in q("SELECT id FROM operations WHERE undone_at IS NOT NULL")}
+    latest: dict[str, dict | None] = {}
+    for mid, after, op_id in q("SELECT memory_id, after, op_id FROM events ORDER BY seq"):
+        if op_id not in undone:
+            latest[mid] = json.loads(after) if after else None
+    skip = {"access_count", "last_accessed_at"}
+    current = {m.id: m for m in store.iter_all()}
+    for mid, m in current.items():
+        state = latest.get(mid)
+        row = {k: v for k, v in asdict(m).items() if k not in skip}
+        if state is None:
+            problems["half"].append(f"row {mid} without a live event")
+        elif {k: v for k, v in state.items() if k not in skip} != row:
+            problems["half"].append(f"row {mid} differs from its last event")
+    for mid, state in latest.items():
+        if state is not None and mid not in current:
+            problems["half"].append(f"event says {mid} exists; it does not")
+    for op_id, n in q("SELECT o.id, (SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o"):
+        if n == 0:
+            problems["half"].append(f"operation {op_id} without events")
+    for m in current.values():
+        for ref in [*m.derived_from, *([m.merged_into] if m.merged_into else [])]:
+            if ref not in current:
+                problems["half"].append(f"{m.id} points at missing {ref}")
+    if op == "import":
+        n = q("SELECT count(*) FROM memories WHERE tags LIKE '%kill9%'").fetchone()[0]
+        if n not in (0, 1500):
+            problems["half"].append(f"import stored {n} of 1500")
+    if op == "reindex" and store.vector_model()[0] is None and rows:
+        problems["half"].append("reindex left no model setting")
+    text_left = False
+    if op == "purge":
+        for mid in json.loads((data / "purge.json").read_text()):
+            row = mid in current
+            texts = q("SELECT count(*) FROM events WHERE memory_id = ? AND (before IS NOT NULL OR after IS NOT NULL)",
+                      (mid,)).fetchone()[0]
+            purged = q("SELECT count(*) FROM events WHERE memory_id = ? AND action = 'purge'", (mid,)).fetchone()[0]
+            if not ((row and texts and not purged) or (not row and not texts and purged)):
+                problems["half"].append(f"purge of {mid} half done")
+        committed = q("SELECT count(*) FROM operations WHERE kind = 'purge'").fetchone()[0]
+        if committed:
+            raw = b"".join(p.read_bytes() for p in (db, db.with_name(db.name + "-wal")) if p.exists())
+            text_left = PURGE_TOKEN.encode() in raw or PURGE_TOKEN.lower().encode() in raw
+    for backup in list_backups(db.parent / "home" / "backups"):
+        head = backup.read_bytes()[:16]
+        if head != b"SQLite format 3\x00":
+            problems["half"].append(f"backup {backup.name} is not a database")
+    events = q("SELECT count(*) FROM events").fetchone()[0]
+    store.close()
+    return {**problems, "purge_text_left": text_left, "events": events}
+
+
+def trial(base: Path, data: Path, work: Path, op: str, delay: float | None, env: dict) -> dict:
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    db = work / "pmem.db"
+    shutil.copy(base, db)
+    env = {**env, "PMEM_HOME": str(work / "home")}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, op, str(db), str(data)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    start = time.perf_counter()
+    killed = False
+    if delay is None:
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"{op} failed without a kill: {err.strip().splitlines()[-1]}")
+    else:
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = True
+        proc.communicate()
+    elapsed = time.perf_counter() - start
+    result = check(db, op, data)
+    return {"op": op, "delay_s": None if delay is None else round(delay, 3), "killed": killed,
+            "elapsed_s": round(elapsed, 3), **result}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kills", type=int, default=5, help="kills per operation")
+    ap.add_argument("--memories", type=int, default=1500)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory(prefix="pmem-kill9-") as tmp_name:
+        tmp = Path(tmp_name)
+        env = {**os.environ, "PMEM_HOME": str(tmp / "home"), "PMEM_EMBED_MODEL": "fake-384",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        os.environ.update(PMEM_HOME=env["PMEM_HOME"], PMEM_EMBED_MODEL="fake-384")
+        sys.path.insert(0, str(ROOT))
+        base = build_base(tmp, args.memories)
+        from pmem.store import MemoryStore
+
+        with MemoryStore(base) as s:
+            base_events = s.conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        data = tmp / "data"
+        trials = []
+        for op in args.ops.split(","):
+            full = trial(base, data, tmp / "work", op, None, env)  # calibration: runs to the end
+            full["calibration"] = True
+            trials.append(full)
+            for _ in range(args.kills):
+                trials.append(trial(base, data, tmp / "work", op, rng.uniform(0, full["elapsed_s"]), env))
+    summary = {}
+    for op in args.ops.split(","):
+        ts = [t for t in trials if t["op"] == op]
+        summary[op] = {
+            "runs": len(ts), "killed": sum(t["killed"] for t in ts),
+            "full_run_s": next(t["elapsed_s"] for t in ts if t.get("calibration")),
+            "full_run_events": next(t["events"] for t in ts if t.get("calibration")) - base_events,
+            "corrupt": sum(bool(t["corrupt"]) for t in ts), "half_applied": sum(bool(t["half"]) for t in ts),
+            "problems": sorted({p for t in ts for p in t["corrupt"] + t["half"]})[:5],
+        }
+        if op == "purge":
+            summary[op]["text_left_until_next_checkpoint"] = sum(t["purge_text_left"] for t in ts if t["killed"])
+    total = {"killed": sum(s["killed"] for s in summary.values()),
+             "corrupt": sum(s["corrupt"] for s in summary.values()),
+             "half_applied": sum(s["half_applied"] for s in summary.values())}
+    if args.json:
+        print(json.dumps({"summary": summary, "total": total, "trials": trials}, indent=2))
+        return
+    for op, s in summary.items():
+        extra = (f", purged text still on disk after {s['text_left_until_next_checkpoint']} kills"
+                 if op == "purge" else "")
+        print(f"{op:8} full run {s['full_run_s']:.2f} s, {s['full_run_events']} events; {s['killed']} killed of {s['runs']} runs: "
+              f"{s['corrupt']} corrupt, {s['half_applied']} half-applied{extra}"
+              + (f"  {s['problems']}" if s["problems"] else ""))
+    print(f"total: {total['killed']} kills, {total['corrupt']} corrupt, {total['half_applied']} half-applied")
+
+
+if __name__ == "__main__":
+    main()
