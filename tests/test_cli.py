@@ -133,13 +133,14 @@ def test_export_import_roundtrip_is_lossless(tmp_path):
     ok("add", "two", "--pin", "--source", "chat")
     mid = ok("add", "three").stdout.strip()
     ok("forget", mid)
-    dump = ok("export").stdout
+    assert "three" not in ok("export").stdout  # forgotten memories leave only on request
+    dump = ok("export", "--include-forgotten").stdout
     records = [json.loads(line) for line in dump.splitlines()]
     assert {r["text"] for r in records} == {"one", "two", "three"}
     assert next(r for r in records if r["text"] == "one")["meta"] == {"n": 3, "who": "me"}
     other = tmp_path / "other.db"
     ok("--db", str(other), "import", "-", input=dump)
-    again = ok("--db", str(other), "export").stdout
+    again = ok("--db", str(other), "export", "--include-forgotten").stdout
     assert sorted(again.splitlines()) == sorted(dump.splitlines())
     # importing the same file again adds nothing
     r = ok("--db", str(other), "import", "-", "--json", input=dump)

@@ -342,3 +342,60 @@ def test_purge_reaches_backups_on_request(store, db, tmp_path, mode):
         copy = MemoryStore(held, config=store.config)
         assert copy.get(keep.id).text == "a memory that stays"
         copy.close()
+
+
+# -- the CLI for secrets and erasure -----------------------------------------------------------
+
+@pytest.fixture
+def cli(monkeypatch, pmem_home):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    runner = CliRunner()
+    return lambda *args, input=None: runner.invoke(app, list(args), input=input)
+
+
+def test_cli_refuses_secrets_in_one_line_with_exit_2(cli, tmp_path):
+    r = cli("add", SECRETS["GitHub token"])
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines() if hasattr(r, "stderr") else r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pmem: error:") and "GitHub token" in lines[0]
+    assert "Traceback" not in r.output
+    assert cli("add", SECRETS["GitHub token"], "--allow-secret").exit_code == 0
+    f = tmp_path / "in.jsonl"
+    f.write_text('{"text": "fine"}\n{"text": "%s"}\n' % SECRETS["AWS access key"])
+    r = cli("import", str(f))
+    assert r.exit_code == 2 and "AWS access key" in r.output
+    assert cli("import", str(f), "--allow-secret").exit_code == 0
+    assert cli("add", "the wifi password is hunter2").exit_code == 0
+
+
+def test_cli_forget_purge_asks_erases_and_rewrites_backups(cli, pmem_home):
+    from pmem.backup import backup_database, list_backups
+    from pmem.store import MemoryStore
+
+    mid = cli("add", CANARY).stdout.strip()
+    keep = cli("add", "a memory that stays").stdout.strip()
+    db = pmem_home / "pmem.db"
+    with MemoryStore(db) as s:
+        held = backup_database(s)
+    r = cli("forget", "--purge", mid)  # no terminal to ask on, no --yes
+    assert r.exit_code == 2 and "--yes" in r.output
+    r = cli("forget", "--purge", mid[:5], "--yes")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == mid and "rewrote 1 backups" in r.output
+    assert cli("show", mid).exit_code == 1
+    assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517"])
+    assert list_backups() == [held]
+    assert b"Quokkazebra93517" not in held.read_bytes()
+    assert cli("show", keep).exit_code == 0
+
+
+def test_default_export_leaves_forgotten_memories_out(cli):
+    gone = cli("add", "forgotten on purpose").stdout.strip()
+    cli("add", "still here")
+    assert cli("forget", gone).exit_code == 0
+    assert "forgotten on purpose" not in cli("export").stdout
+    assert "forgotten on purpose" in cli("export", "--include-forgotten").stdout

@@ -53,7 +53,7 @@ class _Reviewer:
 
 
 def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Optional[str], dry_run: bool,
-                review: bool, as_json: bool, model: Optional[str] = None) -> None:
+                review: bool, as_json: bool, model: Optional[str] = None, allow_secret: bool = False) -> None:
     """Shared by `pmem extract` and `pmem add --extract`."""
     from ..extract import extract
     from ..generate import load_generator
@@ -65,7 +65,7 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
                          if model else None)
             with out.Progress("extracting") as progress:
                 result = extract(store, text, generator=generator, tags=tags, at=at, source=source,
-                                 dry_run=dry_run, review=reviewer, progress=progress)
+                                 dry_run=dry_run, review=reviewer, progress=progress, allow_secret=allow_secret)
     finally:
         if reviewer:
             reviewer.close()
@@ -98,6 +98,8 @@ def extract(
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be stored; store nothing."),
     review: bool = typer.Option(False, "--review", help="Confirm each fact (y/n/e) on the terminal."),
     model: Optional[str] = typer.Option(None, "--model", help="Chat model for this run: a known name or a GGUF path."),
+    allow_secret: bool = typer.Option(False, "--allow-secret", help="Keep input that holds what looks like a "
+                                      "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Pull durable facts out of text with the local chat model, grounded in the text.
@@ -115,7 +117,7 @@ def extract(
     """
     text = _read_file(file)
     run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=dry_run, review=review,
-                as_json=as_json, model=model)
+                as_json=as_json, model=model, allow_secret=allow_secret)
 
 
 def why(

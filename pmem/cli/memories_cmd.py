@@ -52,9 +52,12 @@ def add(
     at: Optional[str] = typer.Option(None, "--at", help="When it happened (sets created_at), e.g. 2023-05-08."),
     allow_duplicate: bool = typer.Option(False, "--allow-duplicate", help="Store even if the same text is stored."),
     extract: bool = typer.Option(False, "--extract", help="Pull durable facts out of the text with the local chat model."),
+    allow_secret: bool = typer.Option(False, "--allow-secret", help="Store it even if it holds what looks like a "
+                                      "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Store a memory.
+    """Store a memory. Text holding a machine secret (an API key, a token, a private key) is
+    refused unless --allow-secret.
 
     \b
     Examples:
@@ -75,12 +78,12 @@ def add(
         from .extract_cmd import run_extract
 
         run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=False, review=False,
-                    as_json=as_json)
+                    as_json=as_json, allow_secret=allow_secret)
         return
     with open_store() as store:
         memory, created = store.add(text, tags=tag or [], tier=tier, pinned=pin, source=source,
                                     meta=_meta(meta or []), created_at=_when(at), expires_at=expires_at,
-                                    allow_duplicate=allow_duplicate)
+                                    allow_duplicate=allow_duplicate, allow_secret=allow_secret)
     if as_json:
         out.print_json({**memory.to_dict(), "created": created})
     else:
@@ -216,6 +219,8 @@ def edit(
     untag: List[str] = typer.Option(None, "--untag", help="Remove this tag (repeatable)."),
     tier: Optional[str] = typer.Option(None, "--tier", help="Move to tier core, archival or episodic."),
     meta: List[str] = typer.Option(None, "--meta", help="Set key=value metadata (repeatable)."),
+    allow_secret: bool = typer.Option(False, "--allow-secret", help="Store it even if it holds what looks like a "
+                                      "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Change a memory's text, tags, tier or metadata (recorded; `pmem undo` reverts).
@@ -239,7 +244,7 @@ def edit(
                 return
         new_meta = {**memory.meta, **_meta(meta)} if meta else None
         memory = store.edit(memory.id, text=text, add_tags=tag or [], remove_tags=untag or [], tier=tier,
-                            meta=new_meta)
+                            meta=new_meta, allow_secret=allow_secret)
     if as_json:
         out.print_json(memory.to_dict())
     else:
@@ -324,14 +329,54 @@ def expire(
     _each(ids, "expire", "expire", at=when)
 
 
-def forget(ids: List[str] = IdsArg) -> None:
-    """Forget memories (a soft delete: `pmem restore` or `pmem undo` brings them back).
+def forget(
+    ids: List[str] = IdsArg,
+    purge: bool = typer.Option(False, "--purge", help="Erase for good: text and vector leave every table, the "
+                               "history and the file (cannot be undone; asks first, see --yes)."),
+    backups: str = typer.Option("rewrite", "--backups", help="With --purge: rewrite (erase from the backups "
+                                "that hold them), remove (delete those backups) or keep them."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Purge without asking."),
+) -> None:
+    """Forget memories (a soft delete: `pmem restore` or `pmem undo` brings them back), or with
+    --purge erase them for good, from the database file, its history and the backups.
 
     \b
-    Example:
+    Examples:
       pmem forget 3f2a
+      pmem forget --purge 3f2a --yes
     """
-    _each(ids, "forget", "forget")
+    if not purge:
+        _each(ids, "forget", "forget")
+        return
+    from ..backup import backups_holding, purge_backups
+
+    if backups not in ("rewrite", "remove", "keep"):
+        raise UsageError(f"unknown --backups {backups!r}: use rewrite, remove or keep")
+    with open_store() as store:
+        if not yes:
+            if sys.stdin is None or not sys.stdin.isatty():
+                raise UsageError("refusing to purge without asking: add --yes (stdin is not a terminal)")
+            if not typer.confirm(f"Erase {len(ids)} memories for good? This cannot be undone.",
+                                 default=False, err=True):
+                out.note("nothing purged")
+                raise typer.Exit(1)
+        result = store.purge(ids)
+        config = store.config
+    touched = [] if backups == "keep" else purge_backups(result["purged"], mode=backups, config=config)
+    for mid in result["purged"]:
+        out.echo(mid)
+    if touched:
+        out.note(f"{'rewrote' if backups == 'rewrite' else 'removed'} {len(touched)} backups that held them")
+    elif backups == "keep":
+        held = backups_holding(result["purged"])
+        if held:
+            out.note(f"{len(held)} backups still hold them (in {held[0].parent}); "
+                     "purge again with --backups rewrite to erase them there")
+    if result["derived"]:
+        out.note("memories derived from them keep their own text: " + ", ".join(result["derived"]))
+    if not result["checkpointed"]:
+        out.note("another pmem process kept the -wal file open: old pages stay in it until the next "
+                 "purge or checkpoint when pmem is idle")
 
 
 def restore(ids: List[str] = IdsArg) -> None:

@@ -23,10 +23,13 @@ def import_(
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag to every imported memory."),
     tier: Optional[str] = typer.Option(None, "--tier", help="Tier for records that do not name one."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the file and count, store nothing."),
+    allow_secret: bool = typer.Option(False, "--allow-secret", help="Import records that hold what looks like a "
+                                      "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Import memories from JSONL (fields: text, created_at, tags, tier, pinned, expires_at, source,
-    meta) or Markdown (one memory per list item or paragraph). One `pmem undo` reverts it.
+    meta) or Markdown (one memory per list item or paragraph). One `pmem undo` reverts it. A file
+    with a machine secret in any record imports nothing unless --allow-secret.
 
     \b
     Examples:
@@ -61,7 +64,7 @@ def import_(
         else:
             with out.Progress("importing") as progress:
                 stored = store.insert(todo, kind="import", summary=f"import {name or 'stdin'}: {len(todo)}",
-                                      progress=progress)
+                                      progress=progress, allow_secret=allow_secret)
     result = {"read": len(records), "imported": len(stored), "skipped_existing": len(existing),
               "dry_run": dry_run}
     if as_json:
@@ -75,9 +78,11 @@ def import_(
 def export(
     fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl (lossless) or md."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
-    active: bool = typer.Option(False, "--active", help="Only active memories (default: everything)."),
+    active: bool = typer.Option(False, "--active", help="Only active memories (default: everything but forgotten)."),
+    include_forgotten: bool = typer.Option(False, "--include-forgotten", help="Also forgotten memories."),
 ) -> None:
     """Export memories: JSONL keeps every field (import round-trips it); Markdown is for reading.
+    Forgotten memories stay out unless --include-forgotten: an export is a file that travels.
 
     \b
     Examples:
@@ -91,7 +96,7 @@ def export(
         if active:
             memories = store.list(Filter(tiers=("core", "archival", "episodic")), limit=None, reverse=True)
         else:
-            memories = list(store.iter_all())
+            memories = [m for m in store.iter_all() if include_forgotten or m.forgotten_at is None]
     if fmt not in transfer.FORMATS:
         raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
     lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
