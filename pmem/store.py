@@ -587,9 +587,11 @@ class MemoryStore:
     def edit(self, memory_id: str, *, text: str | None = None, tags: Iterable[str] | None = None,
              add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,
              meta: dict | None = None, source: str | None = None, expires_at: str | None | bool = False,
-             valid_from: str | None = None, action: str | None = None, allow_secret: bool = False) -> Memory:
+             valid_from: str | None = None, action: str | None = None, allow_secret: bool = False,
+             update_meta: dict | None = None) -> Memory:
         """Change a memory; a text change re-embeds it (the old vector is kept for undo).
-        A new text holding a machine secret raises SecretFound unless `allow_secret`.
+        `meta` replaces the metadata, `update_meta` sets some keys in it. A new text holding a
+        machine secret raises SecretFound unless `allow_secret`.
 
         The changes apply to the row as it is inside the write transaction, so concurrent edits
         (two processes adding tags) both land and each event's `before` is exact."""
@@ -605,6 +607,8 @@ class MemoryStore:
                 after = replace(after, tier=tier, pinned=tier == "core")
             if meta is not None:
                 after = replace(after, meta=meta)
+            if update_meta:
+                after = replace(after, meta={**after.meta, **update_meta})
             if source is not None:
                 after = replace(after, source=source)
             if expires_at is not False:

@@ -75,6 +75,15 @@ def test_concurrent_pin_forget_restore_keep_every_change(store, db):
         assert len(m.tags) == 10  # 5 own + 5 from another worker
 
 
+def test_concurrent_metadata_edits_keep_every_key(store, db):
+    m, _ = store.add("one memory everyone annotates")
+    run_workers(db, f"""
+        for i in range(5):
+            store.edit({m.id!r}, update_meta={{f"w{{w}}-{{i}}": i}})
+    """)
+    assert len(store.get(m.id).meta) == 20
+
+
 def test_concurrent_adds_of_the_same_text_store_it_once(store, db):
     run_workers(db, """
         for i in range(10):

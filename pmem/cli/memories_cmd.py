@@ -242,9 +242,8 @@ def edit(
                 out.note("no change")
                 out.echo(memory.id)
                 return
-        new_meta = {**memory.meta, **_meta(meta)} if meta else None
         memory = store.edit(memory.id, text=text, add_tags=tag or [], remove_tags=untag or [], tier=tier,
-                            meta=new_meta, allow_secret=allow_secret)
+                            update_meta=_meta(meta) if meta else None, allow_secret=allow_secret)
     if as_json:
         out.print_json(memory.to_dict())
     else:
