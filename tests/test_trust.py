@@ -217,6 +217,34 @@ def test_ordinary_text_is_no_secret(text):
     assert find_secrets(text) == []
 
 
+def test_a_real_conversation_corpus_holds_no_secret():
+    """LoCoMo's 16,000 turns, summaries and observations: ordinary text, so 0 findings."""
+    import json
+
+    from conftest import SHARED
+
+    from pmem.secretscan import find_secrets
+
+    path = SHARED / "data" / "locomo_dev.json"
+    if not path.exists():
+        pytest.skip("LoCoMo data not provisioned")
+    texts: list[str] = []
+
+    def walk(o):
+        if isinstance(o, str):
+            texts.append(o)
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(json.loads(path.read_text(encoding="utf-8")))
+    assert len(texts) > 10_000
+    assert [(t[:60], s.kind) for t in texts for s in find_secrets(t)] == []
+
+
 def test_add_import_and_edit_refuse_secrets_unless_allowed(store):
     from pmem.errors import UsageError
     from pmem.records import Memory
