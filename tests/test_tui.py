@@ -245,6 +245,28 @@ async def test_forget_asks_first(tstore):
         assert app.total == 4
 
 
+async def test_purge_asks_first_then_erases(tstore):
+    from pmem.errors import NotFound
+
+    app = make(tstore)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, "a3")
+        await pilot.press("P")
+        await pilot.pause()
+        await pilot.press("n")
+        await pilot.pause()
+        assert tstore.get("a3").text.startswith("Dana")
+        await pilot.press("P")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        with pytest.raises(NotFound):
+            tstore.get("a3")
+        assert all(e.before is None and e.after is None for e, _ in tstore.history("a3"))
+        assert app.total == 4 and "a3" not in screen_text(app)
+
+
 async def test_restore(tstore):
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:

@@ -64,6 +64,7 @@ class PmemApp(App[None]):
         Binding("E", "external_edit", "$EDITOR", show=False),
         Binding("t", "tags", "Tags"),
         Binding("d", "forget", "Forget"),
+        Binding("P", "purge", "Purge", show=False),
         Binding("r", "restore", "Restore"),
         Binding("u", "undo", "Undo"),
         Binding("f", "filters", "Filter"),
@@ -155,7 +156,7 @@ class PmemApp(App[None]):
         return True
 
     _MAIN_ACTIONS = frozenset({"search", "help", "pin", "expire", "edit", "external_edit", "tags", "forget",
-                               "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search"})
+                               "purge", "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search"})
 
     # -- time -----------------------------------------------------------------------------
 
@@ -400,6 +401,25 @@ class PmemApp(App[None]):
                 self._write(self.store.forget, lambda m: f"forgot {m.id}")
 
         self.push_screen(screens().ConfirmScreen(question), answered)
+
+    def action_purge(self) -> None:
+        m = self.current()
+        if m is None:
+            return self.notify("No memory selected.", severity="warning")
+        question = Text.assemble("Erase ", (m.id, "bold"), " for good?\n", render.one_line(m.text, 200),
+                                 ("\n\nIts text and vector leave the database, its history and the "
+                                  "backups. This cannot be undone.", "bold"))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._write(self._purge, lambda m: f"purged {m.id}")
+
+        self.push_screen(screens().ConfirmScreen(question), answered)
+
+    def _purge(self, mid: str) -> None:
+        from ..backup import purge_backups
+
+        purge_backups(self.store.purge([mid])["purged"], config=self.store.config)
 
     def action_restore(self) -> None:
         self._write(self.store.restore, lambda m: f"restored {m.id}")

@@ -26,6 +26,7 @@ KEYS = [
     ("E", "edit the text in $EDITOR"),
     ("t", "tags"),
     ("d", "forget (asks first)"),
+    ("P", "erase for good, backups too (asks first)"),
     ("r", "restore a forgotten or expired memory"),
     ("u", "undo the last change (any tool's)"),
     ("D", "dream: review consolidation proposals"),
