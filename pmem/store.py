@@ -156,6 +156,11 @@ class MemoryStore:
         except self._sqlite_errors as exc:
             self.conn.close()
             raise self._db_error(exc) from None
+        if self.setting("purge_pending"):  # a purge was killed before it rewrote the file
+            try:
+                self._finish_purge()
+            except (DatabaseError, *self._sqlite_errors):
+                pass  # busy or read-only: the next open tries again
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -720,9 +725,11 @@ class MemoryStore:
         vec0 (the vector is zeroed before its row is deleted); every event about them keeps
         only its action and time, and the summaries of operations that quoted the text are
         replaced. `secure_delete` zeroes the freed space, VACUUM rewrites the file from the live
-        rows (older free space may hold copies) and a WAL checkpoint (TRUNCATE) empties the -wal; `checkpointed` is False when another process held a
-        read open so the -wal could not be emptied (run it again when pmem is idle). A purge is
-        recorded as an operation that `undo` cannot revert and skips. Memories derived from
+        rows (older free space may hold copies) and a WAL checkpoint (TRUNCATE) empties the -wal;
+        `checkpointed` is False when another process held a read open so the -wal could not be
+        emptied (run it again when pmem is idle). A purge killed after its commit leaves a
+        `purge_pending` setting, and the next MemoryStore opened on the file finishes the rewrite.
+        A purge is recorded as an operation that `undo` cannot revert and skips. Memories derived from
         these (extracted facts, merges) are separate memories, listed under `derived`, and
         backups are separate files (pmem.backup.purge_backups)."""
         wanted: list[str] = []
@@ -769,19 +776,27 @@ class MemoryStore:
                                               (f"{kind} (text purged)", op_id))
                     self._record(mid, "purge", None, None)
                 self.conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+                self._set_setting("purge_pending", self.clock())
                 derived = [r[0] for r in self.conn.execute(
                     "SELECT m.id FROM memories m, json_each(m.derived_from) d "
                     "WHERE d.value IN (SELECT value FROM json_each(?))", (json.dumps(wanted),))]
-            # Space freed before secure_delete was on (older pmem, FTS merges) may still hold old
-            # copies of the text: VACUUM rewrites every page from the live rows.
-            self.conn.execute("PRAGMA temp_store = MEMORY")
-            try:
-                self.conn.execute("VACUUM")
-            except self._sqlite_errors as exc:
-                raise self._db_error(exc) from None
+            checkpointed = self._finish_purge()
         finally:
             self.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
-        return {"purged": wanted, "derived": sorted(set(derived)), "checkpointed": self.checkpoint()}
+        return {"purged": wanted, "derived": sorted(set(derived)), "checkpointed": checkpointed}
+
+    def _finish_purge(self) -> bool:
+        """Rewrite the file after a purge: space freed before secure_delete was on (older pmem,
+        FTS merges) may still hold copies of the text, and VACUUM rebuilds every page from the
+        live rows; then empty the -wal. Returns whether the -wal could be emptied."""
+        self.conn.execute("PRAGMA temp_store = MEMORY")
+        try:
+            self.conn.execute("VACUUM")
+        except self._sqlite_errors as exc:
+            raise self._db_error(exc) from None
+        with self.transaction():
+            self.conn.execute("DELETE FROM settings WHERE key = 'purge_pending'")
+        return self.checkpoint()
 
     def checkpoint(self, attempts: int = 5) -> bool:
         """Copy the -wal into the database file and truncate it to 0 bytes; False if readers kept it."""

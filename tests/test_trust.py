@@ -436,3 +436,25 @@ def test_default_export_leaves_forgotten_memories_out(cli):
     assert cli("forget", gone).exit_code == 0
     assert "forgotten on purpose" not in cli("export").stdout
     assert "forgotten on purpose" in cli("export", "--include-forgotten").stdout
+
+
+def test_a_purge_killed_after_its_commit_is_finished_by_the_next_open(store, db):
+    for i in range(200):
+        store.add(f"ordinary memory number {i} about gardening and tools")
+    m, _ = store.add(CANARY)
+    store.edit(m.id, text=CANARY + ", row 4")
+    store.close()
+    code = f"""
+        import os
+        from pmem.store import MemoryStore
+        MemoryStore._finish_purge = lambda self: os.kill(os.getpid(), 9)  # killed before VACUUM
+        store = MemoryStore({str(db)!r})
+        store.purge([{m.id!r}])
+    """
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       env={**os.environ, "PMEM_EMBED_MODEL": "fake-64"})
+    assert p.returncode == -9
+    with MemoryStore(db, config=store.config) as again:
+        assert again.setting("purge_pending") is None
+        assert again.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517"])
