@@ -1,4 +1,9 @@
-"""Times are stored as ISO 8601 UTC strings ('2026-11-29T18:41:29Z'): sortable, readable, exact."""
+"""Times are stored as ISO 8601 UTC strings ('2026-11-29T18:41:29Z'): sortable, readable, exact.
+
+Years are always four digits (0999, not 999: strftime leaves them unpadded, and then text order
+is not time order), and only years 1 to 9999 exist; a date or duration that leaves that range
+is a usage error, never an OverflowError.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,47 @@ from datetime import datetime, timedelta, timezone
 
 from .errors import UsageError
 
+_MAX_SECONDS = 9999 * 366 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(years|year|yr|y|weeks|week|wk|w|days|day|d|hr|h|min|m|sec|s)(?![a-z])")
 _CANON = {"sec": "s", "min": "m", "hr": "h", "day": "d", "days": "d", "wk": "w", "week": "w",
           "weeks": "w", "yr": "y", "year": "y", "years": "y"}
 
 
+class _OutOfRange(UsageError):
+    """A well-formed date or duration past the calendar's ends: say so rather than 'invalid date'."""
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+_RANGE = "dates must fall in the years 1 to 9999"
 
 
 def iso(dt: datetime) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        dt = dt.astimezone(timezone.utc)
+    except OverflowError:
+        raise _OutOfRange(f"date out of range: {_RANGE}") from None
+    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T"
+            f"{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}Z")
+
+
+def shift(base: datetime, delta: timedelta, direction: int = 1) -> datetime:
+    """`base` moved by `delta` forwards (direction 1) or backwards (-1), refusing to leave the
+    calendar with a usage error."""
+    try:
+        return base + delta if direction >= 0 else base - delta
+    except OverflowError:
+        raise _OutOfRange(f"date out of range: {_RANGE}") from None
+
+
+def from_now(duration: str) -> str:
+    """'3d' -> the stored time 3 days from now (for --ttl, --in)."""
+    return iso(shift(now(), parse_duration(duration)))
 
 
 def now_iso() -> str:
@@ -39,6 +71,8 @@ def parse_duration(text: str) -> timedelta:
         pos = m.end()
     if pos == 0 or s[pos:].strip() or total <= 0:
         raise UsageError(f"invalid duration {text!r}: use a number and a unit, e.g. 90m, 12h, 3d, 2w, 1y")
+    if total > _MAX_SECONDS:
+        raise _OutOfRange(f"duration {text!r} is too long: at most 9999 years")
     return timedelta(seconds=total)
 
 
@@ -68,7 +102,9 @@ def parse_when(text: str, *, direction: int = -1, base: datetime | None = None) 
         return iso(day + timedelta(days=1))
     if re.fullmatch(r"(\d+(?:\.\d+)?\s*[a-z]+\s*)+", low):
         try:
-            return iso(base + direction * parse_duration(low))
+            return iso(shift(base, parse_duration(low), direction))
+        except _OutOfRange:
+            raise
         except UsageError:
             pass
     iso_text = s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s
@@ -83,6 +119,9 @@ def parse_when(text: str, *, direction: int = -1, base: datetime | None = None) 
             except ValueError:
                 continue
     if dt is None:
+        year = re.match(r"[+-]?(\d+)-\d", s)
+        if year and not 1 <= int(year.group(1)) <= 9999:
+            raise UsageError(f"invalid date {text!r}: {_RANGE}")
         raise UsageError(f"invalid date {text!r}: use YYYY-MM-DD, an ISO time, 'now', or a duration like 7d")
     return iso(dt)
 

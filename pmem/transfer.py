@@ -23,12 +23,35 @@ _META_COMMENT = re.compile(r"\s*<!--\s*pmem\s+(\{.*\})\s*-->\s*$")
 _TRAILING_TAGS = re.compile(r"(?:\s+#[\w/-]+)+\s*$")
 
 
+_MAX_INT = 2**63 - 1  # SQLite's largest integer
+
+
+def _loads(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{where}: JSON nested too deeply") from None
+
+
+def _check_utf8(obj: Any, where: str) -> None:
+    """JSON escapes can smuggle lone surrogates ("\\udce9") that no UTF-8 database can store."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{where}: text is not valid UTF-8 (a lone surrogate escape)") from None
+    except (RecursionError, ValueError):
+        raise UsageError(f"{where}: JSON nested too deeply or not representable") from None
+
+
 def _record(obj: Any, where: str) -> Memory:
     if not isinstance(obj, dict):
         raise UsageError(f"{where}: expected a JSON object with a 'text' field")
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise UsageError(f"{where}: 'text' must be a non-empty string")
+    _check_utf8(obj, where)
     values: dict[str, Any] = {"text": text}
     for key, value in obj.items():
         if key not in _FIELDS or key == "text" or value is None:
@@ -55,7 +78,7 @@ def _record(obj: Any, where: str) -> Memory:
             if not isinstance(value, dict):
                 raise UsageError(f"{where}: 'meta' must be a JSON object")
         elif key == "access_count":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_INT:
                 raise UsageError(f"{where}: 'access_count' must be a whole number")
         elif not isinstance(value, str):
             raise UsageError(f"{where}: {key!r} must be a string")
@@ -69,11 +92,7 @@ def parse_jsonl(lines: Iterable[str]) -> list[Memory]:
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"line {n}: not valid JSON ({exc.msg})") from None
-        out.append(_record(obj, f"line {n}"))
+        out.append(_record(_loads(line, f"line {n}"), f"line {n}"))
     return out
 
 
@@ -94,8 +113,10 @@ def parse_markdown(lines: Iterable[str]) -> list[Memory]:
         if m:
             try:
                 meta = json.loads(m.group(1))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise UsageError(f"line {n}: broken pmem comment") from None
+            if not isinstance(meta, dict):
+                raise UsageError(f"line {n}: broken pmem comment")
             text = text[:m.start()]
         tags: list[str] = []
         t = _TRAILING_TAGS.search(text)

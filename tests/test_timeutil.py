@@ -32,3 +32,22 @@ def test_dates():
 def test_humanize():
     assert humanize_age("2026-11-26T12:00:00Z", BASE) == "3d"
     assert humanize_age("2026-12-01T12:00:00Z", BASE) == "in 2d"
+
+
+def test_years_are_four_digits_and_stay_in_the_calendar():
+    from pmem.timeutil import from_now, iso
+
+    assert parse_when("0999-06-01") == "0999-06-01T00:00:00Z"
+    assert parse_when("0001-01-01") == "0001-01-01T00:00:00Z"
+    assert iso(datetime(5, 1, 2, 3, 4, 5)) == "0005-01-02T03:04:05Z"
+    assert parse_when("0999-06-01") < parse_when("1000-01-01")  # text order is time order
+    for bad in ["0000-01-01", "10000-01-01", "99999999d", "9000y", "0001-01-01T00:00:00+01:00",
+                "9999-12-31T23:00:00-05:00", "9" * 400 + "d"]:
+        with pytest.raises(UsageError):
+            parse_when(bad, direction=1)
+    with pytest.raises(UsageError, match="years 1 to 9999"):
+        from_now("9000y")
+    with pytest.raises(UsageError, match="too long"):
+        parse_duration("99999999d")
+    with pytest.raises(UsageError, match="years 1 to 9999"):
+        parse_when("3000y", base=BASE)  # 3000 years before 2026: year -974
