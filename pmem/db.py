@@ -68,6 +68,7 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
     sqlite = driver()
     path = Path(path)
     memory = str(path) == ":memory:"
+    read_only = False
     if not memory:
         if not path.exists():
             if not create:
@@ -75,9 +76,20 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
             _create_private(path)
         elif path.is_dir():
             raise DatabaseError(f"{path} is a directory, not a database file")
+        else:
+            read_only = not os.access(path, os.W_OK)  # a file we may only read is still listed and searched
     try:
-        conn = sqlite.connect(str(path), isolation_level=None, check_same_thread=False,
-                              timeout=busy_timeout_ms / 1000)
+        if read_only:
+            import urllib.parse
+
+            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+            if not os.access(path.parent, os.W_OK):  # no -shm can be made beside it: read it as a snapshot
+                uri += "&immutable=1"
+            conn = sqlite.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                                  timeout=busy_timeout_ms / 1000)
+        else:
+            conn = sqlite.connect(str(path), isolation_level=None, check_same_thread=False,
+                                  timeout=busy_timeout_ms / 1000)
     except sqlite.Error as exc:
         raise DatabaseError(f"cannot open {path}: {exc}") from None
     try:
@@ -90,7 +102,7 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
-        if not memory:
+        if not memory and not read_only:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")

@@ -10,10 +10,18 @@ from .errors import PmemError
 
 @dataclass
 class Check:
+    """One finding. `level` is "ok", "info" (worth knowing, nothing wrong: a model that is
+    fetched on first use) or "fail"; only "fail" makes `pmem doctor` exit 1."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    level: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.level:
+            self.level = "ok" if self.ok else "fail"
 
 
 def run_checks(db_override=None) -> list[Check]:
@@ -35,6 +43,10 @@ def run_checks(db_override=None) -> list[Check]:
     try:
         cfg = config.load()
         checks.append(Check("config", True, str(cfg.path) + ("" if cfg.path.exists() else " (defaults)")))
+        if cfg.path.exists():
+            mode = cfg.path.stat().st_mode & 0o777
+            checks.append(Check("config permissions", mode & 0o077 == 0, f"{cfg.path} mode {oct(mode)}",
+                                f"chmod 600 {cfg.path}"))
     except PmemError as exc:
         checks.append(Check("config", False, str(exc), "fix or delete the config file"))
         return checks
@@ -69,9 +81,11 @@ def run_checks(db_override=None) -> list[Check]:
         spec = cfg.get(key)
         if spec in provision.known_models():
             f = provision.model_file(spec, paths.models_dir())
-            ok = f.exists()
-            checks.append(Check(key, ok, f"{spec}: {f}" if ok else f"{spec}: not installed yet",
-                                "" if ok else "pmem models pull (also happens on first use)"))
+            if f.exists():
+                checks.append(Check(key, True, f"{spec}: {f}"))
+            else:  # fetched by the first command that needs it: nothing is wrong
+                checks.append(Check(key, True, f"{spec}: not installed yet; fetched on first use",
+                                    "pmem models pull (to fetch it now)", level="info"))
         else:
             from pathlib import Path
 

@@ -33,10 +33,20 @@ COMMAND_MODULES = (memories_cmd, history_cmd, transfer_cmd, housekeeping_cmd, dr
                    serve_cmd, tui_cmd, models_cmd, config_cmd)
 
 
+def _print_version(value: bool) -> None:
+    """Eager: `pmem --version` alone prints and exits 0, before click asks for a command."""
+    if value:
+        from .. import __version__
+
+        out.echo(f"pmem {__version__}")
+        raise typer.Exit(0)
+
+
 def _main(
     db: Optional[Path] = typer.Option(None, "--db", help="Database file (default: $PMEM_DB, "
                                       "$PMEM_HOME/pmem.db, or the user data dir).", envvar=None),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
 ) -> None:
     """A personal memory for you and your LLM tools, in one local SQLite file.
 
@@ -46,11 +56,6 @@ def _main(
       pmem search "cabin internet"
       pmem recall "plan dinner" | llm "suggest a recipe"
     """
-    if version:
-        from .. import __version__
-
-        out.echo(f"pmem {__version__}")
-        raise typer.Exit(0)
 
 
 def make_app() -> typer.Typer:

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import timeutil
-from ..errors import PmemError, UsageError
+from ..errors import NotFound, PmemError, UsageError
 
 TagOpt = typer.Option(None, "--tag", "-t", help="Only memories with this tag (repeatable: all must match).")
 TierOpt = typer.Option(None, "--tier", help="Only this tier: core, archival, episodic (repeatable).")
@@ -42,11 +42,32 @@ def db_override(ctx: Optional[typer.Context] = None) -> Optional[Path]:
     return ctx.find_root().params.get("db")
 
 
-def open_store(ctx: Optional[typer.Context] = None):
-    """The store the running command works on (`--db`, else $PMEM_DB / $PMEM_HOME / user dir)."""
+def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
+    """The store the running command works on (`--db`, else $PMEM_DB / $PMEM_HOME / user dir).
+
+    `read_only`: the command only reads, so a database the person named (--db, $PMEM_DB) in a
+    folder that does not exist is a mistake to report, not a folder to create. pmem's own
+    home is created as before."""
+    from .. import paths
     from ..store import MemoryStore
 
-    return MemoryStore(db_override(ctx))
+    override = db_override(ctx)
+    if read_only and (override or os.environ.get("PMEM_DB")):
+        path = paths.db_path(override)
+        if not path.exists() and not path.parent.is_dir():
+            raise NotFound(f"no database at {path} (the folder {path.parent} does not exist)")
+    return MemoryStore(override)
+
+
+MAX_COUNT = 2**63 - 1  # SQLite's largest integer
+
+
+def check_count(value: Optional[int], option: str, minimum: int) -> Optional[int]:
+    """A count option (--limit, --offset, --budget) within what SQLite and the person can mean."""
+    if value is not None and not minimum <= value <= MAX_COUNT:
+        raise UsageError(f"{option} must be {minimum} or more" if value < minimum
+                         else f"{option} is too large (at most {MAX_COUNT})")
+    return value
 
 
 def _when(value: Optional[str], direction: int = -1) -> Optional[str]:
@@ -63,6 +84,8 @@ def _meta(pairs: List[str]) -> dict:
             meta[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
             meta[key.strip()] = value
+        except RecursionError:
+            raise UsageError(f"--meta {key.strip()}: JSON nested too deeply") from None
     return meta
 
 
@@ -112,6 +135,15 @@ def _filter(tag, tier, since, until, as_of, include_expired=False, include_forgo
 
 # -- the error boundary -------------------------------------------------------------------
 
+def _click():
+    """The click typer runs on: typer >= 0.25 carries its own copy, older typer uses click."""
+    try:
+        import typer._click as click
+    except ImportError:
+        import click
+    return click
+
+
 def _sqlite_errors() -> tuple:
     """The exception base classes of the SQLite drivers loaded so far (none imported here)."""
     found = []
@@ -123,27 +155,89 @@ def _sqlite_errors() -> tuple:
     return tuple(found)
 
 
+def _printable(arg: str, width: int = 60) -> str:
+    text = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _is_help(exc) -> bool:
+    """click's 'no arguments: show the help' is a UsageError too; it stays as it is."""
+    return type(exc).__name__ == "NoArgsIsHelpError"
+
+
+def _usage_line(exc) -> str:
+    where = f" (see `{exc.ctx.command_path} --help`)" if getattr(exc, "ctx", None) is not None else ""
+    return " ".join(exc.format_message().split()) + where
+
+
 class PmemGroup(TyperGroup):
     """Every pmem group (the app and its sub-apps) uses this class: it turns what a command raises
-    into one `pmem: error:` line and the documented exit code, so no command has to remember to."""
+    into one `pmem: error:` line and the documented exit code (0 ok, 1 error, 2 usage, 130
+    interrupted), so no command has to remember to, and no foreseeable failure shows a traceback."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        from . import output as out
+
+        if parent is None:  # the whole command line, once: text pmem cannot store is refused here
+            for arg in args:
+                try:
+                    arg.encode("utf-8")
+                except UnicodeEncodeError:
+                    out.error(f"argument '{_printable(arg)}' is not valid UTF-8")
+                    raise typer.Exit(2) from None
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _click().exceptions.UsageError as exc:
+            if _is_help(exc):
+                raise
+            out.error(_usage_line(exc))
+            raise typer.Exit(2) from None
 
     def invoke(self, ctx: typer.Context):
         from . import output as out
 
+        click = _click()
         try:
             return super().invoke(ctx)
         except PmemError as exc:
             out.error(str(exc))
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, typer.Abort):
             out.error("interrupted")
             raise typer.Exit(130) from None
+        except click.exceptions.UsageError as exc:
+            if _is_help(exc):
+                raise
+            out.error(_usage_line(exc))
+            raise typer.Exit(2) from None
         except BrokenPipeError:  # `pmem export | head`: the reader left; that is not an error
             _silence_stdout()
             raise typer.Exit(0) from None
+        except (typer.Exit, click.exceptions.ClickException):
+            raise
+        except UnicodeEncodeError as exc:
+            if exc.encoding.replace("-", "").lower() == "utf8":
+                out.error(f"text is not valid UTF-8 ({exc.reason})")
+                raise typer.Exit(2) from None
+            out.error(f"this text cannot be written in {exc.encoding}; set PYTHONIOENCODING=utf-8")
+            raise typer.Exit(1) from None
+        except UnicodeError as exc:
+            out.error(f"text is not valid UTF-8 ({getattr(exc, 'reason', exc)})")
+            raise typer.Exit(2) from None
+        except RecursionError:
+            out.error("input nested too deeply")
+            raise typer.Exit(2) from None
+        except MemoryError:
+            out.error("out of memory")
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            out.error(f"{exc.strerror or exc}{where}")
+            raise typer.Exit(1) from None
         except Exception as exc:
             if isinstance(exc, _sqlite_errors()):
-                out.error(f"database error: {exc}")
+                hint = "; it is read-only here" if "readonly" in str(exc) else ""
+                out.error(f"database error: {exc}{hint}")
                 raise typer.Exit(1) from None
             raise
 

@@ -63,7 +63,11 @@ def config_set(key: str = typer.Argument(..., help="Setting name."),
     Example:
       pmem config set chat_model ~/models/qwen2.5-1.5b-instruct-q4_k_m.gguf
     """
-    from .. import config
+    from .. import config, paths
 
-    path = config.set_value(key, value)
+    try:
+        path = config.set_value(key, value)
+    except (ValueError, OSError) as exc:  # a config.toml that does not parse, or cannot be written
+        raise UsageError(f"cannot update {paths.config_path()}: {' '.join(str(exc).split())}; "
+                         "fix or delete that file") from None
     out.note(f"{key} set in {path}")

@@ -85,7 +85,7 @@ def dream(
     """
     from .. import dream as dreaming
 
-    if max_seconds is not None and max_seconds <= 0:
+    if max_seconds is not None and not max_seconds > 0:  # also refuses nan
         raise UsageError("--max-seconds must be positive")
     kinds = _kinds(only, purge)
     started = time.monotonic()

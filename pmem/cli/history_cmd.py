@@ -5,7 +5,7 @@ import json
 import typer
 
 from . import output as out
-from .common import JsonOpt, open_store
+from .common import JsonOpt, check_count, open_store
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,7 @@ def history(
     Example:
       pmem history 3f2a
     """
-    with open_store() as store:
+    with open_store(read_only=True) as store:
         rows = store.history(memory_id)
     if as_json:
         out.print_json([{**e.to_dict(), "operation": op.to_dict()} for e, op in rows])
@@ -53,7 +53,8 @@ def log(
     Example:
       pmem log -n 5
     """
-    with open_store() as store:
+    check_count(limit, "--limit", 0)
+    with open_store(read_only=True) as store:
         ops = store.operations(limit)
     if as_json:
         out.print_json([o.to_dict() for o in ops])

@@ -20,7 +20,7 @@ def stats(as_json: bool = JsonOpt) -> None:
     Example:
       pmem stats --json
     """
-    with open_store() as store:
+    with open_store(read_only=True) as store:
         data = store.stats()
     if as_json:
         out.print_json(data)
@@ -77,9 +77,9 @@ def doctor(as_json: bool = JsonOpt) -> None:
         out.print_json([c.__dict__ for c in checks])
     else:
         for c in checks:
-            mark = "ok  " if c.ok else "FAIL"
+            mark = {"ok": "ok  ", "info": "info"}.get(c.level, "FAIL")
             out.echo(out.visible(f"[{mark}] {c.name}: {c.detail}"))
-            if not c.ok and c.fix:
-                out.echo(out.visible(f"       fix: {c.fix}"))
+            if c.level != "ok" and c.fix:
+                out.echo(out.visible(f"       {'fix' if c.level == 'fail' else 'hint'}: {c.fix}"))
     if not all(c.ok for c in checks):
         raise typer.Exit(1)

@@ -21,6 +21,7 @@ from .common import (
     _filter,
     _meta,
     _when,
+    check_count,
     open_store,
     read_stdin,
 )
@@ -73,7 +74,7 @@ def add(
         raise UsageError("use --ttl or --expires, not both")
     expires_at = _when(expires, direction=1)
     if ttl:
-        expires_at = timeutil.iso(timeutil.now() + timeutil.parse_duration(ttl))
+        expires_at = timeutil.from_now(ttl)
     if extract:
         from .extract_cmd import run_extract
 
@@ -121,7 +122,8 @@ def search(
     """
     from ..search import search as run_search
 
-    with open_store() as store:
+    check_count(limit, "--limit", 1)
+    with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired)
         hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
                           collapse=not no_collapse)
@@ -151,7 +153,8 @@ def recall(
     from ..recall import recall as run_recall
     from ..recall import render
 
-    with open_store() as store:
+    check_count(budget, "--budget", 1)
+    with open_store(read_only=True) as store:
         flt = _filter(tag, tier, None, None, as_of)
         result = run_recall(store, query, budget=budget, flt=flt, fmt=fmt)
     out.echo(render(result, fmt))
@@ -182,7 +185,9 @@ def list_(
       pmem list --tag work
       pmem list --all --json | jq '.[].text'
     """
-    with open_store() as store:
+    check_count(limit, "--limit", 0)
+    check_count(offset, "--offset", 0)
+    with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired, include_forgotten, pinned, all_)
         memories = store.list(flt, sort=sort, reverse=reverse, limit=limit or None, offset=offset)
     if as_json:
@@ -203,13 +208,25 @@ def show(
     Example:
       pmem show 3f2a
     """
-    with open_store() as store:
+    with open_store(read_only=True) as store:
         memory = store.get(memory_id)
-        store.touch([memory.id])
+        _touch(store, memory.id)
     if as_json:
         out.print_json(memory.to_dict())
     else:
         out.memory_detail(memory)
+
+
+def _touch(store, memory_id: str) -> None:
+    """Count the access; a database the person may not write (a read-only file) is still shown."""
+    from .. import db
+    from ..errors import DatabaseError
+
+    try:
+        store.touch([memory_id])
+    except (DatabaseError, *db.errors()) as exc:
+        if "readonly" not in str(exc):
+            raise
 
 
 def edit(
@@ -322,7 +339,7 @@ def expire(
         raise UsageError("use one of --in, --at, --now")
     when = None
     if in_:
-        when = timeutil.iso(timeutil.now() + timeutil.parse_duration(in_))
+        when = timeutil.from_now(in_)
     elif at:
         when = _when(at, direction=1)
     _each(ids, "expire", "expire", at=when)

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..errors import PmemError, UsageError
 from . import output as out
 from .common import JsonOpt, open_store, read_stdin
 
@@ -92,18 +92,34 @@ def export(
     from .. import transfer
     from ..store import Filter
 
-    with open_store() as store:
+    if fmt not in transfer.FORMATS:
+        raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
+    if output is not None:
+        _check_writable(output)
+    with open_store(read_only=True) as store:
         if active:
             memories = store.list(Filter(tiers=("core", "archival", "episodic")), limit=None, reverse=True)
         else:
             memories = [m for m in store.iter_all() if include_forgotten or m.forgotten_at is None]
-    if fmt not in transfer.FORMATS:
-        raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
     lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
-    if output:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
+    if output is not None:
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror}") from None
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.writelines(lines)
+        except OSError as exc:
+            raise PmemError(f"writing {output} failed: {exc.strerror}") from None
         out.note(f"wrote {len(memories)} memories to {output}")
     else:
         sys.stdout.writelines(lines)
+
+
+def _check_writable(output: Path) -> None:
+    """Refuse an -o that cannot be a file before reading the store."""
+    if output.is_dir():
+        raise UsageError(f"-o {output} is a folder: give a file name")
+    if not output.parent.is_dir():
+        raise UsageError(f"-o {output}: the folder {output.parent} does not exist")

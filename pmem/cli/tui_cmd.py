@@ -31,3 +31,5 @@ def tui(
     with open_store() as store:
         tui_app = make_app(store, initial_query=query)
         tui_app.run()
+    if tui_app.return_code:  # textual has shown what went wrong; the exit status must say so too
+        raise typer.Exit(1)
