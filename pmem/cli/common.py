@@ -1,4 +1,5 @@
-"""What the command modules share: options, input readers, option parsing and `open_store()`.
+"""What the command modules share: options, input readers, option parsing, `open_store()`, and
+`PmemGroup`, the one error boundary (the group class of the app and every sub-app).
 
 Nothing here registers a command; command modules import from here, and app.py imports them.
 """
