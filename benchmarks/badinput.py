@@ -119,9 +119,9 @@ def cases() -> list[Case]:
     add(Case("unknown command", ["frobnicate"], 2))
     add(Case("missing command", ["--db", "x.db"], 2))
     add(Case("--db without value", ["--db"], 2))
-    add(Case("--db into missing folder, list", ["--db", "/nonexistent/folder/x.db", "list"], 1))
-    add(Case("--db into missing folder, search", ["--db", "/nonexistent/folder/x.db", "search", "x"], 1))
-    add(Case("--db into missing folder, export", ["--db", "/nonexistent/folder/x.db", "export"], 1))
+    add(Case("--db into missing folder, list", ["--db", "{home}/missing/folder/x.db", "list"], 1))
+    add(Case("--db into missing folder, search", ["--db", "{home}/missing/folder/x.db", "search", "x"], 1))
+    add(Case("--db into missing folder, export", ["--db", "{home}/missing/folder/x.db", "export"], 1))
     add(Case("--db is a directory", ["--db", "/tmp", "list"], 1))
     add(Case("--db is /proc/version", ["--db", "/proc/version", "list"], 1))
     add(Case("--db is a text file", ["--db", "{home}/notes.txt", "list"], 1, setup=write("notes.txt", "hello\n" * 500)))
@@ -291,7 +291,7 @@ def cases() -> list[Case]:
     add(Case("import: --tag not UTF-8", ["import", "-", "--tag", b"\xff"], 2, stdin=b'{"text": "x"}\n'))
     add(Case("import: path not UTF-8", ["import", b"/tmp/\xff.jsonl"], 2))
     # -- export ----------------------------------------------------------------------------------
-    add(Case("export: -o into a missing folder", ["export", "-o", "/nonexistent/folder/out.jsonl"], 2))
+    add(Case("export: -o into a missing folder", ["export", "-o", "{home}/missing/folder/out.jsonl"], 2))
     add(Case("export: -o a directory", ["export", "-o", "/tmp"], 2))
     add(Case("export: -o /proc/version", ["export", "-o", "/proc/version"], (1, 2)))  # root may open it
     add(Case("export: -o /dev/full", ["export", "-o", "/dev/full"], 1))
@@ -357,7 +357,7 @@ def cases() -> list[Case]:
     add(Case("list with broken config.toml", ["list"], 2, setup=write("config.toml", "x = [\n")))
     # -- environment variables -------------------------------------------------------------------
     add(Case("env: PMEM_DB is a directory", ["list"], 1, env={"PMEM_DB": "/tmp"}))
-    add(Case("env: PMEM_DB into a missing folder", ["list"], 1, env={"PMEM_DB": "/nonexistent/folder/p.db"}))
+    add(Case("env: PMEM_DB into a missing folder", ["list"], 1, env={"PMEM_DB": "{home}/missing/folder/p.db"}))
     add(Case("env: PMEM_HOME is a file", ["list"], 1, env={"PMEM_HOME": "/proc/version"}))
     add(Case("env: PMEM_RECALL_BUDGET=lots", ["recall", "x"], 2, env={"PMEM_RECALL_BUDGET": "lots"}))
     add(Case("env: PMEM_SERVER=sometimes", ["list"], 2, env={"PMEM_SERVER": "sometimes"}))
