@@ -7,6 +7,7 @@ escapes) and rich `Text` (never parsed as markup); in a pipe it is written as st
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import Any, Iterable
@@ -15,6 +16,21 @@ from .. import timeutil
 from ..display import visible  # noqa: F401 - re-exported for commands
 from ..records import Hit, Memory
 
+
+class _NoticeHandler(logging.Handler):
+    """The library reports through logging and prints nothing (a notice inside the TUI would
+    write over the screen); the CLI shows its warnings as `pmem: message` on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            note("pmem: " + record.getMessage())
+        except Exception:  # noqa: BLE001 - a notice must never break the command
+            self.handleError(record)
+
+
+_library_log = logging.getLogger("pmem")
+if not any(isinstance(h, _NoticeHandler) for h in _library_log.handlers):
+    _library_log.addHandler(_NoticeHandler(logging.WARNING))
 
 
 def is_tty() -> bool:
