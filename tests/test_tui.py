@@ -335,6 +335,34 @@ async def test_hybrid_search_ranks_the_match_first(tstore):
         assert app.table.current_id() == "a3" or app.table.ids()[0] == "a3"
 
 
+async def test_search_highlights_the_best_result_and_p_pins_it(tstore):
+    """Issue 10, defect 13: the highlight used to stay on the memory highlighted before the
+    search, wherever it landed in the results, and `p` then pinned that one."""
+    from pmem.search import search
+
+    ranked = [h.memory.id for h in search(tstore, "cabin", mode="keyword", collapse=False)]
+    assert len(ranked) == 2
+    best, other = ranked
+    app = make(tstore, search_mode="keyword")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, other)  # highlighted before the search, and among its results
+        await pilot.pause()
+        await pilot.press("slash", *"cabin", "enter")
+        await settle(app, pilot)
+        assert app.table.ids() == [best, other]
+        assert app.table.cursor_row == 0 and app.table.current_id() == best
+        assert best in screen_text(app)  # the detail pane shows it too
+        await pilot.press("p")
+        await pilot.pause()
+        assert tstore.get(best).pinned and not tstore.get(other).pinned
+        # The same query run again (here a reload) keeps the memory the person moved to.
+        await pilot.press("down")
+        await pilot.press("ctrl+r")
+        await settle(app, pilot)
+        assert app.table.current_id() == other
+
+
 async def test_search_is_debounced(tstore):
     calls = []
 

@@ -94,6 +94,8 @@ class PmemApp(App[None]):
         self.query_text = ""
         self.search_gen = 0
         self.shown_gen = 0
+        self.shown_query: str | None = None  # the query whose results the list shows
+        self._keep_after_search: str | None = None
         self.total = 0
         self.hits_shown: int | None = None
         self.model_state = "unloaded"  # unloaded, loading, ready, failed
@@ -205,10 +207,12 @@ class PmemApp(App[None]):
         keep = keep or table.current_id()
         keep_index = table.cursor_row
         if self.query_text.strip():
+            self._keep_after_search = keep  # the same query again: stay on the same memory
             table.clear()
             self.start_search()
             return
         self.hits_shown = None
+        self.shown_query = None
         try:
             self.total = self.store.count(self.flt)
         except PmemError as exc:
@@ -613,7 +617,13 @@ class PmemApp(App[None]):
             return  # a newer query was typed: these results are stale
         self.shown_gen = gen
         table = self.table
-        keep = table.current_id()
+        # Results of a new query: the best one (row 0) is highlighted, so `p` or `d` acts on
+        # it and not on whatever was highlighted before. The same query run again (a mode change,
+        # the model ready, a reload after a change) keeps the memory the person was on.
+        same = self.query_text == self.shown_query
+        keep = (table.current_id() or self._keep_after_search) if same else None
+        self._keep_after_search = None
+        self.shown_query = self.query_text
         self.hits_shown = len(hits)
         table.set_memories([h.memory for h in hits], keep_id=keep)
         self.update_status()
