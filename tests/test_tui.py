@@ -465,6 +465,51 @@ async def test_markup_and_escapes_shown_literally(tstore):
         assert "[bold red]x[/]" in cell.plain and not cell.spans
 
 
+HIDDEN = ("\x1b", "\x07", "\x9b", "\u202e", "\u200b", "\U000e0041")
+
+
+async def test_no_control_or_invisible_character_reaches_the_screen(tstore):
+    """Issue 10, defect 5: the list, the detail pane, the dialogs (a TextArea or an Input would
+    draw them raw) and the notifications show escapes instead."""
+    from textual.widgets import Input, TextArea
+
+    evil = "osc\x1b]0;owned\x07 c1\x9b2J rlo\u202eevil zw\u200bsp tag\U000e0041"
+    tstore.insert([Memory(id="b1", text=evil, tags=["t\x1b[2J\u202e", "plain"],
+                          created_at="2025-02-28T10:00:00Z", updated_at="2025-02-28T10:00:00Z")])
+    app = make(tstore)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        select(app, "b1")
+        await pilot.pause()
+        shown = [screen_text(app)]
+        assert "\\u202eevil" in shown[0] and "\\x1b]0;owned\\x07" in shown[0]
+        await pilot.press("t")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        await pilot.press("enter")  # saved unchanged: the stored tags stay exactly as they were
+        await pilot.pause()
+        assert tstore.get("b1").tags == ["plain", "t\x1b[2J\u202e"]
+        await pilot.press("e")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        area = app.screen.query_one(TextArea)
+        area.text = area.text + " more"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert tstore.get("b1").text == evil + " more"  # the hidden characters are kept
+        app.flt = Filter(tags=("t\x1b[2J\u202e",))
+        await pilot.press("f")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        assert "\x1b" not in app.screen.query_one("#filter-tags", Input).value
+        await pilot.press("escape")
+        app.notify("tags of b1: t\x1b[2J\u202e")
+        await pilot.pause()
+        shown.append(screen_text(app))
+    for text in shown:
+        assert not [c for c in HIDDEN if c in text], text
+
+
 async def test_notification_with_markup_in_tags_does_not_crash(tstore):
     app = make(tstore)
     async with app.run_test(size=SIZE) as pilot:

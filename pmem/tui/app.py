@@ -32,6 +32,7 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from .. import timeutil
+from ..display import visible
 from ..errors import NotFound, PmemError
 from ..records import Memory
 from ..search import MODES
@@ -124,7 +125,7 @@ class PmemApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"pmem — {self.store.path}"
+        self.title = visible(f"pmem — {self.store.path}")
         search = self.query_one("#search", Input)
         search.display = False
         table = self.table
@@ -256,7 +257,7 @@ class PmemApp(App[None]):
         if set(f.tiers) != {"core", "archival"}:
             bits.append("tier " + "+".join(f.tiers))
         if f.tags:
-            bits.append("tags " + " ".join(f.tags))
+            bits.append("tags " + visible(" ".join(f.tags)))
         if f.include_expired:
             bits.append("+expired")
         if f.include_forgotten:
@@ -344,6 +345,11 @@ class PmemApp(App[None]):
         table.replace_memory(m, listed=listed)
         self.show_detail()
         self.update_status()
+
+    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
+        """Every notification shows its text literally: messages carry ids, tags and errors that
+        quote what a person typed, so controls and invisible characters are shown as escapes."""
+        super().notify(visible(message), title=visible(title), **options)
 
     def error(self, message: str) -> None:
         self.notify(message, severity="error", markup=False, timeout=6)
