@@ -158,7 +158,6 @@ def test_no_escape_reaches_a_terminal(evil_db, args):
     assert b"safe" in out or b"tag\\x1b]0;x" in out  # stats shows the tags, not the text
 
 
-@pytest.mark.xfail(reason="needs `export` to write through out.write_lines (pmem/cli, branch cli)", strict=False)
 def test_export_markdown_on_a_terminal_shows_escapes(evil_db):
     out = run_pmem(evil_db, "export", "--format", "md", tty=True)
     assert_nothing_raw(out)

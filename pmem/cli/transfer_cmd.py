@@ -1,7 +1,6 @@
 """Moving memories in and out: import, export."""
 
 import os
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -106,4 +105,4 @@ def export(
             f.writelines(lines)
         out.note(f"wrote {len(memories)} memories to {output}")
     else:
-        sys.stdout.writelines(lines)
+        out.write_lines(lines)  # as stored to a pipe; escapes shown, not acted on, on a terminal
