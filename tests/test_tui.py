@@ -505,9 +505,26 @@ async def test_no_control_or_invisible_character_reaches_the_screen(tstore):
         await pilot.press("escape")
         app.notify("tags of b1: t\x1b[2J\u202e")
         await pilot.pause()
-        shown.append(screen_text(app))
+        shown += [n.message for n in app._notifications]  # toasts are not in the compositor's strips
+        assert "tags of b1: t\\x1b[2J\\u202e" in shown
     for text in shown:
         assert not [c for c in HIDDEN if c in text], text
+
+
+async def test_library_notices_become_notifications(tstore):
+    import logging
+
+    app = make(tstore)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        thread = threading.Thread(target=logging.getLogger("pmem.serve").warning,
+                                  args=("the server stopped answering; loading the model in this process",))
+        thread.start()  # notices come from workers
+        thread.join()
+        await pilot.pause(0.2)
+        messages = [n.message for n in app._notifications]  # toasts are not in the compositor's strips
+        assert messages == ["the server stopped answering; loading the model in this process"]
+    assert not [h for h in logging.getLogger("pmem").handlers if type(h).__name__ == "_Notices"]
 
 
 async def test_notification_with_markup_in_tags_does_not_crash(tstore):
