@@ -31,6 +31,7 @@ line and, for vectors, `n * dim` little-endian float32 values after it.
     {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], ...}
     {"op": "stop"}                            -> {"ok": true}
     failures                                  -> {"ok": false, "error": "one line"}
+    refusals (busy, stopping)                 -> {"ok": false, "busy": true, "error": ...}
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ REPLY_PER_CHAR = 1 / 20_000  # ... and long texts by their length, up to the mod
 _CHARS_COUNTED = 4_000  # a text is cut to 512 tokens: more characters cost nothing
 SUPPORTED = hasattr(socket, "AF_UNIX")
 _OUT_OF_FDS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+# A refusal that says nothing about the request: the client uses its local model instead.
+BUSY = {"ok": False, "busy": True, "error": "the pmem server is busy"}
 
 socket_path = paths.socket_path
 
@@ -215,6 +218,8 @@ class RemoteEmbedder:
             try:
                 header, reader, sock = _exchange(payload, self._sock_path, reply_timeout(texts))
                 try:
+                    if header.get("busy"):
+                        raise ConnectionError(str(header.get("error")))
                     if not header.get("ok"):
                         raise ModelError(str(header.get("error") or "the pmem server failed"))
                     n, dim = int(header["n"]), int(header["dim"])
@@ -417,10 +422,10 @@ class Server:
             return
         if len(self._waiting) + self._running >= self.max_connections:
             if not self._waiting:  # every slot is a request under way: refuse, the client falls back
-                _say(conn, {"ok": False, "error": "the pmem server is busy"})
+                _say(conn, BUSY)
                 conn.close()
                 return
-            self._drop(selector, next(iter(self._waiting)), "the pmem server is busy")
+            self._drop(selector, next(iter(self._waiting)), BUSY)
         now = time.monotonic()
         self._waiting[conn] = (now + self.request_timeout, bytearray())
         selector.register(conn, selectors.EVENT_READ, True)
@@ -438,14 +443,15 @@ class Server:
         else:
             time.sleep(0.05)
 
-    def _drop(self, selector: selectors.BaseSelector, conn: socket.socket, why: str | None = None) -> None:
+    def _drop(self, selector: selectors.BaseSelector, conn: socket.socket,
+              why: str | dict[str, Any] | None = None) -> None:
         self._waiting.pop(conn, None)
         try:
             selector.unregister(conn)
         except (KeyError, ValueError):
             pass
         if why:
-            _say(conn, {"ok": False, "error": why})
+            _say(conn, why if isinstance(why, dict) else {"ok": False, "error": why})
         conn.close()
 
     def _read(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
@@ -481,7 +487,7 @@ class Server:
         except RuntimeError:  # shutting down, or no thread could be started
             with self._count_lock:
                 self._running -= 1
-            _say(conn, {"ok": False, "error": "the pmem server is busy"})
+            _say(conn, BUSY)
             conn.close()
 
     # requests
@@ -499,7 +505,7 @@ class Server:
                     _send_json(conn, {"ok": False, "error": f"bad request: {' '.join(reason.split())}"})
                     return
                 if self._stop.is_set():
-                    _send_json(conn, {"ok": False, "error": "the pmem server is stopping"})
+                    _send_json(conn, {"ok": False, "busy": True, "error": "the pmem server is stopping"})
                     return
                 try:
                     self._dispatch(conn, req)

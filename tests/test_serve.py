@@ -417,6 +417,28 @@ def test_search_falls_back_to_the_local_model_when_the_server_is_stopped(server_
     assert "pmem: the server did not answer in time" in r.stderr
 
 
+def test_a_busy_refusal_means_the_local_model_not_an_error(short_home, tmp_path):
+    path = short_home / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+
+    def refuse():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(json.dumps(srv.BUSY).encode() + b"\n")
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    remote = srv.RemoteEmbedder(tmp_path / "m.gguf", {"name": "fake-32", "dim": 32}, path,
+                                fallback=lambda: FakeEmbedder(32))
+    try:
+        assert remote.embed(["refused"]) == FakeEmbedder(32).embed(["refused"])
+    finally:
+        thread.join(5)
+        listener.close()
+
+
 def test_reply_timeout_grows_with_the_request():
     assert srv.reply_timeout() == srv.REPLY_BASE
     assert srv.reply_timeout(["x"] * 100) > srv.reply_timeout(["x"])
@@ -505,7 +527,7 @@ def test_idle_connections_hold_no_threads_and_cannot_lock_others_out(short_home,
         assert threading.active_count() <= before + s.workers
         # the oldest idle connections were told why they were dropped
         first = json.loads(idle[0].makefile("rb").readline())
-        assert first == {"ok": False, "error": "the pmem server is busy"}
+        assert first == srv.BUSY
     finally:
         for c in idle:
             c.close()
