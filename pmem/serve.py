@@ -328,6 +328,7 @@ class Server:
         self._running = 0  # connections handed to the workers
         self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # silent so far, oldest first
         self._short_of_fds_at = 0.0
+        self._inode: int | None = None
 
     # lifecycle
     def bind(self) -> None:
@@ -344,6 +345,7 @@ class Server:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        self._inode = os.stat(self.path).st_ino
         sock.listen(128)
         sock.setblocking(False)
         self._sock = sock
@@ -389,7 +391,10 @@ class Server:
             self._sock.close()
             self._sock = None
             try:
-                self.path.unlink()
+                # Only our own socket: a server stopped (SIGSTOP) long enough for another to take
+                # the path over must not remove the newer one's when it ends.
+                if os.stat(self.path).st_ino == self._inode:
+                    self.path.unlink()
             except FileNotFoundError:
                 pass
         for model in self._models.values():

@@ -338,7 +338,7 @@ def test_server_start_end_to_end(short_home, minilm_path):
 # --- a stopped server, floods, bad requests (issue 10, defects 6 and 7) --------------------------
 
 SERVER_SCRIPT = """
-import resource, sys
+import resource, signal, sys
 from pmem import serve
 from pmem.embed import FakeEmbedder
 
@@ -353,6 +353,7 @@ if nofile:
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 server = serve.Server(loader=Loader, max_connections=max_connections)
 server.bind()
+signal.signal(signal.SIGTERM, lambda signum, frame: server.shutdown())
 print("listening", flush=True)
 server.serve()
 """
@@ -437,6 +438,21 @@ def test_a_busy_refusal_means_the_local_model_not_an_error(short_home, tmp_path)
     finally:
         thread.join(5)
         listener.close()
+
+
+def test_a_server_that_lost_its_path_leaves_the_new_one_alone(server_process, short_home):
+    proc = server_process()
+    os.kill(proc.pid, signal.SIGSTOP)
+    newer = srv.Server(loader=CountingFake)
+    newer.bind()  # the stopped server does not answer: its socket counts as stale and is replaced
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()  # the older server ends (SIGTERM: close() runs)
+        proc.wait(10)
+        assert newer.path.exists()
+    finally:
+        newer.close()
+    assert not newer.path.exists()
 
 
 def test_reply_timeout_grows_with_the_request():
