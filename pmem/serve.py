@@ -7,8 +7,8 @@ still opened by the command itself). No server, a stopped one, or a broken one: 
 the model itself, as before. Setting `server = "off"` never uses one.
 
 This module never imports the embedder: the server is given its model loader, and a client its
-local fallback (`pmem.embed.load_embedder` passes both). It prints nothing; notices go to the
-`pmem.serve` logger, which the CLI shows on stderr.
+local fallback (`pmem.embed.load_embedder` passes both). It prints nothing: what a person should
+know goes through `pmem.notices`, which the CLI shows on stderr and the TUI as a notification.
 
 Safety: the socket is created 0600 inside the 0700 pmem directory, and on Linux the server also
 checks that the connecting process belongs to the same user. It listens on nothing else.
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import selectors
 import socket
@@ -50,11 +49,8 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import paths
+from . import notices, paths
 from .errors import ModelError, PmemError, UsageError
-
-log = logging.getLogger(__name__)
-log.addHandler(logging.NullHandler())  # a library prints nothing unless the application asks
 
 PROTOCOL = 1
 MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request line; a larger embed runs in the client
@@ -229,7 +225,7 @@ class RemoteEmbedder:
                 finally:
                     sock.close()
             except (OSError, ConnectionError, ValueError, KeyError):
-                log.warning("the server stopped answering; loading the model in this process")
+                notices.notice("the server stopped answering; loading the model in this process")
                 self._local = self.local()
         return self._local.embed(texts)
 
@@ -253,7 +249,7 @@ def connect_embedder(model_path: Path, threads: int = 0, *,
     try:
         info = call({"op": "open", "model": str(model_path)}, path=sock_path)
     except socket.timeout:
-        log.warning("the server did not answer in time; loading the model in this process")
+        notices.notice("the server did not answer in time; loading the model in this process")
         return None
     except (OSError, ConnectionError, ValueError):
         return None
@@ -441,7 +437,7 @@ class Server:
         sent nothing) or, if every one is a request under way, wait a moment for them to end."""
         now = time.monotonic()
         if now - self._short_of_fds_at > 10:
-            log.warning("out of file descriptors: dropping idle connections until some are free")
+            notices.notice("server: out of file descriptors; dropping idle connections until some are free")
         self._short_of_fds_at = now
         if self._waiting:
             self._drop(selector, next(iter(self._waiting)))

@@ -512,19 +512,20 @@ async def test_no_control_or_invisible_character_reaches_the_screen(tstore):
 
 
 async def test_library_notices_become_notifications(tstore):
-    import logging
+    from pmem import notices
 
     app = make(tstore)
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
-        thread = threading.Thread(target=logging.getLogger("pmem.serve").warning,
+        thread = threading.Thread(target=notices.notice,
                                   args=("the server stopped answering; loading the model in this process",))
         thread.start()  # notices come from workers
         thread.join()
         await pilot.pause(0.2)
+        listening = len(notices._listeners)
         messages = [n.message for n in app._notifications]  # toasts are not in the compositor's strips
         assert messages == ["the server stopped answering; loading the model in this process"]
-    assert not [h for h in logging.getLogger("pmem").handlers if type(h).__name__ == "_Notices"]
+    assert len(notices._listeners) == listening - 1  # the app stopped listening when it ended
 
 
 async def test_notification_with_markup_in_tags_does_not_crash(tstore):

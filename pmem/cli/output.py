@@ -3,35 +3,26 @@
 Memory text is data (see pmem.display). In a terminal everything written here goes through
 `visible()` (controls and invisible characters shown as escapes) and rich `Text` (never parsed as
 markup); in a pipe it is written as stored; JSON escapes what a terminal would act on.
-Library notices (the `pmem` logger) are shown here too, one `pmem: ...` line on stderr.
+Library notices (pmem.notices) are shown here too, one `pmem: ...` line on stderr.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Any, Iterable
 
-from .. import timeutil
+from .. import notices, timeutil
 from ..display import json_dumps, visible
 from ..records import Hit, Memory
 
 
-class _NoticeHandler(logging.Handler):
-    """The library reports through logging and prints nothing (a notice inside the TUI would
-    write over the screen); the CLI shows its warnings as `pmem: message` on stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            note("pmem: " + record.getMessage())
-        except Exception:  # noqa: BLE001 - a notice must never break the command
-            self.handleError(record)
+def _library_notice(message: str) -> None:
+    """The library prints nothing (pmem.notices); the CLI shows its notices on stderr."""
+    note("pmem: " + message)
 
 
-_library_log = logging.getLogger("pmem")
-if not any(isinstance(h, _NoticeHandler) for h in _library_log.handlers):
-    _library_log.addHandler(_NoticeHandler(logging.WARNING))
+notices.listen(_library_notice)
 
 
 def is_tty() -> bool:

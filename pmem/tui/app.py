@@ -11,7 +11,6 @@ behind a lock. SQLite's WAL lets the two connections read while the other writes
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import shlex
 import subprocess
@@ -32,7 +31,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
-from .. import timeutil
+from .. import notices, timeutil
 from ..display import visible
 from ..errors import NotFound, PmemError
 from ..records import Memory
@@ -42,21 +41,6 @@ from ..store import Filter, MemoryStore
 from . import render
 from .paging import StorePager
 from .widgets import DetailPane, MemoryList
-
-
-class _Notices(logging.Handler):
-    """The library's notices (the `pmem` logger: a server that stopped answering...) become
-    notifications: on stderr they would only be captured by Textual, unseen."""
-
-    def __init__(self, app: "PmemApp") -> None:
-        super().__init__(logging.WARNING)
-        self.app = app
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.app.notify(record.getMessage(), severity="warning", markup=False, timeout=6)  # thread-safe
-        except Exception:  # noqa: BLE001 - a notice must never break the app
-            self.handleError(record)
 
 
 def screens():
@@ -128,7 +112,7 @@ class PmemApp(App[None]):
         self._bg_lock = threading.Lock()
         self._bg_store: MemoryStore | None = None
         self._pager: StorePager | None = None
-        self._notices = _Notices(self)
+        self._stop_notices: Callable[[], None] | None = None
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -142,7 +126,10 @@ class PmemApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        logging.getLogger("pmem").addHandler(self._notices)
+        # The library's notices (a server that stopped answering...) become notifications: on
+        # stderr Textual would only capture them, unseen. notify() is thread-safe.
+        self._stop_notices = notices.listen(
+            lambda message: self.notify(message, severity="warning", markup=False, timeout=6))
         self.title = visible(f"pmem — {self.store.path}")
         search = self.query_one("#search", Input)
         search.display = False
@@ -156,7 +143,8 @@ class PmemApp(App[None]):
             search.value = self._initial_query
 
     def on_unmount(self) -> None:
-        logging.getLogger("pmem").removeHandler(self._notices)
+        if self._stop_notices is not None:
+            self._stop_notices()
         if self._bg_lock.acquire(timeout=2):
             try:
                 if self._bg_store is not None:
