@@ -465,7 +465,8 @@ def test_reply_timeout_grows_with_the_request():
     assert srv.reply_timeout() == srv.REPLY_BASE
     assert srv.reply_timeout(["x"] * 100) > srv.reply_timeout(["x"])
     assert srv.reply_timeout(["x" * 10**6]) == srv.reply_timeout(["x" * srv._CHARS_COUNTED])
-    assert srv.reply_timeout(["word " * 100] * 256) < 60  # a full BULK_EMBED request: under a minute
+    assert srv.reply_timeout(["a short query"]) < srv.REPLY_BASE + 0.1  # a search waits ~3 s at most
+    assert srv.reply_timeout(["x" * 4000]) > srv.REPLY_BASE + 2.6  # a 512-token text took 2.6 s here
 
 
 def test_deeply_nested_json_gets_a_one_line_error(server):
