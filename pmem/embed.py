@@ -5,7 +5,6 @@ llama_cpp is imported only when a real model is loaded, so `import pmem` stays l
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import math
 import os
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .errors import ModelError, UsageError
+from .loading import load_error, log_state, open_gguf
 
 
 @runtime_checkable
@@ -68,26 +68,6 @@ class FakeEmbedder:
 
 # --- llama.cpp ----------------------------------------------------------------------------
 
-_log_lock = threading.Lock()
-_log_state: dict = {"callback": None, "errors": []}
-
-
-def _silence_llama_logs(llama_cpp) -> None:
-    """Route llama.cpp's log to nowhere, keeping error lines for our own one-line message."""
-    with _log_lock:
-        if _log_state["callback"] is not None:
-            return
-
-        @llama_cpp.llama_log_callback
-        def _callback(level, text, user_data):  # pragma: no cover - called from C
-            if level == 4 and text:  # GGML_LOG_LEVEL_ERROR
-                line = text.decode("utf-8", "replace").strip()
-                if line:
-                    _log_state["errors"].append(line)
-
-        _log_state["callback"] = _callback  # keep a reference: C holds only a pointer
-        llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
-
 
 def default_threads() -> int:
     """Threads for llama.cpp when the `threads` setting is 0: the cores that are idle now.
@@ -102,41 +82,6 @@ def default_threads() -> int:
     except (AttributeError, OSError):  # no load average (Windows): be conservative
         load = cores / 2
     return max(1, min(8, max(cores // 2, math.ceil(cores - load))))
-
-
-def _load_error(exc: Exception) -> str:
-    """The most telling line llama.cpp logged while failing to load, else the exception."""
-    lines = _log_state["errors"]
-    for line in lines:
-        if "error loading model:" in line:
-            return line.split("error loading model:", 1)[1].strip()
-    return lines[0] if lines else (str(exc).splitlines() or ["unknown error"])[0]
-
-
-def _check_gguf(path: Path) -> None:
-    if not path.exists():
-        raise ModelError(f"model file not found: {path}")
-    if not path.is_file():
-        raise ModelError(f"model path is not a file: {path}")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
-    if magic != b"GGUF":
-        raise ModelError(f"not a GGUF file: {path}")
-
-
-def open_gguf(path: Path | str):
-    """Check a GGUF file and import llama_cpp (quietly) to run it: (path, llama_cpp module)."""
-    path = Path(path).expanduser()
-    _check_gguf(path)
-    try:
-        import llama_cpp
-    except ImportError:
-        raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
-    _silence_llama_logs(llama_cpp)
-    return path, llama_cpp
 
 
 class LlamaEmbedder:
@@ -178,7 +123,7 @@ class LlamaEmbedder:
     def _load(path: Path, threads: int, n_ctx: int, pooling: int):
         from llama_cpp import Llama
 
-        _log_state["errors"] = []
+        log_state["errors"] = []
         try:
             return Llama(
                 model_path=str(path),
@@ -193,7 +138,7 @@ class LlamaEmbedder:
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelError(f"cannot load {path.name}: {_load_error(exc)}") from None
+            raise ModelError(f"cannot load {path.name}: {load_error(exc)}") from None
 
     def tokenize(self, text: str) -> list[int]:
         """Model tokens with [CLS]/[SEP] (or BOS/EOS) added, cut to the context size."""
@@ -290,7 +235,10 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
         if server != "off":
             from . import serve
 
-            remote = serve.connect_embedder(Path(key[0]), threads)
+            # The client gets its local fallback injected (pmem.serve never imports this module):
+            # when the server stops answering, the model loads here, exactly as with server="off".
+            remote = serve.connect_embedder(Path(key[0]), threads,
+                                            fallback=lambda: load_embedder(key[0], threads=threads, server="off"))
             if remote is not None:
                 return remote
             if server == "start":

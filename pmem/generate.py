@@ -62,19 +62,19 @@ class LlamaGenerator(JsonGenerator):
     """A GGUF chat model run by llama.cpp on the CPU, with its own chat template."""
 
     def __init__(self, path: Path | str, threads: int = 0, n_ctx: int = 4096):
-        from .embed import _load_error, _log_state, open_gguf
+        from .loading import load_error, log_state, open_gguf
 
         path, llama_cpp = open_gguf(path)
         self._lib = llama_cpp
         self.path = path
         self.name = path.stem
         threads = threads or default_threads()
-        _log_state["errors"] = []
+        log_state["errors"] = []
         try:
             self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads,
                                         n_threads_batch=threads, n_gpu_layers=0, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelError(f"cannot load {path.name}: {_load_error(exc)}") from None
+            raise ModelError(f"cannot load {path.name}: {load_error(exc)}") from None
         self.n_ctx = n_ctx
         self.params = int(llama_cpp.llama_model_n_params(self._llm.model))
         self.strong = self.chooses = self.params >= STRONG_PARAMS

@@ -55,6 +55,16 @@ def models_dir() -> Path:
     return data_dir() / "models"
 
 
+def socket_path() -> Path:
+    """The Unix socket `pmem serve` listens on (and commands look for)."""
+    return data_dir() / "pmem.sock"
+
+
+def serve_log_path() -> Path:
+    """Where a server started in the background writes its output."""
+    return data_dir() / "serve.log"
+
+
 def backups_dir() -> Path:
     return data_dir() / "backups"
 

@@ -1,15 +1,23 @@
 """Context for other LLMs: core memories first, then the most relevant (or most recent) others,
-packed under a token budget, rendered as Markdown, XML, JSON or plain text."""
+packed under a token budget, rendered as Markdown, XML, JSON or plain text.
+
+What a block carries into another model's prompt (README, "Output"): memory text, tags and the
+query go through `display.prompt_safe()` in every format, JSON included. Control characters
+(except newline and tab) and invisible format characters (bidi overrides and isolates,
+zero-width characters, Unicode tag characters) are left out: they can hide instructions from the
+person who reads the block before it is sent. Everything else is kept as stored; the database
+itself is never changed (`pmem show` and `pmem export` still give the stored text).
+"""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from .display import json_dumps, prompt_safe
 from .errors import UsageError
 from .records import Memory
 
@@ -72,14 +80,27 @@ def _day(m: Memory) -> str:
     return (m.valid_from or m.created_at)[:10]
 
 
+def _clean(value):
+    """Strings anywhere in a JSON value, made prompt-safe (keys too)."""
+    if isinstance(value, str):
+        return prompt_safe(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
 def _line(m: Memory, fmt: str) -> str:
+    text = prompt_safe(m.text)
+    tags = [prompt_safe(t) for t in m.tags]
     if fmt == "xml":
-        tags = f" tags={quoteattr(','.join(m.tags))}" if m.tags else ""
-        return f'<memory id="{m.id}" date="{_day(m)}"{tags}>{escape(m.text)}</memory>'
+        attr = f" tags={quoteattr(','.join(tags))}" if tags else ""
+        return f'<memory id="{m.id}" date="{_day(m)}"{attr}>{escape(text)}</memory>'
     if fmt == "text":
-        return f"{_day(m)} [{m.id}] {m.text}"
-    tags = " " + " ".join("#" + t for t in m.tags) if m.tags else ""
-    return f"- [{_day(m)} · {m.id}] {m.text}{tags}"
+        return f"{_day(m)} [{m.id}] {text}"
+    hashtags = " " + " ".join("#" + t for t in tags) if tags else ""
+    return f"- [{_day(m)} · {m.id}] {text}{hashtags}"
 
 
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
@@ -128,14 +149,17 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
 
 
 def render(r: Recalled, fmt: str = "md") -> str:
+    """The block in `fmt`. Every string from a memory or the query is `prompt_safe()` (see the
+    module docstring): no control or invisible format character reaches the prompt."""
+    query_text = prompt_safe(r.query) if r.query else None
     if fmt == "json":
-        return json.dumps({
+        return json_dumps(_clean({
             "query": r.query, "budget": r.budget, "tokens": r.tokens, "left_out": r.left_out,
             "core": [m.to_dict() for m in r.core],
             "relevant": [{**m.to_dict(), "score": round(r.scores.get(m.id, 0.0), 6)} for m in r.relevant],
-        }, ensure_ascii=False, indent=2)
+        }), indent=2)
     if fmt == "xml":
-        query = f" query={quoteattr(r.query)}" if r.query else ""
+        query = f" query={quoteattr(query_text)}" if query_text else ""
         lines = [f"<memories{query}>"]
         if r.core:
             lines += ["<core>", *(_line(m, fmt) for m in r.core), "</core>"]
@@ -149,7 +173,7 @@ def render(r: Recalled, fmt: str = "md") -> str:
     if r.core:
         lines += ["", "## Core", *(_line(m, fmt) for m in r.core)]
     if r.relevant:
-        lines += ["", "## Relevant" + (f" to: {r.query}" if r.query else " (most recent)"),
+        lines += ["", "## Relevant" + (f" to: {query_text}" if query_text else " (most recent)"),
                   *(_line(m, fmt) for m in r.relevant)]
     if not r.core and not r.relevant:
         lines += ["", "(nothing stored yet)"]

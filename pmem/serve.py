@@ -6,8 +6,22 @@ socket in the pmem home directory and get the vectors back; nothing else changes
 still opened by the command itself). No server, a stopped one, or a broken one: the command loads
 the model itself, as before. Setting `server = "off"` never uses one.
 
+This module never imports the embedder: the server is given its model loader, and a client its
+local fallback (`pmem.embed.load_embedder` passes both). It prints nothing: what a person should
+know goes through `pmem.notices`, which the CLI shows on stderr and the TUI as a notification.
+
 Safety: the socket is created 0600 inside the 0700 pmem directory, and on Linux the server also
 checks that the connecting process belongs to the same user. It listens on nothing else.
+
+Limits, so that a flood from its own user (or a stopped server) costs little:
+- a client waits CONNECT_TIMEOUT to connect and, for each reply, what the request can take
+  (`reply_timeout()`: a few seconds plus an allowance per text), then uses its local model;
+- the server reads requests in one thread and runs them on WORKERS threads: idle connections hold
+  no thread. At most MAX_CONNECTIONS are open; past it the oldest one still silent is dropped.
+  A connection has REQUEST_TIMEOUT to send its request and SEND_TIMEOUT to take its reply;
+- a request line over MAX_REQUEST bytes, nested JSON too deep to parse, or anything else that
+  is not a request gets a one-line error; running out of file descriptors (EMFILE) drops the
+  oldest silent connection or waits a moment, and the server keeps serving.
 
 Protocol (one request per connection): the client sends one JSON line; the server answers one JSON
 line and, for vectors, `n * dim` little-endian float32 values after it.
@@ -17,33 +31,53 @@ line and, for vectors, `n * dim` little-endian float32 values after it.
     {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], ...}
     {"op": "stop"}                            -> {"ok": true}
     failures                                  -> {"ok": false, "error": "one line"}
+    refusals (busy, stopping)                 -> {"ok": false, "busy": true, "error": ...}
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import selectors
 import socket
+import struct
 import sys
 import threading
 import time
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from . import paths
+from . import notices, paths
 from .errors import ModelError, PmemError, UsageError
 
-SOCKET_NAME = "pmem.sock"
 PROTOCOL = 1
-MAX_REQUEST = 64 * 1024 * 1024  # bytes of one request line
-CONNECT_TIMEOUT = 2.0
-REPLY_TIMEOUT = 600.0
+MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request line; a larger embed runs in the client
+MAX_CONNECTIONS = 64  # open at once, whatever their state
+WORKERS = 4  # threads running requests (one model embeds one batch at a time anyway)
+REQUEST_TIMEOUT = 10.0  # seconds a connection may take to send its request line
+SEND_TIMEOUT = 10.0  # seconds the server waits for a client to take its reply
+CONNECT_TIMEOUT = 1.0
+REPLY_BASE = 3.0  # seconds any reply may take: a busy server, a slow machine
+# Measured with MiniLM on 1 thread of the 2-core machine at load average 12: 28 ms per short
+# text, 2.6 s per 4,000-character text (512 tokens); the allowances are about 1.5-2x that.
+REPLY_PER_TEXT = 0.05
+REPLY_PER_CHAR = 1 / 1_000
+_CHARS_COUNTED = 4_000  # a text is cut to 512 tokens: more characters cost nothing
 SUPPORTED = hasattr(socket, "AF_UNIX")
+_OUT_OF_FDS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+# A refusal that says nothing about the request: the client uses its local model instead.
+BUSY = {"ok": False, "busy": True, "error": "the pmem server is busy"}
+
+socket_path = paths.socket_path
 
 
-def socket_path() -> Path:
-    return paths.data_dir() / SOCKET_NAME
+def reply_timeout(texts: Sequence[str] = ()) -> float:
+    """How long a client waits for a reply to a request carrying `texts`: what embedding them can
+    take on a slow machine, with room for a busy server. Past it the server counts as stopped."""
+    chars = sum(min(len(t), _CHARS_COUNTED) for t in texts)
+    return REPLY_BASE + REPLY_PER_TEXT * len(texts) + REPLY_PER_CHAR * chars
 
 
 def _check_path_length(path: Path) -> None:
@@ -55,32 +89,43 @@ def _check_path_length(path: Path) -> None:
 # --- wire ------------------------------------------------------------------------------------
 
 
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj).encode("ascii") + b"\n"
+
+
 def _send_json(sock: socket.socket, obj: dict[str, Any]) -> None:
-    sock.sendall(json.dumps(obj).encode("ascii") + b"\n")
+    sock.sendall(_line(obj))
 
 
 class _Reader:
-    def __init__(self, sock: socket.socket):
+    """Reads a reply by a deadline: the whole reply, not each recv, is bounded."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
         self.sock = sock
         self.buf = b""
+        self.deadline = deadline
+
+    def _recv(self, size: int) -> bytes:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the pmem server did not answer in time")
+        self.sock.settimeout(left)
+        chunk = self.sock.recv(size)
+        if not chunk:
+            raise ConnectionError("connection closed")
+        return chunk
 
     def line(self, limit: int = MAX_REQUEST) -> bytes:
         while b"\n" not in self.buf:
             if len(self.buf) > limit:
-                raise ValueError("request too large")
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
+                raise ValueError("reply too large")
+            self.buf += self._recv(1 << 16)
         line, _, self.buf = self.buf.partition(b"\n")
         return line
 
     def exactly(self, n: int) -> bytes:
         while len(self.buf) < n:
-            chunk = self.sock.recv(max(1 << 16, n - len(self.buf)))
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
+            self.buf += self._recv(max(1 << 16, n - len(self.buf)))
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
@@ -105,42 +150,57 @@ def _unpack(data: bytes, n: int, dim: int) -> list[list[float]]:
 # --- client ----------------------------------------------------------------------------------
 
 
-def request(op: dict[str, Any], *, path: Path | None = None, timeout: float = REPLY_TIMEOUT):
-    """Send one request; returns (header, reader). Raises OSError/ConnectionError when no server."""
+def _exchange(payload: bytes, path: Path | None, timeout: float):
+    """Send one encoded request; returns (header, reader, sock). OSError/ConnectionError/ValueError
+    when no server answers within `timeout` (socket.timeout is an OSError)."""
     if not SUPPORTED:
         raise ConnectionError("Unix sockets are not available on this platform")
     path = path or socket_path()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(CONNECT_TIMEOUT)
+        deadline = time.monotonic() + timeout
+        sock.settimeout(min(CONNECT_TIMEOUT, timeout))
         sock.connect(str(path))
-        sock.settimeout(timeout)
-        _send_json(sock, {"v": PROTOCOL, **op})
-        reader = _Reader(sock)
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        sock.sendall(payload)
+        reader = _Reader(sock, deadline)
         header = json.loads(reader.line())
+        if not isinstance(header, dict):
+            raise ValueError("the pmem server answered with something that is not a reply")
         return header, reader, sock
     except BaseException:
         sock.close()
         raise
 
 
-def call(op: dict[str, Any], *, path: Path | None = None, timeout: float = REPLY_TIMEOUT) -> dict[str, Any]:
+def request(op: dict[str, Any], *, path: Path | None = None, timeout: float | None = None):
+    """Send one request; returns (header, reader, sock). Raises OSError/ConnectionError/ValueError
+    when no server answers in `timeout` seconds (default: `reply_timeout()`)."""
+    payload = _line({"v": PROTOCOL, **op})
+    if len(payload) > MAX_REQUEST:
+        raise ValueError("request too large for the pmem server")
+    return _exchange(payload, path, reply_timeout() if timeout is None else timeout)
+
+
+def call(op: dict[str, Any], *, path: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
     header, _, sock = request(op, path=path, timeout=timeout)
     sock.close()
     return header
 
 
 class RemoteEmbedder:
-    """An Embedder whose model lives in `pmem serve`; falls back to a local model if the server
-    goes away between calls."""
+    """An Embedder whose model lives in `pmem serve`. If the server goes away or stops answering,
+    it switches for good to `fallback()`, the same model loaded in this process."""
 
-    def __init__(self, model_path: Path, info: dict[str, Any], sock_path: Path, threads: int = 0):
+    def __init__(self, model_path: Path, info: dict[str, Any], sock_path: Path, threads: int = 0,
+                 fallback: Callable[[], Any] | None = None):
         self.path = model_path
         self.name = str(info["name"])
         self.dim = int(info["dim"])
         self.remote = True
         self._sock_path = sock_path
         self._threads = threads
+        self._fallback = fallback
         self._local = None
 
     def embed(self, texts: list[str]) -> list[list[float]]:
@@ -150,10 +210,14 @@ class RemoteEmbedder:
         if not texts:
             return []
         if self._local is None:
+            payload = _line({"v": PROTOCOL, "op": "embed", "model": str(self.path), "texts": texts})
+            if len(payload) > MAX_REQUEST:
+                return self.local().embed(texts)  # bulk work: this process, as for a large import
             try:
-                header, reader, sock = request({"op": "embed", "model": str(self.path), "texts": texts},
-                                               path=self._sock_path)
+                header, reader, sock = _exchange(payload, self._sock_path, reply_timeout(texts))
                 try:
+                    if header.get("busy"):
+                        raise ConnectionError(str(header.get("error")))
                     if not header.get("ok"):
                         raise ModelError(str(header.get("error") or "the pmem server failed"))
                     n, dim = int(header["n"]), int(header["dim"])
@@ -163,20 +227,22 @@ class RemoteEmbedder:
                 finally:
                     sock.close()
             except (OSError, ConnectionError, ValueError, KeyError):
-                print("pmem: the server stopped answering; loading the model in this process", file=sys.stderr)
+                notices.notice("the server stopped answering; loading the model in this process")
                 self._local = self.local()
         return self._local.embed(texts)
 
     def local(self):
         """The same model loaded in this process: for bulk work (an import, a reindex), which
         should use the cores idle now rather than the threads the server chose at its start."""
-        from .embed import load_embedder
+        if self._fallback is None:
+            raise ModelError("the pmem server stopped answering and no local model was given to fall back on")
+        return self._fallback()
 
-        return load_embedder(str(self.path), threads=self._threads, server="off")
 
-
-def connect_embedder(model_path: Path, threads: int = 0) -> RemoteEmbedder | None:
-    """A RemoteEmbedder when a server answers for this model, else None (quietly)."""
+def connect_embedder(model_path: Path, threads: int = 0, *,
+                     fallback: Callable[[], Any] | None = None) -> RemoteEmbedder | None:
+    """A RemoteEmbedder when a server answers for this model, else None (quietly, unless a server
+    is there but does not answer in time). `fallback()` loads the model in this process."""
     if not SUPPORTED:
         return None
     sock_path = socket_path()
@@ -184,18 +250,21 @@ def connect_embedder(model_path: Path, threads: int = 0) -> RemoteEmbedder | Non
         return None
     try:
         info = call({"op": "open", "model": str(model_path)}, path=sock_path)
+    except socket.timeout:
+        notices.notice("the server did not answer in time; loading the model in this process")
+        return None
     except (OSError, ConnectionError, ValueError):
         return None
     if not info.get("ok"):
         # e.g. a server from another pmem version, or a model it cannot load: loading it here
         # either works or fails with the same clear message
         return None
-    return RemoteEmbedder(model_path, info, sock_path, threads)
+    return RemoteEmbedder(model_path, info, sock_path, threads, fallback)
 
 
 def status(path: Path | None = None) -> dict[str, Any] | None:
     try:
-        info = call({"op": "status"}, path=path, timeout=10)
+        info = call({"op": "status"}, path=path)
     except (OSError, ConnectionError, ValueError):
         return None
     return info if info.get("ok") else None
@@ -203,7 +272,7 @@ def status(path: Path | None = None) -> dict[str, Any] | None:
 
 def stop(path: Path | None = None) -> bool:
     try:
-        return bool(call({"op": "stop"}, path=path, timeout=10).get("ok"))
+        return bool(call({"op": "stop"}, path=path).get("ok"))
     except (OSError, ConnectionError, ValueError):
         return False
 
@@ -215,29 +284,49 @@ def _peer_uid(conn: socket.socket) -> int | None:
     so_peercred = getattr(socket, "SO_PEERCRED", None)
     if so_peercred is None:  # pragma: no cover - macOS/BSD: the 0600 socket file is the guard
         return None
-    import struct
-
     raw = conn.getsockopt(socket.SOL_SOCKET, so_peercred, struct.calcsize("3i"))
     return struct.unpack("3i", raw)[1]
 
 
-class Server:
-    """Serves embeddings on a Unix socket until stopped, signalled, or idle for `idle` seconds."""
+def _say(conn: socket.socket, obj: dict[str, Any]) -> None:
+    """A one-line reply from the accepting thread: best effort, never blocking it."""
+    try:
+        conn.send(_line(obj))
+    except OSError:
+        pass
 
-    def __init__(self, path: Path | None = None, *, threads: int = 0, idle: float = 0.0, loader=None):
+
+class Server:
+    """Serves embeddings on a Unix socket until stopped, signalled, or idle for `idle` seconds.
+
+    `loader(path, threads=...)` loads the embedder for a GGUF path (the CLI passes
+    `pmem.embed.LlamaEmbedder`; tests pass fakes)."""
+
+    def __init__(self, path: Path | None = None, *, loader: Callable[..., Any], threads: int = 0,
+                 idle: float = 0.0, max_connections: int = MAX_CONNECTIONS, workers: int = WORKERS,
+                 request_timeout: float = REQUEST_TIMEOUT):
         if not SUPPORTED:
             raise UsageError("`pmem serve` needs Unix sockets, which this platform does not have")
         self.path = path or socket_path()
         self.threads = threads
         self.idle = idle
+        self.max_connections = max(1, max_connections)
+        self.workers = max(1, workers)
+        self.request_timeout = request_timeout
         self.started = time.time()
         self.last = time.monotonic()
         self.requests = 0
-        self._loader = loader  # path, threads -> Embedder (default: LlamaEmbedder)
+        self._loader = loader
         self._models: dict[str, Any] = {}
         self._models_lock = threading.Lock()
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
+        self._pool = None
+        self._count_lock = threading.Lock()
+        self._running = 0  # connections handed to the workers
+        self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # silent so far, oldest first
+        self._short_of_fds_at = 0.0
+        self._inode: int | None = None
 
     # lifecycle
     def bind(self) -> None:
@@ -254,71 +343,187 @@ class Server:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        sock.listen(16)
-        sock.settimeout(0.5)
+        self._inode = os.stat(self.path).st_ino
+        sock.listen(128)
+        sock.setblocking(False)
         self._sock = sock
 
     def serve(self) -> None:
         assert self._sock is not None, "bind() first"
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pmem-serve")
+        selector = selectors.DefaultSelector()
+        selector.register(self._sock, selectors.EVENT_READ, None)
         try:
             while not self._stop.is_set():
-                if self.idle and time.monotonic() - self.last > self.idle:
+                now = time.monotonic()
+                if self.idle and now - self.last > self.idle and not self._running and not self._waiting:
                     break
-                try:
-                    conn, _ = self._sock.accept()
-                except socket.timeout:
-                    continue
-                except OSError:
-                    if self._stop.is_set():
-                        break
-                    raise
-                self.last = time.monotonic()
-                threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+                wait = 0.2
+                for conn, (deadline, _) in list(self._waiting.items()):
+                    if now >= deadline:
+                        self._drop(selector, conn, "bad request: nothing arrived in time")
+                    else:
+                        wait = min(wait, deadline - now)
+                for key, _ in selector.select(max(wait, 0.0)):
+                    if key.data is None:
+                        self._accept(selector)
+                    else:
+                        self._read(selector, key.fileobj)  # type: ignore[arg-type]
         finally:
+            for conn in list(self._waiting):
+                self._drop(selector, conn)
+            selector.close()
             self.close()
 
     def shutdown(self) -> None:
         self._stop.set()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)  # requests under way finish; queued ones are told "stopping"
+            self._pool = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
             try:
-                self.path.unlink()
+                # Only our own socket: a server stopped (SIGSTOP) long enough for another to take
+                # the path over must not remove the newer one's when it ends.
+                if os.stat(self.path).st_ino == self._inode:
+                    self.path.unlink()
             except FileNotFoundError:
                 pass
         for model in self._models.values():
             getattr(model, "close", lambda: None)()
         self._models.clear()
 
+    # connections
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        assert self._sock is not None
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if exc.errno in _OUT_OF_FDS:
+                self._short_of_fds(selector)
+                return
+            if exc.errno == errno.ECONNABORTED:
+                return
+            raise
+        conn.setblocking(False)
+        try:
+            uid = _peer_uid(conn)
+        except OSError:
+            conn.close()
+            return
+        if uid is not None and uid != os.getuid():
+            _say(conn, {"ok": False, "error": "this pmem server belongs to another user"})
+            conn.close()
+            return
+        if len(self._waiting) + self._running >= self.max_connections:
+            if not self._waiting:  # every slot is a request under way: refuse, the client falls back
+                _say(conn, BUSY)
+                conn.close()
+                return
+            self._drop(selector, next(iter(self._waiting)), BUSY)
+        now = time.monotonic()
+        self._waiting[conn] = (now + self.request_timeout, bytearray())
+        selector.register(conn, selectors.EVENT_READ, True)
+        self.last = now
+
+    def _short_of_fds(self, selector: selectors.BaseSelector) -> None:
+        """accept() failed for lack of file descriptors: free one (the oldest connection that has
+        sent nothing) or, if every one is a request under way, wait a moment for them to end."""
+        now = time.monotonic()
+        if now - self._short_of_fds_at > 10:
+            notices.notice("server: out of file descriptors; dropping idle connections until some are free")
+        self._short_of_fds_at = now
+        if self._waiting:
+            self._drop(selector, next(iter(self._waiting)))
+        else:
+            time.sleep(0.05)
+
+    def _drop(self, selector: selectors.BaseSelector, conn: socket.socket,
+              why: str | dict[str, Any] | None = None) -> None:
+        self._waiting.pop(conn, None)
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        if why:
+            _say(conn, why if isinstance(why, dict) else {"ok": False, "error": why})
+        conn.close()
+
+    def _read(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
+        entry = self._waiting.get(conn)
+        if entry is None:
+            return
+        try:
+            chunk = conn.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(selector, conn)
+            return
+        if not chunk:
+            self._drop(selector, conn)  # the client went away
+            return
+        buf = entry[1]
+        start = len(buf)
+        buf += chunk
+        end = buf.find(b"\n", start)
+        if end < 0 or end > MAX_REQUEST:
+            if len(buf) > MAX_REQUEST:
+                self._drop(selector, conn, f"bad request: larger than {MAX_REQUEST} bytes")
+            return
+        del self._waiting[conn]
+        selector.unregister(conn)
+        with self._count_lock:
+            self._running += 1
+            self.requests += 1  # counted on arrival: a status reply counts itself
+        try:
+            assert self._pool is not None
+            self._pool.submit(self._handle, conn, bytes(buf[:end]))
+        except RuntimeError:  # shutting down, or no thread could be started
+            with self._count_lock:
+                self._running -= 1
+            _say(conn, BUSY)
+            conn.close()
+
     # requests
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(REPLY_TIMEOUT)
-            try:
-                uid = _peer_uid(conn)
-                if uid is not None and uid != os.getuid():
-                    _send_json(conn, {"ok": False, "error": "this pmem server belongs to another user"})
-                    return
+    def _handle(self, conn: socket.socket, line: bytes) -> None:
+        try:
+            with conn:
+                conn.setblocking(True)
+                conn.settimeout(SEND_TIMEOUT)
                 try:
-                    req = json.loads(_Reader(conn).line())
+                    req = json.loads(line)
                     if not isinstance(req, dict):
                         raise ValueError("not an object")
-                except (ValueError, UnicodeDecodeError) as exc:
-                    _send_json(conn, {"ok": False, "error": f"bad request: {exc}"})
+                except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+                    reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                    _send_json(conn, {"ok": False, "error": f"bad request: {' '.join(reason.split())}"})
+                    return
+                if self._stop.is_set():
+                    _send_json(conn, {"ok": False, "busy": True, "error": "the pmem server is stopping"})
                     return
                 try:
                     self._dispatch(conn, req)
                 except PmemError as exc:
                     _send_json(conn, {"ok": False, "error": str(exc)})
+                except OSError:
+                    raise
                 except Exception as exc:  # one bad request must not take the server down
                     _send_json(conn, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            except OSError:
-                pass  # the client went away
-            finally:
-                self.requests += 1
-                self.last = time.monotonic()
+        except OSError:
+            pass  # the client went away, or did not take its reply in time
+        finally:
+            with self._count_lock:
+                self._running -= 1
+            self.last = time.monotonic()
 
     def model(self, path: Any):
         """The embedder for this GGUF path, loaded on first use and kept."""
@@ -327,10 +532,7 @@ class Server:
         key = str(Path(path).resolve())
         with self._models_lock:
             if key not in self._models:
-                loader = self._loader
-                if loader is None:
-                    from .embed import LlamaEmbedder as loader
-                self._models[key] = loader(key, threads=self.threads)
+                self._models[key] = self._loader(key, threads=self.threads)
             return self._models[key]
 
     def _dispatch(self, conn: socket.socket, req: dict[str, Any]) -> None:
@@ -380,8 +582,7 @@ def spawn(argv: list[str], log: Path):
     return proc
 
 
-def log_path() -> Path:
-    return paths.data_dir() / "serve.log"
+log_path = paths.serve_log_path
 
 
 def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict[str, Any]:

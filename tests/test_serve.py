@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -332,3 +333,246 @@ def test_server_start_end_to_end(short_home, minilm_path):
         assert srv.status(short_home / "pmem.sock")["requests"] > info["requests"]
     finally:
         srv.stop(short_home / "pmem.sock")
+
+
+# --- a stopped server, floods, bad requests (issue 10, defects 6 and 7) --------------------------
+
+SERVER_SCRIPT = """
+import resource, signal, sys
+from pmem import serve
+from pmem.embed import FakeEmbedder
+
+
+class Loader(FakeEmbedder):
+    def __init__(self, path, threads=0):
+        super().__init__(32)
+
+
+nofile, max_connections = int(sys.argv[1]), int(sys.argv[2])
+if nofile:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+server = serve.Server(loader=Loader, max_connections=max_connections)
+server.bind()
+signal.signal(signal.SIGTERM, lambda signum, frame: server.shutdown())
+print("listening", flush=True)
+server.serve()
+"""
+
+
+@pytest.fixture
+def server_process(short_home):
+    """Start `Server` in a process of its own (to stop it, or starve it of descriptors)."""
+    procs = []
+
+    def start(nofile: int = 0, max_connections: int = srv.MAX_CONNECTIONS) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(nofile), str(max_connections)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "listening", proc.stderr.read()
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_a_stopped_server_is_given_up_on_within_seconds(server_process, tmp_path):
+    from pmem import notices
+
+    told = []
+    stop_listening = notices.listen(told.append)
+    proc = server_process()
+    remote = srv.connect_embedder(tmp_path / "m.gguf", fallback=lambda: FakeEmbedder(32))
+    assert remote is not None and len(remote.embed(["served"])) == 1
+    os.kill(proc.pid, signal.SIGSTOP)
+    texts = ["after the server was stopped", "and another"]
+    t0 = time.monotonic()
+    assert remote.embed(texts) == FakeEmbedder(32).embed(texts)  # the local model answered
+    waited = time.monotonic() - t0
+    assert srv.reply_timeout(texts) - 0.5 <= waited < srv.reply_timeout(texts) + 2
+    t0 = time.monotonic()
+    assert srv.connect_embedder(tmp_path / "m.gguf") is None  # a new command does not wait either
+    assert time.monotonic() - t0 < srv.reply_timeout() + 2
+    stop_listening()
+    assert told == ["the server stopped answering; loading the model in this process",
+                    "the server did not answer in time; loading the model in this process"]
+
+
+def test_search_falls_back_to_the_local_model_when_the_server_is_stopped(server_process, short_home,
+                                                                         monkeypatch):
+    model = short_home / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
+    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(32))
+    monkeypatch.setattr("pmem.embed._cache", {})
+    proc = server_process()
+    r = runner.invoke(app, ["add", "The wifi password at the cabin is hunter2"])
+    assert r.exit_code == 0, r.output
+    assert srv.status()["requests"] >= 2  # the add went through the server
+    os.kill(proc.pid, signal.SIGSTOP)
+    monkeypatch.setattr("pmem.embed._cache", {})  # the next command starts with nothing loaded
+    t0 = time.monotonic()
+    r = runner.invoke(app, ["search", "cabin wifi", "--json"])
+    assert time.monotonic() - t0 < srv.reply_timeout() + 3
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["text"].startswith("The wifi password")
+    assert "pmem: the server did not answer in time" in r.stderr
+
+
+def test_a_busy_refusal_means_the_local_model_not_an_error(short_home, tmp_path):
+    path = short_home / "busy.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+
+    def refuse():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(json.dumps(srv.BUSY).encode() + b"\n")
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    remote = srv.RemoteEmbedder(tmp_path / "m.gguf", {"name": "fake-32", "dim": 32}, path,
+                                fallback=lambda: FakeEmbedder(32))
+    try:
+        assert remote.embed(["refused"]) == FakeEmbedder(32).embed(["refused"])
+    finally:
+        thread.join(5)
+        listener.close()
+
+
+def test_a_server_that_lost_its_path_leaves_the_new_one_alone(server_process, short_home):
+    proc = server_process()
+    os.kill(proc.pid, signal.SIGSTOP)
+    newer = srv.Server(loader=CountingFake)
+    newer.bind()  # the stopped server does not answer: its socket counts as stale and is replaced
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()  # the older server ends (SIGTERM: close() runs)
+        proc.wait(10)
+        assert newer.path.exists()
+    finally:
+        newer.close()
+    assert not newer.path.exists()
+
+
+def test_reply_timeout_grows_with_the_request():
+    assert srv.reply_timeout() == srv.REPLY_BASE
+    assert srv.reply_timeout(["x"] * 100) > srv.reply_timeout(["x"])
+    assert srv.reply_timeout(["x" * 10**6]) == srv.reply_timeout(["x" * srv._CHARS_COUNTED])
+    assert srv.reply_timeout(["a short query"]) < srv.REPLY_BASE + 0.1  # a search waits ~3 s at most
+    assert srv.reply_timeout(["x" * 4000]) > srv.REPLY_BASE + 2.6  # a 512-token text took 2.6 s here
+
+
+def test_deeply_nested_json_gets_a_one_line_error(server):
+    depth = 100_000
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(server.path))
+        s.sendall(b"[" * depth + b"]" * depth + b"\n")
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply == {"ok": False, "error": "bad request: nested too deeply"}
+    assert srv.status() is not None
+
+
+def test_an_oversized_request_gets_a_one_line_error(server, monkeypatch):
+    monkeypatch.setattr(srv, "MAX_REQUEST", 4096)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(server.path))
+        try:
+            s.sendall(b'{"v": 1, "op": "embed", "texts": ["' + b"x" * 10_000)
+        except OSError:
+            pass  # the server may close before taking it all
+        reply = json.loads(s.makefile("rb").readline())
+    assert reply["ok"] is False and "larger than 4096 bytes" in reply["error"]
+    # a client never sends one: a request too large for the server runs in the client
+    remote = srv.connect_embedder(server.path.parent / "m.gguf", fallback=lambda: FakeEmbedder(32))
+    before = srv.status()["requests"]
+    assert remote.embed(["y" * 5000]) == FakeEmbedder(32).embed(["y" * 5000])
+    assert srv.status()["requests"] == before + 1  # only this status call reached the server
+
+
+def test_a_silent_connection_is_closed_after_the_request_timeout(short_home):
+    s = srv.Server(loader=CountingFake, request_timeout=0.3)
+    s.bind()
+    thread = threading.Thread(target=s.serve, daemon=True)
+    thread.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(5)
+            c.connect(str(s.path))
+            t0 = time.monotonic()
+            reply = json.loads(c.makefile("rb").readline())
+        assert reply["ok"] is False and "nothing arrived" in reply["error"]
+        assert 0.25 <= time.monotonic() - t0 < 3
+    finally:
+        s.shutdown()
+        thread.join(5)
+
+
+def open_idle(path: Path) -> socket.socket:
+    """A connection that never sends anything (waiting while a full backlog drains)."""
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(5)
+    for _ in range(500):
+        try:
+            c.connect(str(path))
+            return c
+        except BlockingIOError:  # the listen backlog is full until the server accepts
+            time.sleep(0.01)
+    c.close()
+    raise AssertionError("the server stopped accepting connections")
+
+
+def test_idle_connections_hold_no_threads_and_cannot_lock_others_out(short_home, tmp_path):
+    s = srv.Server(loader=CountingFake, max_connections=32)
+    s.bind()
+    thread = threading.Thread(target=s.serve, daemon=True)
+    thread.start()
+    idle = []
+    try:
+        assert srv.status() is not None
+        before = threading.active_count()
+        for _ in range(300):  # bounded, and on the loopback Unix socket only
+            idle.append(open_idle(s.path))
+        time.sleep(0.3)
+        assert threading.active_count() <= before + s.workers
+        assert len(s._waiting) + s._running <= 32
+        remote = srv.connect_embedder(tmp_path / "m.gguf")  # a real client still gets in
+        assert remote is not None and len(remote.embed(["still served"])) == 1
+        assert srv.status() is not None
+        assert threading.active_count() <= before + s.workers
+        # the oldest idle connections were told why they were dropped
+        first = json.loads(idle[0].makefile("rb").readline())
+        assert first == srv.BUSY
+    finally:
+        for c in idle:
+            c.close()
+        s.shutdown()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_running_out_of_file_descriptors_does_not_stop_the_server(server_process):
+    proc = server_process(nofile=48, max_connections=10_000)  # descriptors run out first
+    idle = []
+    try:
+        for _ in range(120):
+            idle.append(open_idle(srv.socket_path()))
+        time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()
+        for _ in range(3):
+            info = srv.status()
+            assert info is not None and info["pid"] == proc.pid
+    finally:
+        for c in idle:
+            c.close()
+    assert srv.stop() is True
+    assert proc.wait(10) == 0
+    assert "Traceback" not in proc.stderr.read()

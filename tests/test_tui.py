@@ -335,6 +335,34 @@ async def test_hybrid_search_ranks_the_match_first(tstore):
         assert app.table.current_id() == "a3" or app.table.ids()[0] == "a3"
 
 
+async def test_search_highlights_the_best_result_and_p_pins_it(tstore):
+    """Issue 10, defect 13: the highlight used to stay on the memory highlighted before the
+    search, wherever it landed in the results, and `p` then pinned that one."""
+    from pmem.search import search
+
+    ranked = [h.memory.id for h in search(tstore, "cabin", mode="keyword", collapse=False)]
+    assert len(ranked) == 2
+    best, other = ranked
+    app = make(tstore, search_mode="keyword")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        select(app, other)  # highlighted before the search, and among its results
+        await pilot.pause()
+        await pilot.press("slash", *"cabin", "enter")
+        await settle(app, pilot)
+        assert app.table.ids() == [best, other]
+        assert app.table.cursor_row == 0 and app.table.current_id() == best
+        assert best in screen_text(app)  # the detail pane shows it too
+        await pilot.press("p")
+        await pilot.pause()
+        assert tstore.get(best).pinned and not tstore.get(other).pinned
+        # The same query run again (here a reload) keeps the memory the person moved to.
+        await pilot.press("down")
+        await pilot.press("ctrl+r")
+        await settle(app, pilot)
+        assert app.table.current_id() == other
+
+
 async def test_search_is_debounced(tstore):
     calls = []
 
@@ -435,6 +463,69 @@ async def test_markup_and_escapes_shown_literally(tstore):
         assert "\x1b" not in text
         cell = app.table.cells("a4")[-1]
         assert "[bold red]x[/]" in cell.plain and not cell.spans
+
+
+HIDDEN = ("\x1b", "\x07", "\x9b", "\u202e", "\u200b", "\U000e0041")
+
+
+async def test_no_control_or_invisible_character_reaches_the_screen(tstore):
+    """Issue 10, defect 5: the list, the detail pane, the dialogs (a TextArea or an Input would
+    draw them raw) and the notifications show escapes instead."""
+    from textual.widgets import Input, TextArea
+
+    evil = "osc\x1b]0;owned\x07 c1\x9b2J rlo\u202eevil zw\u200bsp tag\U000e0041"
+    tstore.insert([Memory(id="b1", text=evil, tags=["t\x1b[2J\u202e", "plain"],
+                          created_at="2025-02-28T10:00:00Z", updated_at="2025-02-28T10:00:00Z")])
+    app = make(tstore)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        select(app, "b1")
+        await pilot.pause()
+        shown = [screen_text(app)]
+        assert "\\u202eevil" in shown[0] and "\\x1b]0;owned\\x07" in shown[0]
+        await pilot.press("t")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        await pilot.press("enter")  # saved unchanged: the stored tags stay exactly as they were
+        await pilot.pause()
+        assert tstore.get("b1").tags == ["plain", "t\x1b[2J\u202e"]
+        await pilot.press("e")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        area = app.screen.query_one(TextArea)
+        area.text = area.text + " more"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert tstore.get("b1").text == evil + " more"  # the hidden characters are kept
+        app.flt = Filter(tags=("t\x1b[2J\u202e",))
+        await pilot.press("f")
+        await pilot.pause()
+        shown.append(screen_text(app))
+        assert "\x1b" not in app.screen.query_one("#filter-tags", Input).value
+        await pilot.press("escape")
+        app.notify("tags of b1: t\x1b[2J\u202e")
+        await pilot.pause()
+        shown += [n.message for n in app._notifications]  # toasts are not in the compositor's strips
+        assert "tags of b1: t\\x1b[2J\\u202e" in shown
+    for text in shown:
+        assert not [c for c in HIDDEN if c in text], text
+
+
+async def test_library_notices_become_notifications(tstore):
+    from pmem import notices
+
+    app = make(tstore)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        thread = threading.Thread(target=notices.notice,
+                                  args=("the server stopped answering; loading the model in this process",))
+        thread.start()  # notices come from workers
+        thread.join()
+        await pilot.pause(0.2)
+        listening = len(notices._listeners)
+        messages = [n.message for n in app._notifications]  # toasts are not in the compositor's strips
+        assert messages == ["the server stopped answering; loading the model in this process"]
+    assert len(notices._listeners) == listening - 1  # the app stopped listening when it ended
 
 
 async def test_notification_with_markup_in_tags_does_not_crash(tstore):

@@ -42,7 +42,7 @@ def path(as_json: bool = JsonOpt) -> None:
 
     data = {"db": str(paths.db_path(db_override())), "config": str(paths.config_path()),
             "models": str(paths.models_dir()), "backups": str(paths.backups_dir()),
-            "socket": str(paths.data_dir() / "pmem.sock"),
+            "socket": str(paths.socket_path()),
             "home": str(paths.home()) if paths.home() else None}
     if as_json:
         out.print_json(data)

@@ -1,20 +1,28 @@
 """Rendering for the CLI: rich in a terminal, plain text in a pipe, JSON on request.
 
-Memory text is data. In a terminal it goes through `visible()` (control characters shown as
-escapes) and rich `Text` (never parsed as markup); in a pipe it is written as stored.
+Memory text is data (see pmem.display). In a terminal everything written here goes through
+`visible()` (controls and invisible characters shown as escapes) and rich `Text` (never parsed as
+markup); in a pipe it is written as stored; JSON escapes what a terminal would act on.
+Library notices (pmem.notices) are shown here too, one `pmem: ...` line on stderr.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any, Iterable
 
-from .. import timeutil
-from ..display import visible  # noqa: F401 - re-exported for commands
+from .. import notices, timeutil
+from ..display import json_dumps, visible
 from ..records import Hit, Memory
 
+
+def _library_notice(message: str) -> None:
+    """The library prints nothing (pmem.notices); the CLI shows its notices on stderr."""
+    note("pmem: " + message)
+
+
+notices.listen(_library_notice)
 
 
 def is_tty() -> bool:
@@ -46,7 +54,20 @@ def err_console():
 
 
 def echo(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """One line of output: shown with `visible()` on a terminal, written as it is to a pipe."""
+    write(text + "\n")
+
+
+def write(text: str) -> None:
+    sys.stdout.write(visible(text) if is_tty() else text)
+
+
+def write_lines(lines: Iterable[str]) -> None:
+    """Lines that end in newlines (an export): as stored to a pipe or file, `visible()` on a tty."""
+    if is_tty():
+        sys.stdout.writelines(visible(line) for line in lines)
+    else:
+        sys.stdout.writelines(lines)
 
 
 def note(text: str) -> None:
@@ -59,7 +80,7 @@ def error(text: str) -> None:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.write(json_dumps(data, indent=2) + "\n")
 
 
 def one_line(text: str) -> str:
@@ -121,7 +142,7 @@ def memory_detail(m: Memory) -> None:
               ("valid to", m.valid_to or ""), ("superseded by", m.superseded_by or ""),
               ("derived from", ", ".join(m.derived_from)), ("merged into", m.merged_into or ""),
               ("forgotten", m.forgotten_at or ""), ("accessed", f"{m.access_count} times, last {m.last_accessed_at or 'never'}"),
-              ("meta", json.dumps(m.meta, ensure_ascii=False) if m.meta else "")]
+              ("meta", json_dumps(m.meta) if m.meta else "")]
     if not is_tty():
         echo(m.text)
         echo()
@@ -168,7 +189,7 @@ class Progress:
                                           MofNCompleteColumn(), TimeRemainingColumn(),
                                           console=err_console(), transient=True)
             self._progress.start()
-            self._task = self._progress.add_task(self.label, total=None)
+            self._task = self._progress.add_task(visible(self.label), total=None)
         return self
 
     def __call__(self, done: int, total: int) -> None:

@@ -1,7 +1,6 @@
 """The `pmem serve` command."""
 
 import signal
-import sys
 import time
 from typing import Optional
 
@@ -76,7 +75,9 @@ def serve(
             out.note(f"pmem server running (pid {info['pid']}), socket {info['socket']}")
         return
 
-    server = srv.Server(threads=n_threads, idle=idle_s)
+    from ..embed import LlamaEmbedder
+
+    server = srv.Server(threads=n_threads, idle=idle_s, loader=LlamaEmbedder)
     server.bind()  # claims the socket: a second server stops here
     try:
         server.model(str(model))  # before answering anyone: errors show here, and callers just wait
@@ -91,7 +92,7 @@ def serve(
     signal.signal(signal.SIGINT, _stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _stop)
-    print(f"pmem server: {model.name} loaded, listening on {server.path}"
-          + (f", exits after {idle} idle" if idle else ""), file=sys.stderr, flush=True)
+    out.note(f"pmem server: {model.name} loaded, listening on {server.path}"
+             + (f", exits after {idle} idle" if idle else ""))
     server.serve()
-    print("pmem server: stopped", file=sys.stderr, flush=True)
+    out.note("pmem server: stopped")

@@ -1,7 +1,6 @@
 """Moving memories in and out: import, export."""
 
 import os
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -114,7 +113,7 @@ def export(
             raise PmemError(f"writing {output} failed: {exc.strerror}") from None
         out.note(f"wrote {len(memories)} memories to {output}")
     else:
-        sys.stdout.writelines(lines)
+        out.write_lines(lines)  # as stored to a pipe; escapes shown, not acted on, on a terminal
 
 
 def _check_writable(output: Path) -> None:

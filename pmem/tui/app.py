@@ -31,7 +31,8 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
-from .. import timeutil
+from .. import notices, timeutil
+from ..display import visible
 from ..errors import NotFound, PmemError
 from ..records import Memory
 from ..search import MODES
@@ -94,6 +95,8 @@ class PmemApp(App[None]):
         self.query_text = ""
         self.search_gen = 0
         self.shown_gen = 0
+        self.shown_query: str | None = None  # the query whose results the list shows
+        self._keep_after_search: str | None = None
         self.total = 0
         self.hits_shown: int | None = None
         self.model_state = "unloaded"  # unloaded, loading, ready, failed
@@ -109,6 +112,7 @@ class PmemApp(App[None]):
         self._bg_lock = threading.Lock()
         self._bg_store: MemoryStore | None = None
         self._pager: StorePager | None = None
+        self._stop_notices: Callable[[], None] | None = None
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -122,7 +126,11 @@ class PmemApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"pmem — {self.store.path}"
+        # The library's notices (a server that stopped answering...) become notifications: on
+        # stderr Textual would only capture them, unseen. notify() is thread-safe.
+        self._stop_notices = notices.listen(
+            lambda message: self.notify(message, severity="warning", markup=False, timeout=6))
+        self.title = visible(f"pmem — {self.store.path}")
         search = self.query_one("#search", Input)
         search.display = False
         table = self.table
@@ -135,6 +143,8 @@ class PmemApp(App[None]):
             search.value = self._initial_query
 
     def on_unmount(self) -> None:
+        if self._stop_notices is not None:
+            self._stop_notices()
         if self._bg_lock.acquire(timeout=2):
             try:
                 if self._bg_store is not None:
@@ -205,10 +215,12 @@ class PmemApp(App[None]):
         keep = keep or table.current_id()
         keep_index = table.cursor_row
         if self.query_text.strip():
+            self._keep_after_search = keep  # the same query again: stay on the same memory
             table.clear()
             self.start_search()
             return
         self.hits_shown = None
+        self.shown_query = None
         try:
             self.total = self.store.count(self.flt)
         except PmemError as exc:
@@ -252,7 +264,7 @@ class PmemApp(App[None]):
         if set(f.tiers) != {"core", "archival"}:
             bits.append("tier " + "+".join(f.tiers))
         if f.tags:
-            bits.append("tags " + " ".join(f.tags))
+            bits.append("tags " + visible(" ".join(f.tags)))
         if f.include_expired:
             bits.append("+expired")
         if f.include_forgotten:
@@ -340,6 +352,11 @@ class PmemApp(App[None]):
         table.replace_memory(m, listed=listed)
         self.show_detail()
         self.update_status()
+
+    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
+        """Every notification shows its text literally: messages carry ids, tags and errors that
+        quote what a person typed, so controls and invisible characters are shown as escapes."""
+        super().notify(visible(message), title=visible(title), **options)
 
     def error(self, message: str) -> None:
         self.notify(message, severity="error", markup=False, timeout=6)
@@ -613,7 +630,13 @@ class PmemApp(App[None]):
             return  # a newer query was typed: these results are stale
         self.shown_gen = gen
         table = self.table
-        keep = table.current_id()
+        # Results of a new query: the best one (row 0) is highlighted, so `p` or `d` acts on
+        # it and not on whatever was highlighted before. The same query run again (a mode change,
+        # the model ready, a reload after a change) keeps the memory the person was on.
+        same = self.query_text == self.shown_query
+        keep = (table.current_id() or self._keep_after_search) if same else None
+        self._keep_after_search = None
+        self.shown_query = self.query_text
         self.hits_shown = len(hits)
         table.set_memories([h.memory for h in hits], keep_id=keep)
         self.update_status()

@@ -73,7 +73,7 @@ class DreamScreen(Screen[bool]):
     def _status(self, message: str) -> None:
         if not self.is_attached:
             return
-        self.query_one("#dream-status", Label).update(Text(message))
+        self.query_one("#dream-status", Label).update(literal(message))
 
     def _show_plan(self, plan: Any) -> None:
         if not self.is_attached:  # closed while planning

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
+from ..display import restore_hidden, visible
 from ..records import TIERS
 from ..store import Filter
 
@@ -109,11 +110,12 @@ class EditScreen(ModalScreen["str | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="edit", classes="dialog"):
             yield Label("Edit memory", classes="dialog-title")
-            yield TextArea(self.text, id="edit-text", soft_wrap=True, tab_behavior="focus")
+            # shown with visible(): a TextArea would write a memory's escape sequences raw
+            yield TextArea(visible(self.text), id="edit-text", soft_wrap=True, tab_behavior="focus")
             yield Label("ctrl+s: save   esc: cancel", classes="hint")
 
     def action_save(self) -> None:
-        self.dismiss(self.query_one("#edit-text", TextArea).text)
+        self.dismiss(restore_hidden(self.query_one("#edit-text", TextArea).text, self.text))
 
 
 class TagsScreen(ModalScreen["list[str] | None"]):
@@ -128,11 +130,11 @@ class TagsScreen(ModalScreen["list[str] | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Tags (comma or space separated)", classes="dialog-title")
-            yield Input(" ".join(self.tags), id="tags-input")
+            yield Input(visible(" ".join(self.tags)), id="tags-input")
             yield Label("enter: save   esc: cancel", classes="hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(parse_tags(event.value))
+        self.dismiss(parse_tags(restore_hidden(event.value, " ".join(self.tags))))
 
 
 class TickBox(Checkbox):
@@ -164,7 +166,8 @@ class FilterScreen(ModalScreen["Filter | None"]):
             with Horizontal(classes="row"):
                 for tier in TIERS:
                     yield TickBox(tier, tier in self.flt.tiers, id=f"tier-{tier}")
-            yield Input(" ".join(self.flt.tags), placeholder="tags (all must match)", id="filter-tags")
+            yield Input(visible(" ".join(self.flt.tags)), placeholder="tags (all must match)",
+                        id="filter-tags")
             with Horizontal(classes="row"):
                 yield TickBox("expired", self.flt.include_expired, id="include-expired")
                 yield TickBox("forgotten", self.flt.include_forgotten, id="include-forgotten")
@@ -183,7 +186,8 @@ class FilterScreen(ModalScreen["Filter | None"]):
 
     def action_apply(self) -> None:
         tiers = tuple(t for t in TIERS if self.query_one(f"#tier-{t}", Checkbox).value) or TIERS
-        tags = tuple(parse_tags(self.query_one("#filter-tags", Input).value))
+        typed = restore_hidden(self.query_one("#filter-tags", Input).value, " ".join(self.flt.tags))
+        tags = tuple(parse_tags(typed))
         expired = self.query_one("#include-expired", Checkbox).value
         forgotten = self.query_one("#include-forgotten", Checkbox).value
         self.dismiss(replace(self.flt, tiers=tiers, tags=tags, include_expired=expired,

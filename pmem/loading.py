@@ -1,0 +1,76 @@
+"""Loading GGUF files with llama.cpp, quietly: the glue the embedder and the generator share.
+
+llama.cpp logs to stderr from C; inside the TUI that would write over the screen, and in a command
+it buries the one line that matters. So its log goes nowhere, except error lines, which are kept in
+`log_state["errors"]` for `load_error()` to turn a failed load into one readable line.
+
+Nothing here imports llama_cpp until `open_gguf()` is called, so `import pmem` stays light.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+from .errors import ModelError
+
+_log_lock = threading.Lock()
+# "callback": the ctypes callback handed to llama.cpp (kept referenced: C holds only a pointer);
+# "errors": the error lines llama.cpp logged since a loader last cleared them.
+log_state: dict = {"callback": None, "errors": []}
+
+
+def _silence_llama_logs(llama_cpp) -> None:
+    """Route llama.cpp's log to nowhere, keeping error lines for our own one-line message."""
+    with _log_lock:
+        if log_state["callback"] is not None:
+            return
+
+        @llama_cpp.llama_log_callback
+        def _callback(level, text, user_data):  # pragma: no cover - called from C
+            if level == 4 and text:  # GGML_LOG_LEVEL_ERROR
+                line = text.decode("utf-8", "replace").strip()
+                if line:
+                    log_state["errors"].append(line)
+
+        log_state["callback"] = _callback
+        llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def load_error(exc: Exception) -> str:
+    """The most telling line llama.cpp logged while failing to load, else the exception.
+
+    Clear `log_state["errors"]` before the load this explains."""
+    lines = log_state["errors"]
+    for line in lines:
+        if "error loading model:" in line:
+            return line.split("error loading model:", 1)[1].strip()
+    return lines[0] if lines else (str(exc).splitlines() or ["unknown error"])[0]
+
+
+def check_gguf(path: Path) -> None:
+    """ModelError unless `path` is a readable file that starts like a GGUF."""
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    if magic != b"GGUF":
+        raise ModelError(f"not a GGUF file: {path}")
+
+
+def open_gguf(path: Path | str):
+    """Check a GGUF file and import llama_cpp (quietly) to run it: (path, llama_cpp module)."""
+    path = Path(path).expanduser()
+    check_gguf(path)
+    try:
+        import llama_cpp
+    except ImportError:
+        raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
+    _silence_llama_logs(llama_cpp)
+    return path, llama_cpp
