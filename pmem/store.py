@@ -395,8 +395,8 @@ class MemoryStore:
                 self.conn.execute(
                     "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? "
                     "WHERE id IN (SELECT value FROM json_each(?))", (self.clock(), json.dumps(ids)))
-        except DatabaseError:
-            pass  # a busy database must not fail a read
+        except (DatabaseError, *self._sqlite_errors):
+            pass  # a busy or read-only database must not fail a read
 
     def find_exact(self, text: str) -> Memory | None:
         rows = self._select("m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",

@@ -224,6 +224,8 @@ def test_a_read_only_database_can_be_listed_and_searched(tmp_path):
         r = pmem("--db", db, "search", "flowerpot", "--json")
         assert r.exit_code == 0 and json.loads(r.stdout)[0]["id"] == mid
         assert pmem("--db", db, "show", mid).exit_code == 0
+        r = pmem("--db", db, "recall", "flowerpot", "--format", "json")  # recall counts an access: a write
+        assert r.exit_code == 0 and mid in r.stdout
         assert_one_line_error(pmem("--db", db, "add", "more"), 1, "read-only")
     finally:
         _make_writable(folder)
