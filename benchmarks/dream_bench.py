@@ -34,6 +34,7 @@ from pmem.records import TIERS  # noqa: E402
 from pmem.recall import estimate_tokens  # noqa: E402
 from pmem.search import search  # noqa: E402
 from pmem.store import Filter, MemoryStore  # noqa: E402
+from pmem.text import speaker_sentences  # noqa: E402
 
 NOW = "2026-01-01T00:00:00Z"
 SYNONYMS = {
@@ -119,7 +120,7 @@ def turns_of(store: MemoryStore, evidence: dict, memory_id: str, cache: dict, st
     for a in absorbed:
         if strict and m.meta.get("dream") == "compress":
             member = store.get(a)
-            if not any(s.split(": ", 1)[-1] in m.text for s in dream._sentences(member.text)):
+            if not any(s.split(": ", 1)[-1] in m.text for s in speaker_sentences(member.text)):
                 continue
         out |= turns_of(store, evidence, a, cache, strict)
     cache[key] = out

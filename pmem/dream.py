@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from . import timeutil
 from .errors import PmemError, UsageError
 from .records import TIERS, Memory
+from .text import WORD, content_stems, jaccard, numbers, speaker_sentences
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -65,10 +66,6 @@ VALUE_MAX_WORDS = 6
 
 Progress = Callable[[int, int], None]
 
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
-_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
-_SPEAKER = re.compile(r"^([A-Z][\w .'-]{0,30}):\s+")
 _COPULA = re.compile(r"^(?P<subject>.+?)\s+(?:is|are|was|were|=)\s+(?P<value>.+)$", re.IGNORECASE)
 _COLON = re.compile(r"^(?P<subject>[^:]{2,60}):\s+(?P<value>.+)$")
 
@@ -162,41 +159,6 @@ class ApplyResult:
 
 # -- text helpers -------------------------------------------------------------------------
 
-def _stop_words() -> frozenset[str]:
-    from .search import STOP_WORDS
-
-    return STOP_WORDS
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def content_words(text: str) -> set[str]:
-    """Lower-cased, lightly stemmed words that carry meaning (no stop words)."""
-    stop = _stop_words()
-    out = set()
-    for w in _WORD.findall(text.lower()):
-        w = w.replace("'s", "")
-        if w in stop or len(w) < 2 or w.isdigit():
-            continue
-        out.add(_stem(w))
-    return out
-
-
-def numbers(text: str) -> set[str]:
-    return set(_NUMBER.findall(text))
-
-
-def jaccard(a: set[str], b: set[str]) -> float:
-    if not a and not b:
-        return 1.0
-    return len(a & b) / len(a | b)
-
-
 def _tokens(text: str) -> int:
     from .recall import estimate_tokens
 
@@ -215,23 +177,13 @@ def subject_value(text: str) -> tuple[str, str] | None:
     if not m:
         return None
     subject, value = m.group("subject").strip(), m.group("value").strip()
-    subj_words = [w for w in _WORD.findall(subject.lower())]
-    if len(content_words(subject)) < SUBJECT_MIN_WORDS or len(subj_words) > 8:
+    subj_words = [w for w in WORD.findall(subject.lower())]
+    if len(content_stems(subject)) < SUBJECT_MIN_WORDS or len(subj_words) > 8:
         return None
-    value_words = _WORD.findall(value.lower())
+    value_words = WORD.findall(value.lower())
     if not value_words or len(value_words) > VALUE_MAX_WORDS:
         return None
     return " ".join(subj_words), " ".join(value_words)
-
-
-def _sentences(text: str) -> list[str]:
-    """A memory's sentences, verbatim; a 'Speaker: ' prefix is carried onto each of them."""
-    text = " ".join(text.split())
-    speaker = ""
-    m = _SPEAKER.match(text)
-    if m:
-        speaker, text = m.group(0), text[m.end():]
-    return [speaker + s for s in _SENTENCE.split(text) if s.strip()]
 
 
 def extractive_summary(texts: list[str], keep: float | None = None, prefix: str = "") -> str:
@@ -241,8 +193,8 @@ def extractive_summary(texts: list[str], keep: float | None = None, prefix: str 
     (ties: the earlier one), until the budget is spent or nothing new is left."""
     sents: list[tuple[int, str, set[str], int]] = []
     for t in texts:
-        for s in _sentences(t):
-            sents.append((len(sents), s, content_words(s) | numbers(s), _tokens(s)))
+        for s in speaker_sentences(t):
+            sents.append((len(sents), s, content_stems(s) | numbers(s), _tokens(s)))
     total = sum(s[3] for s in sents)
     budget = max(1, int(total * (COMPRESS_KEEP if keep is None else keep)))
     covered: set[str] = set()
@@ -292,8 +244,8 @@ def grounded(store: "MemoryStore", text: str, sources: list[str]) -> tuple[bool,
         except TypeError:
             g = check_grounding(text, sources)
         return bool(g.ok), str(getattr(g, "reason", "") or "")
-    words = content_words(text)
-    source_words = set().union(*(content_words(s) for s in sources)) if sources else set()
+    words = content_stems(text)
+    source_words = set().union(*(content_stems(s) for s in sources)) if sources else set()
     missing_numbers = numbers(text) - set().union(*(numbers(s) for s in sources))
     if missing_numbers:
         return False, f"numbers not in the members: {', '.join(sorted(missing_numbers))}"
@@ -445,7 +397,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     needs_vectors = any(k in kinds for k in ("dedup", "supersede", "merge", "compress"))
     vecs = _vectors(store, active) if needs_vectors and active else None
     index = {m.id: i for i, m in enumerate(active)}
-    words = {m.id: content_words(m.text) for m in active}
+    words = {m.id: content_stems(m.text) for m in active}
 
     # dedup --------------------------------------------------------------------------------
     if "dedup" in kinds and vecs is not None:

@@ -22,7 +22,6 @@ The pipeline, and why each step is shaped the way it is:
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -30,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
-from .search import STOP_WORDS
+from .grounding import Grounding, check_grounding  # noqa: F401 - re-exported: extract.check_grounding is public
+from .text import content_words, has_digit, split_sentences, stem_min3
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 MAX_INPUT = 2_000_000  # characters; the episodic copy is split into parts of store.MAX_TEXT
 CHUNK_CHARS = 1500  # sentences shown to the model per call (about 400 tokens)
 CHUNK_SENTENCES = 24
-MIN_SIMILARITY = 0.5  # a fact's embedding must be this close to some source sentence
 NOOP_COSINE = 0.95  # near-identical to a stored memory: already known
 CONTAINED_COSINE = 0.85  # same words, one a subset of the other: known (or a refinement)
 CHANGE_COSINE = 0.6  # a change ("moved to", "no longer") this close to a stored fact supersedes it
@@ -54,10 +53,8 @@ good congrats congratulations yeah yep okay ok sweet love lovely wonderful cheer
 take care see soon fun happy sorry omg absolutely definitely exactly true right agree means lot
 """.split())
 CHANGE_WORDS = frozenset("moved now longer anymore switched changed instead quit left new became".split())
-_CHANGE_STEMS = {w[:-2] if w.endswith("ed") else w for w in CHANGE_WORDS}  # as _stem leaves them
+_CHANGE_STEMS = {w[:-2] if w.endswith("ed") else w for w in CHANGE_WORDS}  # as stem_min3 leaves them
 FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'll|I'd|me|my|mine|myself|we|our|us)\b", re.IGNORECASE)
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|;\s+")
 _SPEAKER = re.compile(r"^\s*([A-Z][\w.'\- ]{0,30}?)\s*:\s+(\S.*)$")
 
 
@@ -161,30 +158,7 @@ def parse_input(text: str) -> list[Turn]:
     return turns
 
 
-def split_sentences(text: str) -> list[str]:
-    out = []
-    for part in re.split(r"\s*\n+\s*", text):
-        out.extend(s.strip() for s in _SENTENCE_END.split(part) if s.strip())
-    return out
-
-
-# -- words, grounding -------------------------------------------------------------------------
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words, possessives split off ("Caroline's" -> "caroline")."""
-    return [w.split("'")[0] for w in _WORD.findall(text.lower())]
-
-
-def content_words(text: str) -> list[str]:
-    return [w for w in words(text) if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())]
-
+# -- candidates -------------------------------------------------------------------------------
 
 def is_candidate(sentence: str, speaker: str | None = None) -> bool:
     """Could this sentence hold a durable fact? Rules, so that chatter never costs a model call."""
@@ -218,57 +192,6 @@ def third_person(speaker: str | None, sentence: str) -> str:
     if out == sentence:
         return f"{speaker}: {sentence}"
     return out[0].upper() + out[1:]
-
-
-@dataclass
-class Grounding:
-    ok: bool
-    support: float  # share of the fact's content words found in the sources
-    reason: str
-    similarity: float | None = None  # best cosine with a source sentence, when an embedder was given
-
-
-def _number(word: str) -> bool:
-    return any(c.isdigit() for c in word)
-
-
-def check_grounding(fact: str, sources: list[str], embedder: "Embedder | None" = None, *,
-                    min_support: float | None = None, min_similarity: float = MIN_SIMILARITY) -> Grounding:
-    """Is `fact` supported by `sources`? Every number must occur in them, at least `min_support`
-    (config extract_min_support) of its content words must, and with an embedder its vector must
-    be within `min_similarity` cosine of some source sentence. Used by extract and by dream."""
-    if min_support is None:
-        from .config import load as load_config
-
-        min_support = float(load_config().extract_min_support)
-    fact_words = content_words(fact)
-    if not fact_words:
-        return Grounding(False, 0.0, "no content words")
-    vocab = {_stem(w) for s in sources for w in words(s)} | {w for s in sources for w in words(s)}
-    missing_numbers = [w for w in fact_words if _number(w) and w not in vocab]
-    found = [w for w in fact_words if w in vocab or _stem(w) in vocab]
-    support = len(found) / len(fact_words)
-    if missing_numbers:
-        return Grounding(False, support, f"number {missing_numbers[0]!r} is not in the source")
-    if support < min_support:
-        missing = [w for w in fact_words if w not in found]
-        return Grounding(False, support, f"only {support:.0%} of its words are in the source "
-                                         f"(need {min_support:.0%}; missing: {', '.join(missing[:5])})")
-    if embedder is None:
-        return Grounding(True, support, "words found in the source")
-    pieces = [p for s in sources for p in split_sentences(s)] or list(sources)
-    vectors = embedder.embed([fact, *pieces])
-    best = max(_cosine(vectors[0], v) for v in vectors[1:])
-    if best < min_similarity:
-        return Grounding(False, support, f"not close to any source sentence (cosine {best:.2f} < "
-                                         f"{min_similarity:.2f})", best)
-    return Grounding(True, support, "words and meaning found in the source", best)
-
-
-def _cosine(a, b) -> float:
-    dot = sum(x * y for x, y in zip(a, b))
-    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
 
 
 # -- extraction -------------------------------------------------------------------------------
@@ -343,10 +266,10 @@ def _best_source(fact: str, chunk: list[_Sentence], claimed: _Sentence) -> _Sent
     """The shown sentence a written fact shares most words with. Small models often give the
     wrong sentence number; provenance (and the gate) should follow the text, not the number.
     The claimed sentence wins ties."""
-    want = {_stem(w) for w in content_words(fact)}
+    want = {stem_min3(w) for w in content_words(fact)}
 
     def overlap(s: _Sentence) -> int:
-        return len(want & {_stem(w) for w in content_words(s.display)})
+        return len(want & {stem_min3(w) for w in content_words(s.display)})
 
     best = max(chunk, key=overlap)
     return best if overlap(best) > overlap(claimed) else claimed
@@ -441,7 +364,7 @@ def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", mi
 # -- reconciliation ---------------------------------------------------------------------------
 
 def _stems(text: str) -> set[str]:
-    return {_stem(w) for w in content_words(text)}
+    return {stem_min3(w) for w in content_words(text)}
 
 
 def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] | None = None) -> str:
@@ -457,7 +380,7 @@ def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] |
     if cosine >= CONTAINED_COSINE and b < a:
         return "update"  # the new fact says the same and more
     only_new, only_old = a - b, b - a
-    if only_new and only_old and all(_number(w) for w in only_new | only_old) and cosine >= CHANGE_COSINE:
+    if only_new and only_old and all(has_digit(w) for w in only_new | only_old) and cosine >= CHANGE_COSINE:
         return "supersede"  # the same statement with a different number: age, count, price
     if cosine >= CHANGE_COSINE and (a & _CHANGE_STEMS) and not (b & _CHANGE_STEMS) and only_old:
         return "supersede"  # "moved to Lisbon" after "lives in Berlin"

@@ -14,23 +14,12 @@ from typing import TYPE_CHECKING
 from .errors import UsageError
 from .records import Hit
 from .store import Filter
+from .text import STOP_WORDS
 
 if TYPE_CHECKING:
     from .store import MemoryStore
 
 MODES = ("hybrid", "semantic", "keyword")
-
-# Common English function words: they match almost everything and drown BM25 in noise.
-STOP_WORDS = frozenset("""
-a about above after again against all am an and any are as at be because been before being below
-between both but by can could did do does doing down during each few for from further had has have
-having he her here hers herself him himself his how i if in into is it its itself just me more most my
-myself no nor not now of off on once only or other our ours ourselves out over own same she should so
-some such than that the their theirs them themselves then there these they this those through to too
-under until up very was we were what when where which while who whom why will with would you your
-yours yourself yourselves s t don did does didn doesn isn wasn weren aren won wouldn shouldn ever
-also get got go going gone like really much many tell told say said well yes yeah oh hey hi
-""".split())
 
 
 @dataclass(frozen=True)
