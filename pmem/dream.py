@@ -37,17 +37,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from . import timeutil
+from . import prompts, timeutil
 from .errors import PmemError, UsageError
-from .records import TIERS, Memory
+from .extract import decide
+from .grounding import check_grounding
+from .records import Memory
 from .text import WORD, content_stems, jaccard, numbers, speaker_sentences
 
 if TYPE_CHECKING:
@@ -233,27 +234,9 @@ def _parse(stamp: str) -> datetime:
 # -- grounding ----------------------------------------------------------------------------
 
 def grounded(store: "MemoryStore", text: str, sources: list[str]) -> tuple[bool, str]:
-    """The extraction gate (pmem.extract.check_grounding); a word-level fallback without it."""
-    try:
-        from .extract import check_grounding
-    except ImportError:
-        check_grounding = None
-    if check_grounding is not None:
-        try:
-            g = check_grounding(text, sources, embedder=store.embedder)
-        except TypeError:
-            g = check_grounding(text, sources)
-        return bool(g.ok), str(getattr(g, "reason", "") or "")
-    words = content_stems(text)
-    source_words = set().union(*(content_stems(s) for s in sources)) if sources else set()
-    missing_numbers = numbers(text) - set().union(*(numbers(s) for s in sources))
-    if missing_numbers:
-        return False, f"numbers not in the members: {', '.join(sorted(missing_numbers))}"
-    support = len(words & source_words) / len(words) if words else 0.0
-    need = float(store.config.extract_min_support)
-    if support < need:
-        return False, f"only {support:.0%} of its words occur in the members (need {need:.0%})"
-    return True, f"{support:.0%} of its words occur in the members"
+    """The extraction's grounding gate (pmem.grounding) for a text a dream wrote from `sources`."""
+    g = check_grounding(text, sources, embedder=store.embedder)
+    return bool(g.ok), g.reason
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -333,176 +316,165 @@ def _union_find(n: int, edges: Iterable[tuple[int, int]]) -> list[list[int]]:
 SUPERSEDE_COSINE = 0.85
 
 
-def _extraction_rule():
-    """pmem.extract.decide without a judge: the rule extraction uses to supersede a stored fact."""
-    try:
-        from .extract import decide
-    except ImportError:
-        return None
-    return lambda new, old, cos: decide(new, old, cos, None)
-
-
 def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
-    """The configured chat model, or (None, why not)."""
-    try:
-        from .generate import load_generator
+    """The store's configured chat model, or (None, why not)."""
+    from .generate import load_generator
 
+    try:
         return load_generator(store.config.chat_model), None
-    except ImportError as exc:
-        return None, f"no chat model code ({exc})"
     except PmemError as exc:
         return None, str(exc)
 
 
-def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
-         max_seconds: float | None = None, include: Iterable[str] = ()) -> Plan:
-    """Propose, never write. `generator=None` loads the configured chat model when text must be
-    written (False: use no model); `include` names pinned memories a dream may change."""
-    kinds = list(DEFAULT_KINDS) if only is None else [k for k in KINDS if k in set(only)]
-    unknown = set(only or ()) - set(KINDS)
-    if unknown:
-        raise UsageError(f"unknown dream kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
-    budget = _Budget(max_seconds)
-    cfg = store.config
-    now = now or store.clock()
-    included = {store.resolve(i) for i in include}
-    result = Plan(created_at=now, kinds=kinds, settings={
-        "dedup_threshold": float(cfg.dedup_threshold), "dedup_lexical": float(cfg.dedup_lexical),
-        "merge_threshold": float(cfg.merge_threshold), "compress_after_days": int(cfg.compress_after_days),
-        "purge_grace_days": int(cfg.purge_grace_days)})
+@dataclass
+class Planning:
+    """What every planner reads and writes: one per `plan()` call.
 
-    from .store import Filter
+    Planners run in APPLY_ORDER; each appends its proposals to `result` and adds the memories it
+    takes out of the active set to `claimed`, so that a later kind never proposes them again."""
 
-    everything = store.list(Filter.everything(), sort="id", limit=None)
-    usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
-              and (not m.pinned or m.id in included)]
-    result.considered = len(usable)
-    claimed: set[str] = set()  # memories that leave the active set in this plan
+    store: "MemoryStore"
+    result: Plan
+    kinds: list[str]
+    now: str
+    budget: _Budget
+    expired: list[Memory]  # usable memories past expires_at, sorted by (expires_at, id)
+    active: list[Memory]  # usable, not expired, not superseded
+    vecs: Any  # unit vectors of `active` (numpy rows), or None when no kind needs them
+    index: dict[str, int]  # memory id -> row in `active` / `vecs`
+    words: dict[str, set[str]]  # memory id -> content stems
+    claimed: set[str]
+    generator: Any  # None: load the configured chat model when needed; False: no model
+    _gen_tried: bool = False
 
-    # expire / purge -----------------------------------------------------------------------
-    expired = [m for m in usable if m.is_expired(now)]
-    grace_end = timeutil.iso(_parse(now) - timedelta(days=int(cfg.purge_grace_days)))
-    for m in sorted(expired, key=lambda m: (m.expires_at, m.id)):
-        if "purge" in kinds and m.expires_at <= grace_end:
-            result.proposals.append(Proposal(
-                "purge", [m.id], f"expired {m.expires_at[:10]}, past the {cfg.purge_grace_days}-day grace",
-                fingerprints={m.id: _fingerprint(m)}))
-        elif "expire" in kinds and m.meta.get("expired_at") != m.expires_at:
-            result.proposals.append(Proposal(
-                "expire", [m.id], f"expires_at {m.expires_at} has passed",
-                fingerprints={m.id: _fingerprint(m)}))
-        claimed.add(m.id)
-    active = [m for m in usable if m.id not in claimed and not m.is_superseded(now)]
+    @property
+    def settings(self):
+        return self.store.config
 
-    needs_vectors = any(k in kinds for k in ("dedup", "supersede", "merge", "compress"))
-    vecs = _vectors(store, active) if needs_vectors and active else None
-    index = {m.id: i for i, m in enumerate(active)}
-    words = {m.id: content_stems(m.text) for m in active}
-
-    # dedup --------------------------------------------------------------------------------
-    if "dedup" in kinds and vecs is not None:
-        threshold, lexical = float(cfg.dedup_threshold), float(cfg.dedup_lexical)
-        edges = []
-        sims: dict[tuple[int, int], float] = {}
-        for i, j, s in _pairs(vecs, threshold):
-            a, b = active[i], active[j]
-            if a.tier != b.tier or numbers(a.text) != numbers(b.text):
-                continue
-            if jaccard(words[a.id], words[b.id]) < lexical:
-                continue
-            edges.append((i, j))
-            sims[(i, j)] = s
-        for group in sorted(_union_find(len(active), edges), key=lambda g: active[g[0]].id):
-            members = [active[i] for i in group]
-            canon = max(members, key=lambda m: _informative_key(m, words[m.id]))
-            others = sorted((m for m in members if m.id != canon.id), key=lambda m: (m.created_at, m.id))
-            best = max(s for (i, j), s in sims.items() if i in group and j in group)
-            tags = sorted(set().union(*(m.tags for m in members)))
-            created = min(m.created_at for m in members)
-            result.proposals.append(Proposal(
-                "dedup", [canon.id] + [m.id for m in others],
-                f"{len(members)} near-duplicates (cosine up to {best:.3f}); keeping the most informative",
-                result_text=canon.text, target=canon.id, score=best,
-                details={"tags": tags, "created_at": created},
-                fingerprints={m.id: _fingerprint(m) for m in members}))
-            claimed.update(m.id for m in others)
-
-    # supersede ----------------------------------------------------------------------------
-    if "supersede" in kinds:
-        facts = [i for i, m in enumerate(active) if m.id not in claimed and m.tier != "episodic"]
-        when = {m.id: (m.valid_from or m.created_at) for m in active}
-        found: list[tuple[Memory, Memory, str]] = []
-        decide = _extraction_rule()
-        if decide is not None and vecs is not None and len(facts) > 1:
-            for a, b, cos in _pairs(vecs[facts], SUPERSEDE_COSINE):
-                x, y = active[facts[a]], active[facts[b]]
-                if when[x.id] == when[y.id]:
-                    continue
-                older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
-                if decide(newer.text, older.text, cos) == "supersede":
-                    found.append((older, newer, f"the extraction rule: a changed fact (cosine {cos:.2f})"))
-        by_subject: dict[str, list[tuple[Memory, str]]] = {}
-        for i in facts:
-            sv = subject_value(active[i].text)
-            if sv:
-                by_subject.setdefault(sv[0], []).append((active[i], sv[1]))
-        for subject in sorted(by_subject):
-            group = sorted(by_subject[subject], key=lambda f: (when[f[0].id], f[0].id))
-            newest, value = group[-1]
-            for old, old_value in group[:-1]:
-                if old_value != value and when[old.id] < when[newest.id]:
-                    found.append((old, newest, f"same subject '{subject}': '{value}' replaces '{old_value}'"))
-        for older, newer, why in found:
-            if older.id in claimed:
-                continue
-            result.proposals.append(Proposal(
-                "supersede", [older.id, newer.id], why, result_text=newer.text, target=newer.id,
-                fingerprints={older.id: _fingerprint(older), newer.id: _fingerprint(newer)}))
-            claimed.add(older.id)
-
-    # merge and compress need a writer -----------------------------------------------------
-    gen = None if generator is False else generator
-    gen_tried = generator is not None
-
-    def writer():
-        nonlocal gen, gen_tried
-        if not gen_tried:
-            gen_tried = True
-            gen, why = load_generator_quietly(store)
-            if gen is None:
-                result.notes.append(f"chat model unavailable: {why}")
+    def writer(self):
+        """The chat model that writes merges and summaries, loaded on first use; None if unavailable."""
+        if not self._gen_tried:
+            self._gen_tried = True
+            if self.generator is None:
+                self.generator, why = load_generator_quietly(self.store)
+                if self.generator is None:
+                    self.result.notes.append(f"chat model unavailable: {why}")
+        gen = self.generator or None
         if gen is not None:
-            result.generator = getattr(gen, "name", type(gen).__name__)
+            self.result.generator = getattr(gen, "name", type(gen).__name__)
         return gen
 
-    if "merge" in kinds and vecs is not None:
-        _plan_merge(store, result, active, vecs, index, words, claimed, writer, budget)
 
-    if "compress" in kinds and vecs is not None:
-        _plan_compress(store, result, active, vecs, index, claimed, writer, budget, now)
-
-    result.elapsed_s = budget.elapsed()
-    return result
+def _purge_due(ctx: Planning, m: Memory) -> bool:
+    """With `--purge`: an expired memory past purge_grace_days."""
+    grace_end = timeutil.iso(_parse(ctx.now) - timedelta(days=int(ctx.settings.purge_grace_days)))
+    return "purge" in ctx.kinds and m.expires_at <= grace_end
 
 
-def _plan_merge(store, result: Plan, active, vecs, index, words, claimed, writer, budget: _Budget) -> None:
-    cfg = store.config
-    threshold = float(cfg.merge_threshold)
+def _plan_expire(ctx: Planning) -> None:
+    """Expired memories no dream has stamped yet (and that purge does not take)."""
+    for m in ctx.expired:
+        if not _purge_due(ctx, m) and m.meta.get("expired_at") != m.expires_at:
+            ctx.result.proposals.append(Proposal(
+                "expire", [m.id], f"expires_at {m.expires_at} has passed",
+                fingerprints={m.id: _fingerprint(m)}))
+
+
+def _plan_purge(ctx: Planning) -> None:
+    """Expired memories past the grace period, deleted (only when purge is asked for)."""
+    for m in ctx.expired:
+        if _purge_due(ctx, m):
+            ctx.result.proposals.append(Proposal(
+                "purge", [m.id],
+                f"expired {m.expires_at[:10]}, past the {ctx.settings.purge_grace_days}-day grace",
+                fingerprints={m.id: _fingerprint(m)}))
+
+
+def _plan_dedup(ctx: Planning) -> None:
+    """Near-duplicates of one tier: close vectors, shared words, the same numbers."""
+    if ctx.vecs is None:
+        return
+    active, words = ctx.active, ctx.words
+    threshold, lexical = float(ctx.settings.dedup_threshold), float(ctx.settings.dedup_lexical)
+    edges = []
+    sims: dict[tuple[int, int], float] = {}
+    for i, j, s in _pairs(ctx.vecs, threshold):
+        a, b = active[i], active[j]
+        if a.tier != b.tier or numbers(a.text) != numbers(b.text):
+            continue
+        if jaccard(words[a.id], words[b.id]) < lexical:
+            continue
+        edges.append((i, j))
+        sims[(i, j)] = s
+    for group in sorted(_union_find(len(active), edges), key=lambda g: active[g[0]].id):
+        members = [active[i] for i in group]
+        canon = max(members, key=lambda m: _informative_key(m, words[m.id]))
+        others = sorted((m for m in members if m.id != canon.id), key=lambda m: (m.created_at, m.id))
+        best = max(s for (i, j), s in sims.items() if i in group and j in group)
+        tags = sorted(set().union(*(m.tags for m in members)))
+        created = min(m.created_at for m in members)
+        ctx.result.proposals.append(Proposal(
+            "dedup", [canon.id] + [m.id for m in others],
+            f"{len(members)} near-duplicates (cosine up to {best:.3f}); keeping the most informative",
+            result_text=canon.text, target=canon.id, score=best,
+            details={"tags": tags, "created_at": created},
+            fingerprints={m.id: _fingerprint(m) for m in members}))
+        ctx.claimed.update(m.id for m in others)
+
+
+def _plan_supersede(ctx: Planning) -> None:
+    """Older facts replaced by newer ones: the extraction's rule, and same subject / new value."""
+    active, claimed = ctx.active, ctx.claimed
+    facts = [i for i, m in enumerate(active) if m.id not in claimed and m.tier != "episodic"]
+    when = {m.id: (m.valid_from or m.created_at) for m in active}
+    found: list[tuple[Memory, Memory, str]] = []
+    if ctx.vecs is not None and len(facts) > 1:
+        for a, b, cos in _pairs(ctx.vecs[facts], SUPERSEDE_COSINE):
+            x, y = active[facts[a]], active[facts[b]]
+            if when[x.id] == when[y.id]:
+                continue
+            older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
+            if decide(newer.text, older.text, cos, None) == "supersede":
+                found.append((older, newer, f"the extraction rule: a changed fact (cosine {cos:.2f})"))
+    by_subject: dict[str, list[tuple[Memory, str]]] = {}
+    for i in facts:
+        sv = subject_value(active[i].text)
+        if sv:
+            by_subject.setdefault(sv[0], []).append((active[i], sv[1]))
+    for subject in sorted(by_subject):
+        group = sorted(by_subject[subject], key=lambda f: (when[f[0].id], f[0].id))
+        newest, value = group[-1]
+        for old, old_value in group[:-1]:
+            if old_value != value and when[old.id] < when[newest.id]:
+                found.append((old, newest, f"same subject '{subject}': '{value}' replaces '{old_value}'"))
+    for older, newer, why in found:
+        if older.id in claimed:
+            continue
+        ctx.result.proposals.append(Proposal(
+            "supersede", [older.id, newer.id], why, result_text=newer.text, target=newer.id,
+            fingerprints={older.id: _fingerprint(older), newer.id: _fingerprint(newer)}))
+        claimed.add(older.id)
+
+
+def _plan_merge(ctx: Planning) -> None:
+    """Archival memories about one subject, written as one by the chat model and grounded."""
+    if ctx.vecs is None:
+        return
+    result, active, claimed = ctx.result, ctx.active, ctx.claimed
+    threshold = float(ctx.settings.merge_threshold)
     pool = [i for i, m in enumerate(active)
             if m.id not in claimed and m.tier == "archival" and not m.derived_from]
     if len(pool) < 2:
         return
-    pool_set = set(pool)
-    sub = vecs[pool]
     sims: dict[tuple[int, int], float] = {}
     edges = []
-    for a, b, s in _pairs(sub, threshold):
+    for a, b, s in _pairs(ctx.vecs[pool], threshold):
         i, j = pool[a], pool[b]
         sims[(i, j)] = s
         edges.append((i, j, s))
     cluster_of: dict[int, int] = {}
     clusters: list[list[int]] = []
-    for i, j, s in edges:  # best pair first; complete linkage
+    for i, j, _ in edges:  # best pair first; complete linkage
         ci, cj = cluster_of.get(i), cluster_of.get(j)
         if ci is None and cj is None:
             cluster_of[i] = cluster_of[j] = len(clusters)
@@ -517,15 +489,14 @@ def _plan_merge(store, result: Plan, active, vecs, index, words, claimed, writer
         if all(sims.get((min(x, new), max(x, new)), 0.0) >= threshold for x in members):
             members.append(new)
             cluster_of[new] = c
-    del pool_set
     for members in sorted(clusters, key=lambda c: min(active[i].id for i in c)):
-        if budget.over():
+        if ctx.budget.over():
             result.complete = False
             result.notes.append("time limit reached while planning merges")
             return
         ms = sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
         score = min(sims[(min(a, b), max(a, b))] for a in members for b in members if a < b)
-        gen = writer()
+        gen = ctx.writer()
         ids = [m.id for m in ms]
         if gen is None:
             result.dropped.append({"kind": "merge", "members": ids, "reason": "no chat model to write the merge"})
@@ -534,7 +505,7 @@ def _plan_merge(store, result: Plan, active, vecs, index, words, claimed, writer
         if text is None:
             result.dropped.append({"kind": "merge", "members": ids, "reason": why})
             continue
-        ok, why = grounded(store, text, [m.text for m in ms])
+        ok, why = grounded(ctx.store, text, [m.text for m in ms])
         if not ok:
             result.dropped.append({"kind": "merge", "members": ids, "reason": f"not grounded: {why}",
                                    "text": text})
@@ -549,22 +520,9 @@ def _plan_merge(store, result: Plan, active, vecs, index, words, claimed, writer
         claimed.update(ids)
 
 
-_PROMPTS = {
-    "merge": ("You merge notes about the same subject into one note. Use only facts stated in the "
-              "notes, keep every fact, add nothing. Answer with JSON: {\"text\": \"...\"}."),
-    "compress": ("You summarise a conversation excerpt in a few sentences. Use only facts stated in "
-                 "it, keep names, dates and numbers, add nothing. Answer with JSON: {\"text\": \"...\"}."),
-}
-_SCHEMA = {"type": "object", "properties": {"text": {"type": "string", "minLength": 1}},
-           "required": ["text"]}
-
-
 def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:
-    listing = "\n".join(f"- {t}" for t in texts)
-    messages = [{"role": "system", "content": _PROMPTS[kind]},
-                {"role": "user", "content": f"Notes:\n{listing}"}]
     try:
-        out = gen.generate_json(messages, _SCHEMA, max_tokens=256)
+        out = gen.generate_json(prompts.dream_messages(kind, texts), prompts.DREAM_SCHEMA, max_tokens=256)
     except PmemError as exc:
         return None, f"the chat model failed: {exc}"
     text = " ".join(str((out or {}).get("text", "")).split())
@@ -573,17 +531,17 @@ def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:
     return text, ""
 
 
-def _plan_compress(store, result: Plan, active, vecs, index, claimed, writer, budget: _Budget, now: str) -> None:
+def _compress_groups(ctx: Planning, days: int) -> list[list[Memory]]:
+    """Old episodic memories grouped by day, then by topic (adjacent similarity)."""
     import numpy as np
 
-    days = int(store.config.compress_after_days)
-    cutoff = timeutil.iso(_parse(now) - timedelta(days=days))
-    candidates = [m for m in active if m.tier == "episodic" and m.id not in claimed and not m.derived_from
-                  and not m.pinned and m.created_at < cutoff]
+    vecs, index = ctx.vecs, ctx.index
+    cutoff = timeutil.iso(_parse(ctx.now) - timedelta(days=days))
+    candidates = [m for m in ctx.active if m.tier == "episodic" and m.id not in ctx.claimed
+                  and not m.derived_from and not m.pinned and m.created_at < cutoff]
     # Time order; memories stored with the same timestamp (turns of one conversation) keep the
     # order they were stored in.
-    seq = dict(store.conn.execute("SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
-                                  (json.dumps([m.id for m in candidates]),)).fetchall())
+    seq = ctx.store.storage_order(m.id for m in candidates)
     old = sorted(candidates, key=lambda m: (m.created_at, seq.get(m.id, 0), m.id))
     by_day: dict[str, list[Memory]] = {}
     for m in old:
@@ -617,8 +575,17 @@ def _plan_compress(store, result: Plan, active, vecs, index, claimed, writer, bu
             merged[1] = merged[0] + merged[1]
             merged = merged[1:]
         groups.extend(merged)
-    for ms in groups:
-        if budget.over():
+    return groups
+
+
+def _plan_compress(ctx: Planning) -> None:
+    """Old episodes of one day and topic, summarised by the chat model (grounded) or extractively."""
+    if ctx.vecs is None:
+        return
+    result = ctx.result
+    days = int(ctx.settings.compress_after_days)
+    for ms in _compress_groups(ctx, days):
+        if ctx.budget.over():
             result.complete = False
             result.notes.append("time limit reached while planning compression")
             return
@@ -626,12 +593,12 @@ def _plan_compress(store, result: Plan, active, vecs, index, claimed, writer, bu
         texts = [m.text for m in ms]
         day = ms[0].created_at[:10]
         before = sum(_tokens(t) for t in texts)
-        gen = writer()
+        gen = ctx.writer()
         text, how = None, ""
         if gen is not None:
             text, why = _model_text(gen, "compress", texts)
             if text is not None:
-                ok, why = grounded(store, text, texts)
+                ok, why = grounded(ctx.store, text, texts)
                 if ok and _tokens(text) <= COMPRESS_KEEP * before:
                     how = f"summary by {getattr(gen, 'name', 'the chat model')}, grounded"
                 else:
@@ -650,7 +617,73 @@ def _plan_compress(store, result: Plan, active, vecs, index, claimed, writer, bu
             details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "episodic",
                      "created_at": ms[0].created_at, "extractive": how.startswith("extractive")},
             fingerprints={m.id: _fingerprint(m) for m in ms}))
-        claimed.update(ids)
+        ctx.claimed.update(ids)
+
+
+Planner = Callable[[Planning], None]
+
+# One planner per kind, run in this order (APPLY_ORDER), each seeing what the earlier ones claimed.
+PLANNERS: dict[str, Planner] = {
+    "expire": _plan_expire,
+    "purge": _plan_purge,
+    "dedup": _plan_dedup,
+    "supersede": _plan_supersede,
+    "merge": _plan_merge,
+    "compress": _plan_compress,
+}
+_NEEDS_VECTORS = ("dedup", "supersede", "merge", "compress")
+
+
+def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
+         max_seconds: float | None = None, include: Iterable[str] = ()) -> Plan:
+    """Propose, never write.
+
+    Args:
+        store: the store to read (its settings give the thresholds).
+        only: the kinds to plan (default DEFAULT_KINDS; purge only when named).
+        now: the time to plan at (ISO 8601; default the store's clock).
+        generator: the chat model that writes merges and summaries; None loads the store's
+            configured one when text must be written, False uses no model.
+        max_seconds: stop planning after this long (the plan is then marked incomplete).
+        include: ids of pinned memories a dream may change.
+
+    Returns:
+        The Plan. Raises UsageError for an unknown kind, NotFound / AmbiguousId for `include`.
+    """
+    kinds = list(DEFAULT_KINDS) if only is None else [k for k in KINDS if k in set(only)]
+    unknown = set(only or ()) - set(KINDS)
+    if unknown:
+        raise UsageError(f"unknown dream kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
+    budget = _Budget(max_seconds)
+    cfg = store.config
+    now = now or store.clock()
+    included = {store.resolve(i) for i in include}
+    result = Plan(created_at=now, kinds=kinds, settings={
+        "dedup_threshold": float(cfg.dedup_threshold), "dedup_lexical": float(cfg.dedup_lexical),
+        "merge_threshold": float(cfg.merge_threshold), "compress_after_days": int(cfg.compress_after_days),
+        "purge_grace_days": int(cfg.purge_grace_days)})
+
+    from .store import Filter
+
+    everything = store.list(Filter.everything(), sort="id", limit=None)
+    usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
+              and (not m.pinned or m.id in included)]
+    result.considered = len(usable)
+    expired = sorted((m for m in usable if m.is_expired(now)), key=lambda m: (m.expires_at, m.id))
+    claimed = {m.id for m in expired}  # memories that leave the active set in this plan
+    active = [m for m in usable if m.id not in claimed and not m.is_superseded(now)]
+    needs_vectors = any(k in kinds for k in _NEEDS_VECTORS)
+    ctx = Planning(
+        store=store, result=result, kinds=kinds, now=now, budget=budget, expired=expired, active=active,
+        vecs=_vectors(store, active) if needs_vectors and active else None,
+        index={m.id: i for i, m in enumerate(active)},
+        words={m.id: content_stems(m.text) for m in active},
+        claimed=claimed, generator=generator)
+    for kind in APPLY_ORDER:
+        if kind in kinds:
+            PLANNERS[kind](ctx)
+    result.elapsed_s = budget.elapsed()
+    return result
 
 
 # -- applying -----------------------------------------------------------------------------

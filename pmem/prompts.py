@@ -1,4 +1,4 @@
-"""Every prompt and output schema pmem sends to a chat model, in one place to review.
+"""Every prompt and output schema pmem sends to a chat model (extract and dream), in one place to review.
 
 Small local models invent facts when asked to write them (SmolLM2-135M hallucinated 64% of
 written facts in a one-shot JSON trial). So the default task is to *label* numbered sentences
@@ -94,3 +94,23 @@ def rewrite_messages(sentences: list[str]) -> list[dict]:
 def judge_messages(old: str, new: str) -> list[dict]:
     return [{"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": JUDGE_USER.format(old=old, new=new)}]
+
+
+# -- dream: merges and summaries (pmem.dream); the text is then checked by the grounding gate --
+
+DREAM_SYSTEM = {
+    "merge": ("You merge notes about the same subject into one note. Use only facts stated in the "
+              "notes, keep every fact, add nothing. Answer with JSON: {\"text\": \"...\"}."),
+    "compress": ("You summarise a conversation excerpt in a few sentences. Use only facts stated in "
+                 "it, keep names, dates and numbers, add nothing. Answer with JSON: {\"text\": \"...\"}."),
+}
+
+DREAM_SCHEMA = {"type": "object", "properties": {"text": {"type": "string", "minLength": 1}},
+                "required": ["text"]}
+
+
+def dream_messages(kind: str, texts: list[str]) -> list[dict]:
+    """The messages asking for one merged note (`kind` "merge") or one summary ("compress")."""
+    listing = "\n".join(f"- {t}" for t in texts)
+    return [{"role": "system", "content": DREAM_SYSTEM[kind]},
+            {"role": "user", "content": f"Notes:\n{listing}"}]

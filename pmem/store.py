@@ -952,3 +952,19 @@ class MemoryStore:
             "tags": dict(q("SELECT j.value, count(*) FROM memories m, json_each(m.tags) j "
                            "WHERE m.forgotten_at IS NULL GROUP BY j.value ORDER BY count(*) DESC LIMIT 20").fetchall()),
         }
+
+    # -- added for pmem.dream (kept at the end of the class: other branches edit above) ----------
+
+    def storage_order(self, ids: Iterable[str]) -> dict[str, int]:
+        """The order memories were stored in, for breaking ties between equal `created_at`.
+
+        Args:
+            ids: memory ids (unknown ids are left out of the answer).
+
+        Returns:
+            id -> an integer that grows with insertion order (comparable only between memories
+            of this store).
+        """
+        rows = self.conn.execute("SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+                                 (json.dumps(list(ids)),)).fetchall()
+        return {r[0]: r[1] for r in rows}

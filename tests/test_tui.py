@@ -778,17 +778,17 @@ async def test_list_keys_do_nothing_under_the_dream_screen(tstore):
         assert tstore.operations(1)[0].kind == "import"
 
 
-async def test_dream_unavailable(tstore):
-    class Missing:
+async def test_dream_plan_failure_is_shown(tstore):
+    class Broken:
         def plan(self, *a, **k):
             raise ImportError("no dream")
 
-    app = make(tstore, dream=Missing())
+    app = make(tstore, dream=Broken())
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("D")
         await settle(app, pilot)
-        assert "not available" in screen_text(app)
+        assert "could not plan: no dream" in screen_text(app)
         await pilot.press("escape")
         await pilot.pause()
         assert app.table.row_count == 5

@@ -1,6 +1,6 @@
 """The dream review screen: plan in a worker, accept or reject each proposal, apply with progress.
 
-`pmem.dream` is imported lazily (in the worker), so the TUI works in a pmem without it.
+`pmem.dream` is imported lazily (in the worker), so opening the TUI does not pay for it.
 """
 
 from __future__ import annotations
@@ -62,9 +62,6 @@ class DreamScreen(Screen[bool]):
             dream = app.dream_module()  # type: ignore[attr-defined]
             with app.background() as store:  # type: ignore[attr-defined]
                 plan = dream.plan(store, now=app.now_iso())  # type: ignore[attr-defined]
-        except ImportError:
-            app.call_from_thread(self._status, "Dream is not available in this pmem.")
-            return
         except Exception as exc:  # a plan failure must not kill the app
             app.call_from_thread(self._status, f"Dream could not plan: {exc}")
             return
