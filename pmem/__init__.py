@@ -8,7 +8,7 @@
 Importing pmem loads no CLI, TUI or model code; models load when a vector is first needed.
 """
 
-from .config import Config
+from .config import Config, Settings
 from .config import load as load_config
 from .errors import (AmbiguousId, DatabaseError, ExtensionError, ExtractionError, ModelError,
                      ModelMismatch, NotFound, PmemError, UsageError)
@@ -22,6 +22,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AmbiguousId", "Config", "DatabaseError", "Event", "ExtensionError", "ExtractionError", "Filter",
     "Hit", "Memory", "MemoryStore", "ModelError", "ModelMismatch", "NotFound", "Operation",
-    "PmemError", "Recalled", "TIERS", "UsageError", "estimate_tokens", "load_config", "recall",
+    "PmemError", "Recalled", "Settings", "TIERS", "UsageError", "estimate_tokens", "load_config", "recall",
     "render", "search", "__version__",
 ]

@@ -235,7 +235,7 @@ def _parse(stamp: str) -> datetime:
 
 def grounded(store: "MemoryStore", text: str, sources: list[str]) -> tuple[bool, str]:
     """The extraction's grounding gate (pmem.grounding) for a text a dream wrote from `sources`."""
-    g = check_grounding(text, sources, embedder=store.embedder)
+    g = check_grounding(text, sources, embedder=store.embedder, min_support=float(store.config.extract_min_support))
     return bool(g.ok), g.reason
 
 
@@ -321,7 +321,7 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
     from .generate import load_generator
 
     try:
-        return load_generator(store.config.chat_model), None
+        return load_generator(settings=store.config), None
     except PmemError as exc:
         return None, str(exc)
 

@@ -487,8 +487,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
         if generator is None:
             from .generate import load_generator
 
-            generator = load_generator(store.config.chat_model, threads=store.config.threads,
-                                       mode=store.config.extract_mode)
+            generator = load_generator(settings=store.config)
             model = generator.name
         proposed, shown, invalid = propose(turns, generator, progress)
     except (ModelError, ExtractionError) as exc:

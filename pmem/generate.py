@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .embed import default_threads
-from .errors import ExtractionError, ModelError, UsageError
+from .errors import ExtractionError, ModelError
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
 # smaller ones only choose and label spans of the source (see extract.py).
@@ -113,25 +116,31 @@ _cache: dict[str, LlamaGenerator] = {}
 _cache_lock = threading.Lock()
 
 
-MODES = ("auto", "label", "rewrite")
-
-
 def load_generator(spec: str | None = None, models_dir: Path | str | None = None, threads: int | None = None,
-                   mode: str | None = None) -> Generator:
-    """The configured chat model (or `spec`: a known name or a GGUF path), one per process.
+                   mode: str | None = None, *, settings: "Settings | None" = None) -> Generator:
+    """A chat model (one instance per GGUF file and process).
 
-    mode (config `extract_mode`): "label" lets the model only label sentences the rules chose;
-    "rewrite" lets it choose and rewrite sentences and judge conflicts; "auto" decides by size
-    (STRONG_PARAMS). Every fact still goes through the grounding gate either way."""
-    from .config import load as load_config
+    Args:
+        spec: a known model name or a GGUF path (default: `settings.chat_model`).
+        models_dir: where known models are provisioned (default paths.models_dir()).
+        threads: CPU threads (default `settings.threads`; 0 picks by load).
+        mode: `extract_mode`: "label" lets the model only label sentences the rules chose;
+            "rewrite" lets it choose and rewrite sentences and judge conflicts; "auto" decides by
+            size (STRONG_PARAMS). Every fact still goes through the grounding gate either way.
+        settings: where the defaults come from (a store passes `store.config`); without it, the
+            built-in defaults. The config file is never read here.
+
+    Returns:
+        The Generator. Raises UsageError for an unknown mode, ModelError when the model cannot be
+        found, fetched or loaded.
+    """
+    from .config import Settings, check_choice
     from .provision import resolve_model
 
-    cfg = load_config() if spec is None or threads is None or mode is None else None
-    spec = spec or cfg.chat_model
-    threads = threads if threads is not None else cfg.threads
-    mode = mode if mode is not None else cfg.extract_mode
-    if mode not in MODES:
-        raise UsageError(f"extract_mode must be one of {', '.join(MODES)}, not {mode!r}")
+    settings = settings if settings is not None else Settings()
+    spec = spec or settings.chat_model
+    threads = threads if threads is not None else settings.threads
+    mode = check_choice("extract_mode", mode if mode is not None else settings.extract_mode)
     path = resolve_model(spec, "chat", models_dir)
     key = str(Path(path).resolve())
     with _cache_lock:

@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from .config import DEFAULTS
 from .text import content_words, has_digit, split_sentences, stem_min3, words
 
 if TYPE_CHECKING:
     from .embed import Embedder
 
 MIN_SIMILARITY = 0.5  # a fact's embedding must be this close to some source sentence
-MIN_SUPPORT = 0.6  # the default of the setting extract_min_support
+MIN_SUPPORT: float = DEFAULTS["extract_min_support"][0]  # the setting's default
 
 
 @dataclass
@@ -38,7 +39,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def check_grounding(fact: str, sources: list[str], embedder: "Embedder | None" = None, *,
-                    min_support: float | None = None, min_similarity: float = MIN_SIMILARITY) -> Grounding:
+                    min_support: float = MIN_SUPPORT, min_similarity: float = MIN_SIMILARITY) -> Grounding:
     """Is `fact` supported by `sources`?
 
     Args:
@@ -55,10 +56,6 @@ def check_grounding(fact: str, sources: list[str], embedder: "Embedder | None" =
         occur there, or the meaning is too far from every source sentence. Raises nothing of its
         own (an embedder may raise ModelError).
     """
-    if min_support is None:
-        from .config import load as load_config
-
-        min_support = float(load_config().extract_min_support)
     fact_words = content_words(fact)
     if not fact_words:
         return Grounding(False, 0.0, "no content words")

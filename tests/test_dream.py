@@ -41,7 +41,7 @@ class FakeGenerator:
 
 @pytest.fixture(autouse=True)
 def _loose_merge(store):
-    store.config.values["merge_threshold"] = 0.7  # the fake embedder scores related notes ~0.73
+    store.config = store.config.with_values(merge_threshold=0.7)  # the fake embedder scores related notes ~0.73
 
 
 def add(store, text, **kw):
@@ -194,6 +194,27 @@ def test_no_model_means_no_merge(store):
     add(store, "Bob's sister lives in Lisbon with two cats")
     plan = dream.plan(store, only={"merge"}, now=NOW, generator=False)
     assert plan.proposals == [] and plan.dropped[0]["reason"] == "no chat model to write the merge"
+
+
+def test_the_stores_own_settings_reach_dreams_grounding(store, monkeypatch):
+    monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.1")  # the global configuration: never read by dream
+    add(store, "Bob's sister lives in Lisbon and works as a nurse")
+    add(store, "Bob's sister lives in Lisbon with two cats")
+    gen = FakeGenerator(" Lovely.")  # one word that is not in the members
+    store.config = store.config.with_values(extract_min_support=0.99)
+    strict = dream.plan(store, only={"merge"}, now=NOW, generator=gen)
+    assert strict.proposals == [] and "not grounded" in strict.dropped[0]["reason"]
+    assert "need 99%" in strict.dropped[0]["reason"]
+    store.config = store.config.with_values(extract_min_support=0.6)
+    assert [p.kind for p in dream.plan(store, only={"merge"}, now=NOW, generator=gen).proposals] == ["merge"]
+
+
+def test_the_stores_own_chat_model_is_the_one_dream_loads(store, tmp_path):
+    add(store, "Bob's sister lives in Lisbon and works as a nurse")
+    add(store, "Bob's sister lives in Lisbon with two cats")
+    store.config = store.config.with_values(chat_model=str(tmp_path / "the-stores-own.gguf"))
+    plan = dream.plan(store, only={"merge"}, now=NOW)
+    assert plan.proposals == [] and any("the-stores-own.gguf" in n for n in plan.notes)
 
 
 def test_compress_old_episodes_extractively_without_a_model(store):

@@ -118,11 +118,17 @@ def test_grounding_checks_meaning_with_an_embedder():
     assert not g.ok and "cosine" in g.reason and g.similarity is not None
 
 
-def test_grounding_uses_config_threshold(monkeypatch):
+def test_grounding_uses_the_threshold_it_is_given(monkeypatch):
+    from pmem.config import load
+
     monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.9")
-    assert not ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."]).ok
-    monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.5")
+    strict = load().extract_min_support
+    assert not ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."], min_support=strict).ok
+    # The gate never reads the configuration itself: without a threshold it uses the default.
     assert ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."]).ok
+    monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.5")
+    assert ex.check_grounding("Dana approves deploys weekly", ["Dana approves deploys."],
+                              min_support=load().extract_min_support).ok
 
 
 def test_no_content_words_is_ungrounded():
@@ -288,7 +294,7 @@ def test_model_failure_keeps_the_source(store):
 
 
 def test_missing_model_keeps_the_source(store, tmp_path, monkeypatch):
-    monkeypatch.setitem(store.config.values, "chat_model", str(tmp_path / "nope.gguf"))
+    store.config = store.config.with_values(chat_model=str(tmp_path / "nope.gguf"))
     with pytest.raises(ModelError, match="kept as episodic"):
         ex.extract(store, CHAT)
     assert [m.tier for m in everything(store)] == ["episodic"]
@@ -297,7 +303,7 @@ def test_missing_model_keeps_the_source(store, tmp_path, monkeypatch):
 def test_corrupt_model_keeps_the_source(store, tmp_path, monkeypatch):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
-    monkeypatch.setitem(store.config.values, "chat_model", str(bad))
+    store.config = store.config.with_values(chat_model=str(bad))
     with pytest.raises(ModelError, match="cannot load|kept as episodic"):
         ex.extract(store, CHAT)
     assert [m.tier for m in everything(store)] == ["episodic"]
