@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import FakeGenerator
 from pmem import dream
 from pmem.records import TIERS
 from pmem.search import search
@@ -22,21 +23,6 @@ from pmem.store import Filter, MemoryStore
 
 OLD = "2023-05-08T10:00:00Z"
 NOW = "2026-01-01T00:00:00Z"
-
-
-class FakeGenerator:
-    """Writes a merge or summary by joining its notes: grounded by construction."""
-
-    name = "fake-gen"
-
-    def __init__(self, extra: str = ""):
-        self.extra = extra
-        self.calls = 0
-
-    def generate_json(self, messages, schema, max_tokens=256):
-        self.calls += 1
-        notes = [line[2:].rstrip(".") for line in messages[-1]["content"].splitlines() if line.startswith("- ")]
-        return {"text": "; ".join(notes) + "." + self.extra}
 
 
 @pytest.fixture(autouse=True)
@@ -174,7 +160,7 @@ def test_merge_is_written_by_the_model_and_grounded(store):
     gen = FakeGenerator()
     plan = dream.plan(store, only={"merge"}, now=NOW, generator=gen)
     (p,) = plan.proposals
-    assert set(p.members) == {a.id, b.id} and "Lisbon" in p.result_text and "fake-gen" in p.reason
+    assert set(p.members) == {a.id, b.id} and "Lisbon" in p.result_text and "fake-chat" in p.reason
     result = dream.apply(store, plan, backup=False)
     new = store.get(result.created[p.id])
     assert new.derived_from == p.members and new.tags == ["family", "pets"] and new.tier == "archival"
@@ -185,7 +171,8 @@ def test_merge_is_written_by_the_model_and_grounded(store):
 def test_merge_that_adds_facts_is_dropped(store):
     add(store, "Bob's sister lives in Lisbon and works as a nurse")
     add(store, "Bob's sister lives in Lisbon with two cats")
-    plan = dream.plan(store, only={"merge"}, now=NOW, generator=FakeGenerator(" She moved there in 2019 from Madrid."))
+    invents = FakeGenerator(extra=" She moved there in 2019 from Madrid.")
+    plan = dream.plan(store, only={"merge"}, now=NOW, generator=invents)
     assert plan.proposals == [] and plan.dropped and "grounded" in plan.dropped[0]["reason"]
 
 
@@ -200,7 +187,7 @@ def test_the_stores_own_settings_reach_dreams_grounding(store, monkeypatch):
     monkeypatch.setenv("PMEM_EXTRACT_MIN_SUPPORT", "0.1")  # the global configuration: never read by dream
     add(store, "Bob's sister lives in Lisbon and works as a nurse")
     add(store, "Bob's sister lives in Lisbon with two cats")
-    gen = FakeGenerator(" Lovely.")  # one word that is not in the members
+    gen = FakeGenerator(extra=" Lovely.")  # one word that is not in the members
     store.config = store.config.with_values(extract_min_support=0.99)
     strict = dream.plan(store, only={"merge"}, now=NOW, generator=gen)
     assert strict.proposals == [] and "not grounded" in strict.dropped[0]["reason"]

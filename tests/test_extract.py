@@ -11,39 +11,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from fakes import FakeGenerator
 from pmem import extract as ex
 from pmem.errors import ExtractionError, ModelError, UsageError
 from pmem.store import Filter
-
-
-class FakeGenerator:
-    """Labels sentences like a small model would, by keyword; optionally writes facts like a
-    strong one (`writes`: sentence text -> the fact to write for it)."""
-
-    name = "fake-chat"
-
-    def __init__(self, strong=False, writes=None, judge="unrelated", fail_on_call=None, junk=False):
-        self.strong = strong
-        self.writes = writes or {}
-        self.judge = judge
-        self.calls = 0
-        self.fail_on_call = fail_on_call
-        self.junk = junk
-
-    def generate_json(self, messages, schema, max_tokens=256):
-        self.calls += 1
-        if self.fail_on_call == self.calls:
-            raise KeyboardInterrupt
-        if self.junk:
-            return {"labels": "not a list", "facts": 7}
-        props = schema["properties"]
-        if "relation" in props:
-            return {"relation": self.judge}
-        lines = re.findall(r"^\d+\. (.*)$", messages[-1]["content"], re.M)
-        if "labels" in props:
-            return {"labels": ["preference" if "prefer" in s else "event" for s in lines]}
-        facts = [{"n": i, "kind": "event", "fact": self.writes[s]} for i, s in enumerate(lines, 1) if s in self.writes]
-        return {"facts": facts}
 
 
 def active(store):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -19,32 +18,9 @@ pytest.importorskip("textual")
 from pmem.records import Memory  # noqa: E402
 from pmem.store import Filter, MemoryStore  # noqa: E402
 
-NOW = "2025-03-01T12:00:00Z"
+from fakes import TUI_NOW as NOW  # noqa: E402
+from fakes import FakeDream  # noqa: E402
 SIZE = (80, 24)
-
-
-def seed(store: MemoryStore) -> None:
-    store.insert([
-        Memory(id="a1", text="I am vegetarian", tier="core", pinned=True, tags=["food"],
-               created_at="2025-01-01T09:00:00Z", updated_at="2025-01-01T09:00:00Z"),
-        Memory(id="a2", text="The cabin wifi password is hunter2", tags=["home"],
-               created_at="2025-02-20T09:00:00Z", updated_at="2025-02-20T09:00:00Z",
-               expires_at="2025-03-10T00:00:00Z"),
-        Memory(id="a3", text="Dana approves deploys to production", tags=["work"], source="slack",
-               meta={"channel": "#ops"}, created_at="2025-02-25T09:00:00Z", updated_at="2025-02-25T09:00:00Z"),
-        Memory(id="a4", text="[bold red]x[/] \x1b[31mred\x1b[0m is not markup",
-               created_at="2025-02-27T09:00:00Z", updated_at="2025-02-27T09:00:00Z"),
-        Memory(id="a5", text="Trips to the cabin happen in winter", derived_from=["a2"],
-               created_at="2025-02-28T09:00:00Z", updated_at="2025-02-28T09:00:00Z"),
-    ], kind="import", summary="seed")
-
-
-@pytest.fixture
-def tstore(fake_config, tmp_path):
-    s = MemoryStore(tmp_path / "tui.db", config=fake_config, clock=lambda: NOW)
-    seed(s)
-    yield s
-    s.close()
 
 
 def make(store, **kw):
@@ -700,49 +676,6 @@ async def test_paging_offset_survives_forgetting(fake_config, tmp_path):
 
 
 # -- dream ------------------------------------------------------------------------------------
-
-@dataclass
-class FakeProposal:
-    id: str
-    kind: str
-    members: list
-    result_text: str | None
-    reason: str
-
-    def to_dict(self):
-        return self.__dict__
-
-
-@dataclass
-class FakePlan:
-    proposals: list = field(default_factory=list)
-
-
-class FakeDream:
-    """The shape of pmem.dream: plan(store, ...) -> Plan, apply(store, plan, accept=, progress=)."""
-
-    def __init__(self):
-        self.applied = None
-
-    def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None):
-        return FakePlan([
-            FakeProposal("p1", "dedup", ["a2", "a5"], None, "same [bold]cabin[/] fact"),
-            FakeProposal("p2", "expire", ["a4"], None, "looks like noise"),
-        ])
-
-    def apply(self, store, plan, *, accept=None, progress=None):
-        self.applied = set(accept or ())
-        chosen = [p for p in plan.proposals if p.id in self.applied]
-        with store.operation("dream", "dream"):
-            for i, p in enumerate(chosen, 1):
-                if p.kind == "dedup":
-                    store.forget(p.members[1])
-                elif p.kind == "expire":
-                    store.expire(p.members[0])
-                if progress:
-                    progress(i, len(chosen))
-        return {"applied": len(chosen)}
-
 
 async def test_dream_review_accepts_and_applies(tstore):
     fake = FakeDream()

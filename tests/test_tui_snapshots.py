@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from test_tui import NOW, FakeDream, tstore  # noqa: E402,F401 - tstore: the shared seeded store fixture
+from fakes import TUI_NOW as NOW  # noqa: E402
+from fakes import FakeDream  # noqa: E402
 
 
 def app_for(store, **kw):
