@@ -26,15 +26,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import locomo  # noqa: E402
-
 from pmem import dream  # noqa: E402
 from pmem.config import load as load_config  # noqa: E402
-from pmem.records import TIERS  # noqa: E402
 from pmem.recall import estimate_tokens  # noqa: E402
+from pmem.records import TIERS  # noqa: E402
 from pmem.search import search  # noqa: E402
 from pmem.store import Filter, MemoryStore  # noqa: E402
 from pmem.text import speaker_sentences  # noqa: E402
+
+import locomo  # noqa: E402
 
 NOW = "2026-01-01T00:00:00Z"
 SYNONYMS = {
@@ -85,7 +85,7 @@ def build(store: MemoryStore, conv: dict) -> tuple[dict, list[tuple[str, str]]]:
                 evidence = [evidence] if isinstance(evidence, str) else list(evidence)
                 facts.append((text, evidence, dates[n]))
     planted_idx = []
-    for i, (text, evidence, date) in enumerate(facts):
+    for text, evidence, date in facts:
         items.append(store.new_memory(text, tier="archival", created_at=date, meta={"evidence": evidence}))
     for k, i in enumerate(range(0, len(facts), 4)):
         text, evidence, date = facts[i]
@@ -216,7 +216,7 @@ def main() -> int:
         totals["considered"] += plan.considered
         dropped += len(plan.dropped)
         t0 = time.perf_counter()
-        result = dream.apply(store, plan, backup=False)
+        dream.apply(store, plan, backup=False)
         t_apply += time.perf_counter() - t0
         for p in plan.proposals:
             kinds[p.kind] = kinds.get(p.kind, 0) + 1

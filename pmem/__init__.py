@@ -10,10 +10,19 @@ Importing pmem loads no CLI, TUI or model code; models load when a vector is fir
 
 from .config import Config, Settings
 from .config import load as load_config
-from .errors import (AmbiguousId, DatabaseError, ExtensionError, ExtractionError, ModelError,
-                     ModelMismatch, NotFound, PmemError, UsageError)
-from .records import TIERS, Event, Hit, Memory, Operation
+from .errors import (
+    AmbiguousId,
+    DatabaseError,
+    ExtensionError,
+    ExtractionError,
+    ModelError,
+    ModelMismatch,
+    NotFound,
+    PmemError,
+    UsageError,
+)
 from .recall import Recalled, estimate_tokens, recall, render
+from .records import TIERS, Event, Hit, Memory, Operation
 from .search import search
 from .store import Filter, MemoryStore
 

@@ -73,8 +73,9 @@ def seed_tui_store(store) -> None:
 @pytest.fixture
 def tstore(fake_config, tmp_path):
     """The seeded store both TUI test modules use, its clock fixed at fakes.TUI_NOW."""
-    from fakes import TUI_NOW
     from pmem.store import MemoryStore
+
+    from fakes import TUI_NOW
 
     s = MemoryStore(tmp_path / "tui.db", config=fake_config, clock=lambda: TUI_NOW)
     seed_tui_store(s)

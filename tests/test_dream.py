@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakeGenerator
 from pmem import dream
 from pmem.records import TIERS
 from pmem.search import search
 from pmem.store import Filter, MemoryStore
+
+from fakes import FakeGenerator
 
 OLD = "2023-05-08T10:00:00Z"
 NOW = "2026-01-01T00:00:00Z"

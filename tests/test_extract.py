@@ -11,10 +11,11 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from fakes import FakeGenerator
 from pmem import extract as ex
 from pmem.errors import ExtractionError, ModelError, UsageError
 from pmem.store import Filter
+
+from fakes import FakeGenerator
 
 
 def active(store):

@@ -132,8 +132,9 @@ def test_pypi_json_fallback(tmp_path, tiny_spec, monkeypatch):
 
     def fake_urlopen(url, timeout=None):
         if url.endswith("/json"):
-            meta = {"urls": [{"packagetype": "sdist"}, {"packagetype": "bdist_wheel", "filename": "tiny_model-1.0-py3-none-any.whl",
-                     "url": "https://files.example/tiny.whl", "size": len(wheel), "digests": digest}]}
+            meta = {"urls": [{"packagetype": "sdist"},
+                             {"packagetype": "bdist_wheel", "filename": "tiny_model-1.0-py3-none-any.whl",
+                              "url": "https://files.example/tiny.whl", "size": len(wheel), "digests": digest}]}
             return io.BytesIO(json.dumps(meta).encode())
         return io.BytesIO(wheel)
 

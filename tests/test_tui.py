@@ -9,7 +9,6 @@ import inspect
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from pmem.store import Filter, MemoryStore  # noqa: E402
 
 from fakes import TUI_NOW as NOW  # noqa: E402
 from fakes import FakeDream  # noqa: E402
+
 SIZE = (80, 24)
 
 
