@@ -26,6 +26,7 @@ from .records import TIERS, Event, Hit, Memory, Operation
 from .search import search
 from .store import Filter, MemoryStore
 
+#: pmem's version (as in pyproject.toml).
 __version__ = "0.1.0"
 
 __all__ = [

@@ -64,6 +64,10 @@ def _cost(text: str) -> int:
 
 @dataclass
 class Recalled:
+    """What `recall()` chose: the core memories and the relevant others that fit `budget`
+    tokens (`tokens` used, `left_out` that did not fit), with each relevant memory's search
+    score. Turn it into text with `render()`."""
+
     query: str | None
     budget: int
     core: list[Memory] = field(default_factory=list)
@@ -106,6 +110,22 @@ def _line(m: Memory, fmt: str) -> str:
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
            flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60,
            min_similarity: float = 0.2) -> Recalled:
+    """Memories for another LLM's context: pinned core memories first, then the memories most
+    relevant to `query` (or the most recent without one), packed under a token budget.
+
+    Args:
+        store: the store to read; recalled memories count as accessed.
+        query: what the context is for; None or blank for the most recent memories.
+        budget: tokens the rendered block may take (default: the store's `recall_budget`).
+        flt: which memories to consider (default: active ones).
+        fmt: the format whose size is measured: md, xml, json (measured as md) or text.
+        candidates: how many search results (or recent memories) to consider.
+        min_similarity: cosine below which a meaning-only match is left out as noise.
+
+    Returns:
+        A Recalled. Raises UsageError for an unknown format or a budget below 1, and whatever
+        search raises (ModelError when the embedding model cannot be loaded).
+    """
     from .search import search
     from .store import Filter
 
@@ -149,8 +169,12 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
 
 
 def render(r: Recalled, fmt: str = "md") -> str:
-    """The block in `fmt`. Every string from a memory or the query is `prompt_safe()` (see the
-    module docstring): no control or invisible format character reaches the prompt."""
+    """The recalled memories as one block of text: "md" (Markdown headings and bullets), "xml"
+    (<memories> with escaped text), "json" (stable keys) or "text" (one memory per line); a
+    format that is not one of these renders as Markdown. Raises nothing.
+
+    Every string from a memory or the query is `prompt_safe()` (see the module docstring): no
+    control or invisible format character reaches the prompt."""
     query_text = prompt_safe(r.query) if r.query else None
     if fmt == "json":
         return json_dumps(_clean({

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: The memory tiers: core (pinned facts every recall starts with), archival (durable facts),
+#: episodic (what happened, when: conversation turns, notes of a day; dream compresses them).
 TIERS = ("core", "archival", "episodic")
 
 # Column order of the memories table, as read by Memory.from_row.
@@ -19,6 +21,13 @@ _JSON_COLUMNS = {"tags": list, "meta": dict, "derived_from": list}
 
 @dataclass
 class Memory:
+    """One stored memory, as the store hands it out (a copy: change it through MemoryStore).
+
+    Times are ISO 8601 UTC strings ("2025-03-01T12:00:00Z"); None or "" means unset. A memory
+    leaves search when it is forgotten, merged into another, expired (expires_at passed) or
+    superseded (valid_to passed); `status(at)` names which. `to_dict()` is its stable JSON shape.
+    """
+
     id: str
     text: str
     tier: str = "archival"
@@ -83,6 +92,10 @@ class Memory:
 
 @dataclass
 class Hit:
+    """One search result: the memory, its fused score (higher is better) and where it came from:
+    its rank in the keyword (BM25) list, in the semantic (vector) list, and its cosine distance
+    to the query (None when it was found by keyword only)."""
+
     memory: Memory
     score: float
     keyword_rank: int | None = None
@@ -100,6 +113,10 @@ class Hit:
 
 @dataclass
 class Event:
+    """One change to one memory, as recorded for history and undo: the memory's state `before`
+    and `after` (None: did not exist / no longer exists), the `action` ("add", "edit", "pin",
+    "dream", ...) and the operation `op_id` it belongs to. `changes()` lists the fields that differ."""
+
     seq: int
     op_id: str
     memory_id: str
@@ -120,6 +137,9 @@ class Event:
 
 @dataclass
 class Operation:
+    """One user-level action (an add, an import, an extraction, a dream run) and the number of
+    events it recorded; `pmem undo` reverts a whole operation. `undone_at` is set once it was."""
+
     id: str
     kind: str
     summary: str
