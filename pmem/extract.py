@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
 from .grounding import Grounding, check_grounding  # noqa: F401 - re-exported: extract.check_grounding is public
-from .text import content_words, has_digit, split_sentences, stem_min3
+from .text import content_stems, content_words, has_digit, split_sentences, stem
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -53,7 +53,7 @@ good congrats congratulations yeah yep okay ok sweet love lovely wonderful cheer
 take care see soon fun happy sorry omg absolutely definitely exactly true right agree means lot
 """.split())
 CHANGE_WORDS = frozenset("moved now longer anymore switched changed instead quit left new became".split())
-_CHANGE_STEMS = {w[:-2] if w.endswith("ed") else w for w in CHANGE_WORDS}  # as stem_min3 leaves them
+_CHANGE_STEMS = {w[:-2] if w.endswith("ed") else w for w in CHANGE_WORDS}  # as text.stem leaves them
 FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'll|I'd|me|my|mine|myself|we|our|us)\b", re.IGNORECASE)
 _SPEAKER = re.compile(r"^\s*([A-Z][\w.'\- ]{0,30}?)\s*:\s+(\S.*)$")
 
@@ -266,10 +266,10 @@ def _best_source(fact: str, chunk: list[_Sentence], claimed: _Sentence) -> _Sent
     """The shown sentence a written fact shares most words with. Small models often give the
     wrong sentence number; provenance (and the gate) should follow the text, not the number.
     The claimed sentence wins ties."""
-    want = {stem_min3(w) for w in content_words(fact)}
+    want = {stem(w) for w in content_words(fact)}
 
     def overlap(s: _Sentence) -> int:
-        return len(want & {stem_min3(w) for w in content_words(s.display)})
+        return len(want & {stem(w) for w in content_words(s.display)})
 
     best = max(chunk, key=overlap)
     return best if overlap(best) > overlap(claimed) else claimed
@@ -363,16 +363,12 @@ def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", mi
 
 # -- reconciliation ---------------------------------------------------------------------------
 
-def _stems(text: str) -> set[str]:
-    return {stem_min3(w) for w in content_words(text)}
-
-
 def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] | None = None) -> str:
     """How a new fact relates to one stored memory: noop, update, supersede or add.
 
     Rules first, each one cheap and explainable; `judge` (a strong model) only for close pairs
     that no rule settles."""
-    a, b = _stems(new), _stems(old)
+    a, b = content_stems(new), content_stems(old)
     if cosine >= NOOP_COSINE or a == b:
         return "noop"
     if cosine >= CONTAINED_COSINE and a <= b:
@@ -505,7 +501,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             f.action, f.reason = "rejected", "contains a secret"
             result.rejected.append(f)
             continue
-        key = frozenset(_stems(f.text))
+        key = frozenset(content_stems(f.text))
         if key in seen:
             continue
         seen.add(key)

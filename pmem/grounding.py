@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from .config import DEFAULTS
-from .text import content_words, has_digit, split_sentences, stem_min3, words
+from .text import content_words, has_digit, split_sentences, stem, words
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -59,9 +59,9 @@ def check_grounding(fact: str, sources: list[str], embedder: "Embedder | None" =
     fact_words = content_words(fact)
     if not fact_words:
         return Grounding(False, 0.0, "no content words")
-    vocab = {stem_min3(w) for s in sources for w in words(s)} | {w for s in sources for w in words(s)}
+    vocab = {stem(w) for s in sources for w in words(s)} | {w for s in sources for w in words(s)}
     missing_numbers = [w for w in fact_words if has_digit(w) and w not in vocab]
-    found = [w for w in fact_words if w in vocab or stem_min3(w) in vocab]
+    found = [w for w in fact_words if w in vocab or stem(w) in vocab]
     support = len(found) / len(fact_words)
     if missing_numbers:
         return Grounding(False, support, f"number {missing_numbers[0]!r} is not in the source")
