@@ -135,7 +135,7 @@ def main() -> int:
     else:
         from pmem.generate import load_generator
 
-        gen = load_generator(args.model, threads=cfg.threads, mode=args.mode)
+        gen = load_generator(args.model, threads=cfg.threads, mode=args.mode, settings=cfg)
     rows, totals = [], {"obs": 0, "found": 0, "stored": 0, "correct": 0, "ungrounded": 0, "rejected": 0}
     inputs = []
     for conv in convs:
