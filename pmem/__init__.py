@@ -25,9 +25,7 @@ from .recall import Recalled, estimate_tokens, recall, render
 from .records import TIERS, Event, Hit, Memory, Operation
 from .search import search
 from .store import Filter, MemoryStore
-
-#: pmem's version (as in pyproject.toml).
-__version__ = "0.1.0"
+from .version import __version__  # pmem's version; pyproject.toml reads it from pmem/version.py
 
 __all__ = [
     "AmbiguousId", "Config", "DatabaseError", "Event", "ExtensionError", "ExtractionError", "Filter",

@@ -53,6 +53,10 @@ def _real_password(password: str) -> bool:
 
 
 _Check = Callable[[re.Match], bool]
+# Words that make `password=...` a connection string rather than prose (defined before the patterns use it).
+_CONN_KEYS = re.compile(r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
+                        r"initial catalog)\s*=")
+
 # (kind, literals one of which the text must contain ("~": any case), pattern, extra check). The
 # literals are a cheap pre-test (one alternation scan): a pattern starting with \b has no literal
 # prefix for re to skip ahead with: all 16 on every text took 1.5 s for LoCoMo's 16,139 strings
@@ -84,8 +88,6 @@ _PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern, _Check | None]] = [
      re.compile(r"(?i)(?:^|[;\s\"'])(?:password|pwd)\s*=\s*([^;\s\"']{3,})(?=;|\s|$|[\"'])"),
      lambda m: _real_password(m.group(1)) and _CONN_KEYS.search(m.string) is not None),
 ]
-_CONN_KEYS = re.compile(r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
-                        r"initial catalog)\s*=")
 
 
 _HINT = re.compile("|".join(re.escape(h) for _, hints, _, _ in _PATTERNS for h in hints if h[0] != "~"))

@@ -201,7 +201,7 @@ class RemoteEmbedder:
         self._sock_path = sock_path
         self._threads = threads
         self._fallback = fallback
-        self._local = None
+        self._local: Any = None  # the fallback embedder, once the server stopped answering
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if isinstance(texts, str):
@@ -551,7 +551,7 @@ class Server:
             _send_json(conn, {"ok": True, "n": len(vectors), "dim": model.dim})
             conn.sendall(_float32(vectors))
         elif op == "status":
-            from . import __version__
+            from .version import __version__
 
             _send_json(conn, {"ok": True, "pid": os.getpid(), "version": __version__, "socket": str(self.path),
                               "started": self.started, "requests": self.requests, "idle_limit": self.idle,

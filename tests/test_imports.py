@@ -53,3 +53,20 @@ except SystemExit as exc:
 """
         mods = loaded_after(code)
         assert "llama_cpp" not in mods and "textual" not in mods, argv
+
+
+def test_the_version_has_one_home():
+    """pyproject.toml reads the version from pmem/version.py, a foundation module (serve imports it)."""
+    import pmem
+    from pmem import version
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pmem.version.__version__"}
+    assert pmem.__version__ == version.__version__

@@ -90,6 +90,7 @@ def test_vectors_cross_the_socket_exactly(server, tmp_path):
     assert remote.embed([]) == []
     info = srv.status()
     assert info["pid"] == os.getpid() and info["models"] == [str(model.resolve())]
+    assert info["version"] == __import__("pmem").__version__
     assert CountingFake.loads == 1  # loaded once, kept
 
 

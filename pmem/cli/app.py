@@ -36,7 +36,7 @@ COMMAND_MODULES = (memories_cmd, history_cmd, transfer_cmd, housekeeping_cmd, dr
 def _print_version(value: bool) -> None:
     """Eager: `pmem --version` alone prints and exits 0, before click asks for a command."""
     if value:
-        from .. import __version__
+        from ..version import __version__
 
         out.echo(f"pmem {__version__}")
         raise typer.Exit(0)

@@ -85,7 +85,7 @@ def _help_body(text: str) -> str:
 
 
 def man_page(tree: Cmd) -> str:
-    from .. import __version__
+    from ..version import __version__
 
     parts = [
         f'.TH PMEM 1 "" "pmem {__version__}" "User Commands"',
