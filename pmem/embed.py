@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import ModelError, UsageError
+from .errors import ModelError
 from .loading import load_error, log_state, open_gguf
 
 
@@ -223,9 +223,10 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
-    if server not in ("auto", "start", "off"):
-        raise UsageError(f"server must be 'auto', 'start' or 'off', not {server!r}")
+    from .config import check_choice  # the one place a setting's choices are checked
     from .provision import resolve_model
+
+    server = check_choice("server", server)
 
     path = resolve_model(spec, "embed", models_dir)
     key = (str(Path(path).resolve()), threads)

