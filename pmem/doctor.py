@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import config, db, paths
+from . import db, paths
+from .config import Settings
 from .errors import PmemError
 
 
@@ -24,7 +25,17 @@ class Check:
             self.level = "ok" if self.ok else "fail"
 
 
-def run_checks(db_override=None) -> list[Check]:
+def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
+    """Every check, in order; a failing driver or config stops the later checks that need it.
+
+    Args:
+        settings: the settings the caller loaded (the CLI: `config.load()`), or the PmemError that
+            loading them raised, reported here as the config check's failure. Never read here.
+        db_override: the database path given with `--db`, if any (default paths.db_path()).
+
+    Returns:
+        The checks. Raises nothing for a problem it finds: each becomes a failed Check.
+    """
     checks: list[Check] = []
     try:
         drv = db.driver()
@@ -40,16 +51,18 @@ def run_checks(db_override=None) -> list[Check]:
     except PmemError as exc:
         checks.append(Check("sqlite-vec", False, str(exc), "pip install --force-reinstall sqlite-vec"))
         return checks
-    try:
-        cfg = config.load()
+    if isinstance(settings, PmemError):
+        checks.append(Check("config", False, str(settings), "fix or delete the config file"))
+        return checks
+    cfg = settings
+    if cfg.path is None:
+        checks.append(Check("config", True, "built-in defaults"))
+    else:
         checks.append(Check("config", True, str(cfg.path) + ("" if cfg.path.exists() else " (defaults)")))
         if cfg.path.exists():
             mode = cfg.path.stat().st_mode & 0o777
             checks.append(Check("config permissions", mode & 0o077 == 0, f"{cfg.path} mode {oct(mode)}",
                                 f"chmod 600 {cfg.path}"))
-    except PmemError as exc:
-        checks.append(Check("config", False, str(exc), "fix or delete the config file"))
-        return checks
     path = paths.db_path(db_override)
     if not path.exists():
         checks.append(Check("database", True, f"{path} (not created yet: the first `pmem add` creates it)"))
@@ -97,7 +110,7 @@ def run_checks(db_override=None) -> list[Check]:
     return checks
 
 
-def _server_check(cfg) -> Check:
+def _server_check(cfg: Settings) -> Check:
     """`pmem serve` is optional: not running is fine; a socket nobody answers on is worth a word."""
     from . import serve
 

@@ -282,3 +282,29 @@ def test_real_process_interrupt_is_130(canary):
     assert p.returncode == 130, err
     assert err.decode().splitlines() == ["pmem: error: interrupted"]
     assert_canary(canary)
+
+
+def test_doctor_uses_the_settings_it_is_given_and_reports_a_broken_config(pmem_home, tmp_path):
+    from pmem.config import Settings
+    from pmem.doctor import run_checks
+    from pmem.errors import UsageError
+
+    missing = tmp_path / "nowhere.gguf"  # the environment says fake-64; doctor must check what it was given
+    checks = {c.name: c for c in run_checks(Settings().with_values(embed_model=str(missing)))}
+    assert not checks["embed_model"].ok and str(missing) in checks["embed_model"].detail
+    checks = {c.name: c for c in run_checks(UsageError("config.toml: cannot read config"))}
+    assert not checks["config"].ok and "cannot read config" in checks["config"].detail
+    assert "database" not in checks  # the checks that need settings stop there
+
+    pmem_home.mkdir(parents=True, exist_ok=True)
+    (pmem_home / "config.toml").write_text('recall_budget = "a\nb"\n', encoding="utf-8")
+    r = pmem("doctor", "--json")
+    assert r.exit_code == 1 and not {c["name"]: c for c in json.loads(r.stdout)}["config"]["ok"]
+
+
+def test_config_set_says_when_it_repaired_the_file(pmem_home):
+    pmem_home.mkdir(parents=True, exist_ok=True)
+    (pmem_home / "config.toml").write_text('recall_budget = 800\nchat_model = "a\nb"\n', encoding="utf-8")
+    r = pmem("config", "set", "extract_mode", "label")
+    assert r.exit_code == 0, r.output
+    assert "did not parse" in r.stderr and "kept there as comments" in r.stderr

@@ -66,7 +66,7 @@ def config_set(key: str = typer.Argument(..., help="Setting name."),
     from .. import config, paths
 
     try:
-        path = config.set_value(key, value)
+        path = config.set_value(key, value, note=out.note)  # a repaired file is worth a word
     except (ValueError, OSError) as exc:  # a config.toml that does not parse, or cannot be written
         raise UsageError(f"cannot update {paths.config_path()}: {' '.join(str(exc).split())}; "
                          "fix or delete that file") from None

@@ -70,9 +70,15 @@ def doctor(as_json: bool = JsonOpt) -> None:
     Example:
       pmem doctor
     """
+    from .. import config
     from ..doctor import run_checks
+    from ..errors import PmemError
 
-    checks = run_checks(db_override())
+    try:
+        settings: config.Settings | PmemError = config.load()
+    except PmemError as exc:  # a broken config file is one of the findings, not the end of the check
+        settings = exc
+    checks = run_checks(settings, db_override())
     if as_json:
         out.print_json([c.__dict__ for c in checks])
     else:
