@@ -16,7 +16,9 @@ The pipeline, and why each step is shaped the way it is:
 5. Each fact is reconciled with similar stored memories by deterministic rules (ADD, NOOP,
    UPDATE, SUPERSEDE); a strong model is asked only where the rules cannot decide.
 6. All writes happen in one `store.operation("extract")`: one `pmem undo` reverts a whole run,
-   and an interrupted run leaves nothing half-applied.
+   and an interrupted run leaves nothing half-applied. Everything the run stores or searches for
+   is embedded before that transaction starts (`store.prepared_vectors`), so the write lock is
+   never held while a model works.
 """
 
 from __future__ import annotations
@@ -434,6 +436,11 @@ def _source_parts(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def _source_texts(text: str) -> list[str]:
+    """The texts the source memories will hold (as the store normalises them), to embed ahead."""
+    return [p.strip() for p in _source_parts(text)]
+
+
 def _check_text(text: str) -> str:
     if not isinstance(text, str):
         raise UsageError("extract takes text")
@@ -460,7 +467,8 @@ def keep_source(store: "MemoryStore", text: str, *, tags=(), at=None, source=Non
     """Store only the input, as its own operation: what a failed extraction still keeps."""
     text = _check_text(text)
     turns = parse_input(text)
-    with store.operation("extract", f"extract source (model failed): {text[:60]}") as op:
+    with store.prepared_vectors(_source_texts(text)), \
+            store.operation("extract", f"extract source (model failed): {text[:60]}") as op:
         return _store_sources(store, text, turns=turns, tags=list(tags), at=at, source=source, model=model, run=op,
                               allow_secret=allow_secret)
 
@@ -519,7 +527,10 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             f.action, f.target = reconcile(store, f, judge)
         result.facts = accepted
         return result
-    with store.operation("extract", f"extract {len(accepted)} facts: {text[:60]}") as op:
+    # Embed first, then write: every text this run stores or searches for is embedded before the
+    # write transaction starts, so other processes can write while the model works.
+    with store.prepared_vectors(_source_texts(text) + [f.text.strip() for f in accepted]), \
+            store.operation("extract", f"extract {len(accepted)} facts: {text[:60]}") as op:
         result.run = op
         result.source_ids = _store_sources(store, text, turns=turns, tags=tags, at=at, source=source,
                                            model=model, run=op, allow_secret=allow_secret)

@@ -142,6 +142,8 @@ def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
 class MemoryStore:
     """The memory database. Open one per process; it is cheap until a model is needed."""
 
+    _prepared: dict[str, bytes] | None = None  # vectors embedded ahead of a write (see prepared_vectors)
+
     def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
                  embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None):
         self.path = paths.db_path(path)
@@ -284,6 +286,9 @@ class MemoryStore:
         self._set_setting("embed_dim", str(e.dim))
 
     def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64) -> list[bytes]:
+        prepared = self._prepared
+        if prepared is not None and texts and all(t in prepared for t in texts):
+            return [prepared[t] for t in texts]
         self.check_model()
         embedder = self.embedder
         if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
@@ -307,6 +312,22 @@ class MemoryStore:
 
     def query_vector(self, text: str) -> bytes:
         return self.embed([text])[0]
+
+    @contextmanager
+    def prepared_vectors(self, texts: Iterable[str]) -> Iterator[None]:
+        """Embed `texts` now, in one batch, and answer `embed()` (so `insert`, `edit` and a search's
+        query vector) from them until the block ends.
+
+        A run that writes inside one operation (extract) enters this first: its model work then
+        happens before the write transaction, and other processes can write meanwhile instead of
+        waiting out the busy timeout. Texts not prepared are still embedded when asked for."""
+        todo = [t for t in dict.fromkeys(texts) if t]
+        outer = self._prepared
+        self._prepared = {**(outer or {}), **dict(zip(todo, self.embed(todo)))} if todo else dict(outer or {})
+        try:
+            yield
+        finally:
+            self._prepared = outer
 
     def _seq(self, memory_id: str) -> int:
         return self.conn.execute("SELECT seq FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]

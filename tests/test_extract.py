@@ -401,3 +401,34 @@ def test_rewrites_follow_their_text_not_the_sentence_number(store):
         # provenance points at the turn whose words the fact uses
         assert f.span in turns[f.turn].text
         assert f.text.split()[0] == turns[f.turn].speaker
+
+
+def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, monkeypatch):
+    """issue 10, defect 12: every model call of a run happens outside its write transaction, so
+    another process can write while extraction embeds (and a second run, an update, too)."""
+    from pmem.embed import FakeEmbedder
+    from pmem.store import MemoryStore
+
+    db = tmp_path / "shared.db"
+    written, locked = [], []
+
+    class WritingWhileEmbedding(FakeEmbedder):
+        def embed(self, texts):
+            try:  # another process adds a memory while this one embeds
+                with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as other:
+                    written.append(other.add(f"written meanwhile {len(written)}")[0].id)
+            except Exception as exc:  # noqa: BLE001 - the assertion below names it
+                locked.append(str(exc))
+            return super().embed(texts)
+
+    with MemoryStore(db, config=fake_config, embedder=WritingWhileEmbedding(64)) as store:
+        old, _ = store.add("Dana approves deploys")  # the vector table exists, as in a store in use
+        written.clear()
+        r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
+        assert [f.action for f in r.facts] == ["add", "add"]
+        monkeypatch.setattr(ex, "CONTAINED_COSINE", 0.0)  # the fake embedder's cosines are low
+        r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
+        assert [f.action for f in r.facts] == ["update"] and store.get(old.id).text.endswith("on Fridays.")
+    assert locked == [] and len(written) >= 2
+    with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as s:
+        assert {m.id for m in s.list(Filter(), limit=None)} >= set(written)
