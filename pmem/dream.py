@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from . import prompts, timeutil
+from . import prompts, secretscan, timeutil
 from .errors import PmemError, UsageError
 from .extract import decide
 from .grounding import check_grounding
@@ -732,12 +732,20 @@ def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
             tier=p.details.get("tier", "archival" if p.kind == "merge" else "episodic"),
             created_at=min(m.created_at for m in members), derived_from=p.members,
             source="pmem dream", meta={"dream": p.kind, "proposal": p.id})
-        new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False)[0]
+        new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False,
+                           allow_secret=_secrets_already_stored(new.text, members))[0]
         for m in members:
             store.set_fields(m.id, p.kind, merged_into=new.id)
         result.created[p.id] = new.id
     else:  # pragma: no cover - guarded by Proposal
         raise ValueError(p.kind)
+
+
+def _secrets_already_stored(text: str, members: list[Memory]) -> bool:
+    """Every machine secret in `text` is held verbatim by a member: stored with its owner's
+    permission (`--allow-secret`), so a merge or summary repeating it stores nothing new. A secret
+    no member holds (one the model wrote) is still refused."""
+    return all(any(text[s.start:s.end] in m.text for m in members) for s in secretscan.find_secrets(text))
 
 
 def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, progress: Progress | None = None,

@@ -169,6 +169,33 @@ def test_merge_is_written_by_the_model_and_grounded(store):
     assert dream.plan(store, only={"merge"}, now=NOW, generator=gen).proposals == []
 
 
+TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub token's shape (split: not a real one)
+
+
+def test_merge_keeps_a_secret_its_members_were_allowed_to_hold(store):
+    a = add(store, f"The deploy bot's GitHub token is {TOKEN} for the ops repo", allow_secret=True)
+    b = add(store, "The deploy bot's GitHub token is for the ops repo and the docs repo")
+    plan = dream.plan(store, only={"merge"}, now=NOW, generator=FakeGenerator())
+    (p,) = plan.proposals
+    assert TOKEN in p.result_text
+    result = dream.apply(store, plan, backup=False)
+    assert result.skipped == [] and result.applied == [p.id]
+    new = store.get(result.created[p.id])
+    assert TOKEN in new.text and new.derived_from == p.members and store.get(a.id).merged_into == new.id
+    assert store.get(b.id).merged_into == new.id
+
+
+def test_merge_that_brings_a_secret_no_member_holds_is_refused(store):
+    add(store, f"The deploy bot's GitHub token is {TOKEN} for the ops repo", allow_secret=True)
+    add(store, "The deploy bot's GitHub token is for the ops repo and the docs repo")
+    plan = dream.plan(store, only={"merge"}, now=NOW, generator=FakeGenerator())
+    other = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    plan.proposals[0].result_text = plan.proposals[0].result_text.replace(TOKEN, other)  # as if the model wrote it
+    result = dream.apply(store, plan, backup=False)
+    assert result.applied == [] and "GitHub token" in result.skipped[0]["reason"]
+    assert other not in {m.text for m in store.list(Filter(), limit=None)}
+
+
 def test_merge_that_adds_facts_is_dropped(store):
     add(store, "Bob's sister lives in Lisbon and works as a nurse")
     add(store, "Bob's sister lives in Lisbon with two cats")
