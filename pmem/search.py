@@ -82,7 +82,23 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
 
     With `collapse`, a memory and one derived from it (a fact and the turn it came from) take one
     slot: whichever ranks higher stands for both, and the slot goes to the next idea. Facts derived
-    from the same source are different ideas and all stay."""
+    from the same source are different ideas and all stay.
+
+    Args:
+        store: the store to search.
+        query: the text to look for (surrounding whitespace ignored).
+        flt: which memories may match (default: active ones, as `Filter()`).
+        limit: the most hits to return; at least 1.
+        mode: "hybrid" (keyword and meaning, fused), "semantic" (meaning only) or "keyword" (FTS5).
+        tuning: the fusion's candidate count and keyword weight (benchmarks/ tune them).
+        collapse: let a memory and one derived from it share one slot (see above).
+
+    Returns:
+        Up to `limit` Hits, best first; `distance` is set for memories the semantic side found.
+        Raises UsageError for an unknown mode, a limit below 1 or an empty query; ModelError when
+        the embedding model cannot be loaded and ModelMismatch when the stored vectors come from
+        another model (semantic and hybrid modes only).
+    """
     flt = flt or Filter()
     if mode not in MODES:
         raise UsageError(f"unknown search mode {mode!r}: use {', '.join(MODES)}")
