@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -177,7 +176,7 @@ def run(writers: int, ops: int, seed: int, embed_model: str) -> dict:
             "writers": writers, "ops_per_writer": ops, "seed": seed, "embed_model": embed_model,
             "operations": writers * ops, "wall_s": round(wall, 2),
             "crashed_writers": crashed, "errors_shown": len(errors), "error_samples": errors[:5],
-            "lost_adds": len(lost_adds), "lost_tags": len(lost_tags), "tags_added": sum(len(l["tags"]) for l in logs),
+            "lost_adds": len(lost_adds), "lost_tags": len(lost_tags), "tags_added": sum(len(log["tags"]) for log in logs),
             "duplicate_texts": len(dup), "undos": len(undone), "double_undos": double_undos,
             "integrity_check": integrity, "fts_ok": fts_ok, "vectors_match_rows": vec_ok,
             "memories": store.count(Filter.everything()),

@@ -41,7 +41,8 @@ def test_fake_embedder_properties():
 def test_fake_is_stable_across_processes():
     code = "from pmem.embed import FakeEmbedder; print(FakeEmbedder(8).embed(['hello world'])[0])"
     root = Path(__file__).resolve().parents[1]
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root).stdout for _ in range(2)}
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root).stdout
+            for _ in range(2)}
     assert len(runs) == 1 and str(FakeEmbedder(8).embed(["hello world"])[0]) in runs.pop()
 
 

@@ -181,7 +181,8 @@ SECRETS = {
     "Google API key": "maps key AIzaSyA-1234567890abcdefghijklmnopqrstu",
     "Stripe key": "stripe sk_live_51H8abcdefGHIJKLmnopqrstu",
     "private key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
-    "JSON Web Token": "auth eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "JSON Web Token": "auth eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+                      "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
     "password in a URL": "DATABASE_URL=postgres://admin:s3cr3tP4ss@db.example.com:5432/app",
     "password in a connection string": "Server=tcp:db.example.com;Database=app;User ID=sa;Password=Hunter2Secret!;",
 }

@@ -73,7 +73,7 @@ def _roff(text: str) -> str:
 
 def _help_body(text: str) -> str:
     """Click's \\b marks a block to keep as typed: render it with .nf/.fi."""
-    out, keep = [], False
+    out: list[str] = []
     for para in text.split("\n\n"):
         if para.lstrip().startswith("\b"):
             body = para.lstrip()[1:].strip("\n")

@@ -64,7 +64,8 @@ def dream(
     yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking (for cron)."),
     only: Optional[str] = typer.Option(None, "--only", help="Only these kinds, comma-separated: "
                                        "dedup, merge, compress, expire, supersede, purge."),
-    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop planning and applying after N seconds."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds",
+                                                help="Stop planning and applying after N seconds."),
     purge: bool = typer.Option(False, "--purge", help="Also delete expired memories past the grace period "
                                "(purge_grace_days), after an automatic backup."),
     include: List[str] = typer.Option(None, "--include", help="A pinned memory the dream may change (repeatable)."),

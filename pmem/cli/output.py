@@ -141,7 +141,8 @@ def memory_detail(m: Memory) -> None:
               ("updated", m.updated_at), ("expires", m.expires_at or ""), ("valid from", m.valid_from or ""),
               ("valid to", m.valid_to or ""), ("superseded by", m.superseded_by or ""),
               ("derived from", ", ".join(m.derived_from)), ("merged into", m.merged_into or ""),
-              ("forgotten", m.forgotten_at or ""), ("accessed", f"{m.access_count} times, last {m.last_accessed_at or 'never'}"),
+              ("forgotten", m.forgotten_at or ""),
+              ("accessed", f"{m.access_count} times, last {m.last_accessed_at or 'never'}"),
               ("meta", json_dumps(m.meta) if m.meta else "")]
     if not is_tty():
         echo(m.text)
@@ -177,13 +178,13 @@ class Progress:
     def __init__(self, label: str, enabled: bool | None = None):
         self.label = label
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._progress = None
-        self._task = None
+        self._progress: Any = None  # a rich Progress once started (rich is imported only then)
+        self._task: Any = None
 
     def __enter__(self) -> "Progress":
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
-            from rich.progress import TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._progress = RichProgress(TextColumn("{task.description}", markup=False), BarColumn(),
                                           MofNCompleteColumn(), TimeRemainingColumn(),

@@ -69,7 +69,8 @@ def serve(
     with PullBars() as bars:  # a first use fetches the model here, with the same progress as `models pull`
         model = resolve_model(cfg.embed_model, "embed", progress=bars)
     if detach:
-        argv = ["serve"] + (["--idle", idle] if idle else []) + ([f"--threads={threads}"] if threads is not None else [])
+        argv = ["serve"] + (["--idle", idle] if idle else [])
+        argv += [f"--threads={threads}"] if threads is not None else []
         info = srv.detach(argv)
         if as_json:
             out.print_json(info)

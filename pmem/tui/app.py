@@ -239,7 +239,8 @@ class PmemApp(App[None]):
     def update_status(self) -> None:
         parts: list[str] = []
         if self.hits_shown is not None:
-            parts.append(f"{self.hits_shown} result{'s' if self.hits_shown != 1 else ''} for “{render.one_line(self.query_text, 30)}”")
+            plural = "s" if self.hits_shown != 1 else ""
+            parts.append(f"{self.hits_shown} result{plural} for “{render.one_line(self.query_text, 30)}”")
             mode = self.search_mode if self.model_state == "ready" or self.search_mode == "keyword" else "keyword"
             if self.search_mode != "keyword" and self.model_state == "loading":
                 mode += ", loading model…"

@@ -13,8 +13,8 @@ from bisect import bisect_left
 from collections import OrderedDict
 from typing import Callable, Iterator
 
-from rich.console import RenderableType
 from rich.cells import cell_len
+from rich.console import RenderableType
 from rich.segment import Segment
 from rich.text import Text
 from textual import events
