@@ -5,6 +5,7 @@ runs the real SmolLM2 GGUF end to end."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -410,13 +411,15 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
     from pmem.store import MemoryStore
 
     db = tmp_path / "shared.db"
-    written, locked = [], []
+    written, locked, n = [], [], itertools.count()
 
     class WritingWhileEmbedding(FakeEmbedder):
         def embed(self, texts):
             try:  # another process adds a memory while this one embeds
                 with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as other:
-                    written.append(other.add(f"written meanwhile {len(written)}")[0].id)
+                    memory, created = other.add(f"written meanwhile {next(n)}")
+                    assert created  # a new row: a write, not a duplicate found
+                    written.append(memory.id)
             except Exception as exc:  # noqa: BLE001 - the assertion below names it
                 locked.append(str(exc))
             return super().embed(texts)
