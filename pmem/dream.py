@@ -778,8 +778,8 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
             result.complete = False
             result.skipped.extend({"id": q.id, "reason": "time limit"} for q in chosen[done - 1:])
             break
-        try:
-            with _joined(store, result.op_id, summary):
+        try:  # a merge's or summary's text is embedded before its write transaction starts
+            with store.prepared_vectors([(p.result_text or "").strip()]), _joined(store, result.op_id, summary):
                 why = _stale(store, p)
                 if why is None:
                     _apply_one(store, p, result)

@@ -3,6 +3,7 @@ backups, and an apply killed with SIGKILL part way."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -194,6 +195,37 @@ def test_merge_that_brings_a_secret_no_member_holds_is_refused(store):
     result = dream.apply(store, plan, backup=False)
     assert result.applied == [] and "GitHub token" in result.skipped[0]["reason"]
     assert other not in {m.text for m in store.list(Filter(), limit=None)}
+
+
+def test_applying_a_merge_embeds_before_taking_the_write_lock(fake_config, tmp_path):
+    """Another process can write while dream embeds a merge's text (issue 10, defect 12's rule)."""
+    from pmem.embed import FakeEmbedder
+
+    db = tmp_path / "shared.db"
+    written, locked, n = [], [], itertools.count()
+
+    class WritingWhileEmbedding(FakeEmbedder):
+        def embed(self, texts):
+            try:
+                with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as other:
+                    memory, created = other.add(f"written meanwhile {next(n)}")
+                    assert created  # a new row: a write, not a duplicate found
+                    written.append(memory.id)
+            except Exception as exc:  # noqa: BLE001 - the assertion below names it
+                locked.append(str(exc))
+            return super().embed(texts)
+
+    with MemoryStore(db, config=fake_config.with_values(merge_threshold=-1.0),
+                     embedder=WritingWhileEmbedding(64)) as s:
+        add(s, "Bob's sister lives in Lisbon and works as a nurse")
+        add(s, "Bob's sister lives in Lisbon with two cats")
+        plan = dream.plan(s, only={"merge"}, now=NOW, generator=FakeGenerator())
+        plan.proposals = [p for p in plan.proposals if "Bob's sister" in (p.result_text or "")][:1]
+        assert plan.proposals
+        written.clear()
+        result = dream.apply(s, plan, backup=False)
+        assert result.applied == [plan.proposals[0].id]
+    assert locked == [] and written
 
 
 def test_merge_that_adds_facts_is_dropped(store):
