@@ -92,6 +92,13 @@ def m002_list_order_index(conn) -> None:
     conn.execute("CREATE INDEX memories_created_seq ON memories(created_at, seq)")
 
 
+@migration
+def m003_scope(conn) -> None:
+    """A memory's project scope (NULL = global): every memory stored before is global."""
+    conn.execute("ALTER TABLE memories ADD COLUMN scope TEXT")
+    conn.execute("CREATE INDEX memories_scope ON memories(scope) WHERE scope IS NOT NULL")
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

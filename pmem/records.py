@@ -14,7 +14,7 @@ TIERS = ("core", "archival", "episodic")
 MEMORY_COLUMNS = (
     "id", "text", "tier", "pinned", "tags", "source", "meta", "created_at", "updated_at",
     "expires_at", "valid_from", "valid_to", "superseded_by", "derived_from", "merged_into",
-    "forgotten_at", "access_count", "last_accessed_at",
+    "forgotten_at", "access_count", "last_accessed_at", "scope",
 )
 _JSON_COLUMNS = {"tags": list, "meta": dict, "derived_from": list}
 
@@ -46,6 +46,7 @@ class Memory:
     forgotten_at: str | None = None
     access_count: int = 0
     last_accessed_at: str | None = None
+    scope: str | None = None  # None: global; else a project (absolute path of its git root or directory)
 
     @classmethod
     def from_row(cls, row) -> "Memory":

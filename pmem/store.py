@@ -66,6 +66,8 @@ class Filter:
     include_superseded: bool = False
     include_merged: bool = False
     ids: tuple[str, ...] | None = None
+    # None: every scope; "global": global memories only; a project path: global plus that project's
+    scope: str | None = None
 
     @classmethod
     def everything(cls, **kw) -> "Filter":
@@ -97,6 +99,11 @@ class Filter:
         if self.source is not None:
             clauses.append(f"{a}.source = ?")
             params.append(self.source)
+        if self.scope == "global":
+            clauses.append(f"{a}.scope IS NULL")
+        elif self.scope is not None:
+            clauses.append(f"({a}.scope IS NULL OR {a}.scope = ?)")
+            params.append(self.scope)
         if self.ids is not None:
             clauses.append(f"{a}.id IN (SELECT value FROM json_each(?))")
             params.append(json.dumps(list(self.ids)))
@@ -545,12 +552,13 @@ class MemoryStore:
     def new_memory(self, text: str, *, tags: Iterable[str] = (), tier: str = "archival", pinned: bool = False,
                    source: str | None = None, meta: dict | None = None, created_at: str | None = None,
                    expires_at: str | None = None, valid_from: str | None = None,
-                   derived_from: Iterable[str] = (), memory_id: str | None = None) -> Memory:
+                   derived_from: Iterable[str] = (), memory_id: str | None = None,
+                   scope: str | None = None) -> Memory:
         """A validated Memory that is not stored yet (see `insert`)."""
         now = self.clock()
         m = Memory(id=memory_id or "", text=text, tier=tier, pinned=pinned, tags=list(tags), source=source,
                    meta=dict(meta or {}), created_at=created_at or now, updated_at=now, expires_at=expires_at,
-                   valid_from=valid_from, derived_from=list(derived_from))
+                   valid_from=valid_from, derived_from=list(derived_from), scope=scope)
         return self._normalize(m)
 
     def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
