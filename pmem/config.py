@@ -70,6 +70,10 @@ class Settings:
     backup_keep: int = _setting(5, "how many database backups dream keeps", low=0, high=_INT_MAX)
     extract_min_support: float = _setting(0.6, "share of a fact's content words that must occur in its source",
                                           low=0.0, high=1.0)
+    hook_budget: int = _setting(4000, "characters an agent hook (`pmem hook`) prints at most",
+                                low=200, high=1_000_000)
+    hook_timeout: float = _setting(4.0, "seconds an agent hook may take; past them it prints nothing",
+                                   low=0.1, high=600.0)
 
     # Not settings: where they were read from.
     path: Path | None = field(default=None, compare=False, repr=False, metadata={"internal": True})

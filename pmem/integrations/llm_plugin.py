@@ -1,0 +1,94 @@
+"""pmem as a plugin for Simon Willison's `llm` (entry point `pmem` in the `llm` group).
+
+    llm -f pmem:"trip plans" "suggest a day"            # fragment: a recall block for the query
+    llm -T Pmem "remember that I moved to Lisbon" --ta  # toolbox: search, recall, remember
+
+llm loads this module through its pluggy entry points when pmem is installed in llm's
+environment (`llm install pmem`, or `pip install pmem` next to llm). Memories written here carry
+the source `llm:<model id>` when llm says which model called, else `llm`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llm
+
+from . import actions
+
+
+def _open_store():
+    from ..store import MemoryStore
+
+    return MemoryStore()
+
+
+def _scope_filter(store):
+    """Global memories plus those of the project llm runs in (when pmem knows scopes)."""
+    try:
+        from ..scope import auto_scope, read_filter
+    except ImportError:
+        return None
+    return read_filter(auto_scope(None))
+
+
+def pmem_loader(argument: str) -> llm.Fragment:
+    """`-f pmem:QUERY`: the user's core memories and those relevant to QUERY, as a Markdown block
+    (an empty QUERY gives the core and most recent ones)."""
+    store = _open_store()
+    try:
+        block = actions.recall(store, argument.strip() or None, flt=_scope_filter(store))
+    finally:
+        store.close()
+    return llm.Fragment(block, source=f"pmem:{argument}")
+
+
+class Pmem(llm.Toolbox):
+    """The user's personal memory (pmem): search it, recall context, remember new facts."""
+
+    def __init__(self, source: str = "llm"):
+        self._source = source
+
+    def _run(self, fn):
+        store = _open_store()
+        try:
+            return fn(store)
+        finally:
+            store.close()
+
+    def search(self, query: str, limit: int = 10) -> str:
+        """Search the user's memories by words and meaning; JSON results with id, text, score and
+        date, best first (at most 50)."""
+        return actions.bounded_json(self._run(
+            lambda s: actions.search(s, query, limit=limit, flt=_scope_filter(s))), "results")
+
+    def recall(self, topic: str = "") -> str:
+        """What the user told you before: core memories first, then those relevant to `topic`."""
+        return self._run(lambda s: actions.recall(s, topic or None, flt=_scope_filter(s)))
+
+    def remember(self, text: str, pin: bool = False) -> str:
+        """Store one durable fact, preference or decision the user stated, as a plain sentence.
+        `pin` makes it core (always recalled)."""
+        def run(s):
+            scope = None
+            try:
+                from ..scope import auto_scope
+
+                scope = auto_scope(None)
+            except ImportError:
+                pass
+            return actions.remember(s, text, pin=pin, source=actions.client_source("llm", self._source)
+                                    if self._source != "llm" else "llm", scope=scope)
+
+        return json.dumps(self._run(run), ensure_ascii=False)
+
+
+@llm.hookimpl
+def register_fragment_loaders(register: Any) -> None:
+    register("pmem", pmem_loader)
+
+
+@llm.hookimpl
+def register_tools(register: Any) -> None:
+    register(Pmem)

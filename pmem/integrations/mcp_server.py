@@ -1,0 +1,200 @@
+"""`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem[mcp]"`).
+
+The SDK (pydantic, starlette, httpx...) costs about a second of import and 40 MB, so it is an
+extra, and this module imports it only in `build_server()`. The server answers `initialize` before
+anything heavy: the database opens on the first tool call and the embedding model loads on the
+first call that needs a vector. Tools run in worker threads; one lock keeps them to the one SQLite
+connection in turn, and busy-database retries keep "database is locked" away from the client.
+"""
+
+import os
+import threading
+from typing import Any, Callable
+
+from ..errors import PmemError
+from . import actions
+
+EXTRA = "mcp"
+INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem[mcp]" (or pip install "mcp>=2,<3")'
+
+INSTRUCTIONS = (
+    "pmem is the user's personal long-term memory, shared by all their tools. Call `recall` with "
+    "the topic at the start of a task to get what the user told you before; `search` for specific "
+    "facts (results carry ids); `remember` durable facts, preferences and decisions the user states "
+    "(one fact per call, in plain sentences); `update` when the user corrects a stored fact; "
+    "`forget` only when asked. Memories are the user's data: quote them, do not invent them."
+)
+
+
+class MissingExtra(PmemError):
+    """The optional MCP SDK is not installed."""
+
+
+def sdk_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("mcp.server.mcpserver") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class Backend:
+    """The store behind the tools: opened on first use, shared by all calls, one call at a time."""
+
+    def __init__(self, open_store: Callable[[], Any], cwd: str | None = None):
+        self._open_store = open_store
+        self._store: Any = None
+        self._lock = threading.Lock()
+        self.cwd = cwd
+        self.client_name: str | None = None
+        self.error_class: type[Exception] = PmemError
+
+    def run(self, fn: Callable[[Any], Any]) -> Any:
+        """Call `fn(store)`; a foreseeable pmem error becomes a tool error whose one-line message
+        the model reads (an unexpected one is logged to stderr by the SDK)."""
+        with self._lock:
+            try:
+                if self._store is None:
+                    self._store = actions.retry_busy(self._open_store)
+                return fn(self._store)
+            except PmemError as exc:
+                raise self.error_class(str(exc)) from None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    @property
+    def source(self) -> str:
+        return actions.client_source("mcp", self.client_name)
+
+
+def _client_name(ctx: Any) -> str | None:
+    try:
+        params = ctx.session.client_params
+        return params.client_info.name if params is not None else None
+    except Exception:  # noqa: BLE001 - a client that sent no info is still served
+        return None
+
+
+def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None = None,
+                 scope_for_write: Callable[[], str | None] | None = None):
+    """The MCPServer with pmem's six tools. `scope_filter(store)` gives the Filter for reads and
+    `scope_for_write()` the scope of new memories (the client's project); both optional."""
+    try:
+        from mcp.server.mcpserver import Context, MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+        from mcp.types import ToolAnnotations
+    except ImportError:
+        raise MissingExtra(INSTALL_HINT) from None
+
+    backend.error_class = ToolError
+
+    from .. import __version__
+
+    server = MCPServer(name="pmem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def flt(store):
+        return scope_filter(store) if scope_filter else None
+
+    def note_client(ctx: Context) -> None:
+        if backend.client_name is None:
+            backend.client_name = _client_name(ctx)
+
+    @server.tool(annotations=ToolAnnotations(title="Recall memories", read_only_hint=True, open_world_hint=False),
+                 structured_output=False)
+    def recall(topic: str = "", budget: int = 1500, ctx: Context = None) -> str:  # type: ignore[assignment]
+        """A context block of what the user told you before: their core (pinned) memories first,
+        then those most relevant to `topic` (or the most recent when no topic), within `budget`
+        tokens (at most 6000). Call it at the start of a task."""
+        note_client(ctx)
+        return backend.run(lambda s: actions.recall(s, topic or None, budget=budget, flt=flt(s)))
+
+    @server.tool(annotations=ToolAnnotations(title="Search memories", read_only_hint=True, open_world_hint=False),
+                 structured_output=False)
+    def search(query: str, limit: int = 10, tags: list[str] | None = None,
+               ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Search the user's memories by words and meaning. Returns JSON: results with id, text,
+        score, tier, tags, created_at and source, best first (at most 50; long texts are cut).
+        Use the ids with `update`, `pin` and `forget`."""
+        note_client(ctx)
+        return actions.bounded_json(
+            backend.run(lambda s: actions.search(s, query, limit=limit, tags=tags, flt=flt(s))), "results")
+
+    @server.tool(annotations=ToolAnnotations(title="Remember", read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False),
+                 structured_output=False)
+    def remember(text: str, tags: list[str] | None = None, pin: bool = False, extract: bool = False,
+                 ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Store a memory: one durable fact, preference or decision, in a plain sentence. `pin`
+        makes it core (always recalled). `extract` instead runs the local model over `text` (a
+        conversation or notes) and stores the facts it finds, keeping `text` as their source.
+        An identical memory is not stored twice."""
+        note_client(ctx)
+        scope = scope_for_write() if scope_for_write else None
+        return actions.bounded_json(backend.run(lambda s: actions.remember(
+            s, text, tags=tags, pin=pin, source=backend.source, extract=extract, scope=scope)), "facts")
+
+    @server.tool(annotations=ToolAnnotations(title="Correct a memory", read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=False, open_world_hint=False),
+                 structured_output=False)
+    def update(id: str, text: str, ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Correct a memory: stores `text` as a new memory that supersedes memory `id` from now on.
+        The old one stays in the history (undoable with `pmem undo`)."""
+        note_client(ctx)
+        return actions.bounded_json(backend.run(lambda s: actions.update(s, id, text, source=backend.source)))
+
+    @server.tool(annotations=ToolAnnotations(title="Pin a memory", read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False),
+                 structured_output=False)
+    def pin(id: str, ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Pin memory `id`: it becomes core and is recalled first, every time."""
+        note_client(ctx)
+        return actions.bounded_json(backend.run(lambda s: actions.pin(s, id)))
+
+    @server.tool(annotations=ToolAnnotations(title="Forget a memory", read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=True, open_world_hint=False),
+                 structured_output=False)
+    def forget(id: str, ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Forget memory `id` (a soft delete: the user can bring it back with `pmem undo` or
+        `pmem restore`). Only when the user asks you to forget something."""
+        note_client(ctx)
+        return actions.bounded_json(backend.run(lambda s: actions.forget(s, id)))
+
+    return server
+
+
+def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
+                scope_filter: Callable[[Any], Any] | None = None,
+                scope_for_write: Callable[[], str | None] | None = None) -> None:
+    """Run until the client closes stdin. Returns normally on a client that disconnects."""
+    backend = Backend(open_store, cwd=cwd or os.getcwd())
+    server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
+    try:
+        server.run("stdio")
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
+    finally:
+        backend.close()
+
+
+def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = None) -> None:
+    """`pmem mcp`: serve the store at `db` (the default one) to one client over stdio. Reads see
+    global memories plus those of `scope` ("auto": the project the client started the server in;
+    "global": global ones only), and new memories get that scope."""
+    if not sdk_available():
+        raise MissingExtra(INSTALL_HINT)
+    from ..scope import parse_scope, read_filter
+    from ..store import MemoryStore
+
+    cwd = cwd or os.getcwd()
+    project = parse_scope(scope, cwd)
+    serve_stdio(lambda: MemoryStore(db), cwd=cwd, scope_filter=lambda _store: read_filter(project),
+                scope_for_write=lambda: project)
+
+
+if __name__ == "__main__":  # python -m pmem.integrations.mcp_server (tests; users run `pmem mcp`)
+    run()
