@@ -107,7 +107,18 @@ def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
     checks.append(_server_check(cfg))
+    checks.append(_hooks_check())
     return checks
+
+
+def _hooks_check() -> Check:
+    """Agent hooks never fail a prompt; they log here instead, so this is where a person looks."""
+    from .integrations import hooks
+
+    errors = hooks.last_errors(1)
+    if not errors:
+        return Check("agent hooks", True, "no errors logged")
+    return Check("agent hooks", True, f"last error: {errors[-1][:300]} (all in {hooks.log_path()})")
 
 
 def _server_check(cfg: Settings) -> Check:

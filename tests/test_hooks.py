@@ -1,0 +1,269 @@
+"""Agent hooks (`pmem hook`), their installation in clients' settings files, and the AGENTS.md block."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from pathlib import Path
+
+import pytest
+
+from pmem.integrations import clients, context, hooks
+from pmem.store import MemoryStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path):
+    p = tmp_path / "garden-planner"
+    (p / ".git").mkdir(parents=True)
+    return p
+
+
+@pytest.fixture
+def seeded(fake_config, pmem_home, project):
+    """The default store (under PMEM_HOME) with a few memories, one of them the project's."""
+    with MemoryStore(config=fake_config) as s:
+        s.add("I am vegetarian and allergic to peanuts", pinned=True)
+        s.add("Dinner on Fridays is usually pasta with friends", tags=["food"])
+        s.add("The tomato beds need watering every morning", scope=str(project.resolve()))
+        s.add("The cabin wifi password is hunter2", tags=["home"])
+    return pmem_home
+
+
+def run_cli(args, stdin: str = "", env=None, timeout=60):
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pmem", *args], input=stdin, capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def prompt_json(prompt: str, session="s1", cwd=None, **extra) -> str:
+    return json.dumps({"session_id": session, "prompt": prompt, "cwd": str(cwd or "/"),
+                       "hook_event_name": "UserPromptSubmit", **extra})
+
+
+def _open(cfg):
+    return lambda: MemoryStore(config=cfg)
+
+
+# -- the hook itself ------------------------------------------------------------------------
+
+
+def test_user_prompt_prints_relevant_memories_once_per_session(seeded, fake_config, project):
+    run = lambda p, s="s1": hooks.run_hook("claude-code", "user-prompt", prompt_json(p, s, project),  # noqa: E731
+                                          _open(fake_config))
+    first = run("what do we usually eat for dinner on Fridays?")
+    assert "pasta with friends" in first
+    assert "hunter2" not in first
+    again = run("dinner on Fridays again: pasta?")
+    assert "pasta with friends" not in again  # already given in this session
+    assert "pasta with friends" in run("dinner on Fridays?", s="another-session")
+
+
+def test_nothing_relevant_prints_nothing(seeded, fake_config):
+    out = hooks.run_hook("claude-code", "user-prompt", prompt_json("qxz vvv jjj"), _open(fake_config))
+    assert out == ""
+    assert hooks.run_hook("claude-code", "user-prompt", "", _open(fake_config)) == ""
+    assert hooks.run_hook("gemini", "user-prompt", prompt_json("qxz vvv jjj"), _open(fake_config)) == "{}"
+
+
+def test_output_stays_within_the_budget(fake_config, pmem_home):
+    with MemoryStore(config=fake_config) as s:
+        for i in range(40):
+            s.add(f"Budget note {i}: the garden shed roof " + "leaks badly " * 40)
+        s.add("pinned " + "x" * 9000, pinned=True)
+    for budget in (300, 1000, 4000):
+        settings = hooks.HookSettings(budget=budget, limit=40)
+        out = hooks.run_hook("claude-code", "user-prompt", prompt_json("garden shed roof leaks", f"b{budget}"),
+                             _open(fake_config), settings=settings)
+        assert 0 < len(out) <= budget
+        start = hooks.run_hook("claude-code", "session-start", json.dumps({"session_id": f"c{budget}"}),
+                               _open(fake_config), settings=settings)
+        assert 0 < len(start) <= budget
+    assert hooks.HookSettings().budget < 8000
+
+
+def test_session_start_gives_core_and_project_memories_and_scope_applies(seeded, fake_config, project, tmp_path):
+    from pmem.scope import auto_scope, read_filter
+
+    def make_filter(data):
+        p = auto_scope(data.cwd)
+        return read_filter(p), p
+
+    inside = hooks.run_hook("claude-code", "session-start",
+                            json.dumps({"session_id": "p1", "cwd": str(project), "source": "startup"}),
+                            _open(fake_config), make_filter=make_filter)
+    assert "vegetarian" in inside and "tomato beds" in inside
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    outside = hooks.run_hook("claude-code", "user-prompt",
+                             prompt_json("watering the tomato beds", "p2", elsewhere),
+                             _open(fake_config), make_filter=make_filter)
+    assert "tomato beds" not in outside  # another project's memory
+
+
+def test_codex_and_gemini_get_json_with_additional_context(seeded, fake_config):
+    for client, name in (("codex", "UserPromptSubmit"), ("gemini", "BeforeAgent")):
+        out = hooks.run_hook(client, "user-prompt", prompt_json("dinner on Fridays", client), _open(fake_config))
+        data = json.loads(out)
+        assert data["hookSpecificOutput"]["hookEventName"] == name
+        assert "pasta" in data["hookSpecificOutput"]["additionalContext"]
+
+
+def test_timeout_prints_nothing_and_logs(fake_config, pmem_home):
+    def slow_store():
+        time.sleep(3)
+        return MemoryStore(config=fake_config)
+
+    started = time.perf_counter()
+    out = hooks.run_hook("claude-code", "user-prompt", prompt_json("anything"), slow_store,
+                         settings=hooks.HookSettings(timeout=0.5))
+    assert out == "" and time.perf_counter() - started < 2
+    assert "gave up after 0.5 s" in hooks.log_path().read_text()
+
+
+def test_cli_hook_never_fails_the_prompt(seeded, pmem_home, tmp_path):
+    """A broken database: exit 0, nothing on stdout or stderr, the error logged, doctor shows it."""
+    env = {"PMEM_EMBED_MODEL": "fake-64"}
+    ok = run_cli(["hook", "claude-code", "user-prompt"], prompt_json("dinner on Fridays"), env)
+    assert ok.returncode == 0 and "pasta" in ok.stdout and ok.stderr == ""
+
+    bad_db = tmp_path / "broken.db"
+    bad_db.write_bytes(b"this is not sqlite" * 100)
+    broken = run_cli(["hook", "claude-code", "user-prompt"], prompt_json("dinner"), {**env, "PMEM_DB": str(bad_db)})
+    assert broken.returncode == 0 and broken.stdout == "" and broken.stderr == ""
+    garbage = run_cli(["hook", "claude-code", "user-prompt"], "\x00\xff{not json", env)
+    assert garbage.returncode == 0 and garbage.stderr == ""
+    unknown = run_cli(["hook", "claude-code", "pre-tool"], "{}", env)
+    assert unknown.returncode == 0 and unknown.stdout == "" and unknown.stderr == ""
+
+    log = hooks.log_path().read_text()
+    assert "broken.db" in log and "unknown event" in log
+    doctor = run_cli(["doctor"], env={**env, "PMEM_DB": str(pmem_home / "pmem.db")})
+    assert "agent hooks" in doctor.stdout and "unknown event" in doctor.stdout
+
+
+# -- installing the hooks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", clients.HOOK_CLIENTS)
+def test_install_merges_is_idempotent_and_keeps_a_backup(client, tmp_path):
+    home = tmp_path / "home"
+    path = clients.settings_path(client, home=home)
+    path.parent.mkdir(parents=True)
+    theirs = {"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "echo hi"}]}]}, "permissions": {"allow": ["Read"]}}
+    path.write_text(json.dumps(theirs, indent=4))
+    path.chmod(0o640)
+
+    first = clients.install_hooks(client, program="/opt/bin/pmem", home=home)
+    assert first.changed and first.backup is not None
+    assert json.loads(first.backup.read_text()) == theirs
+    data = json.loads(path.read_text())
+    for key in ("model", "permissions"):
+        assert data[key] == theirs[key]
+    assert data["hooks"]["PreToolUse"] == theirs["hooks"]["PreToolUse"]
+    names = hooks.EVENT_NAMES[client]
+    commands = [h["command"] for event in names.values() for g in data["hooks"][event] for h in g["hooks"]]
+    assert commands == [f"/opt/bin/pmem hook {client} session-start", f"/opt/bin/pmem hook {client} user-prompt"]
+    assert path.stat().st_mode & 0o777 == 0o640
+
+    before = path.read_text()
+    second = clients.install_hooks(client, program="/opt/bin/pmem", home=home)
+    assert not second.changed and path.read_text() == before
+    assert len(list(path.parent.glob(path.name + ".bak-*"))) == 1
+
+    moved = clients.install_hooks(client, program="/usr/local/bin/pmem", home=home)  # pmem moved: update in place
+    data = json.loads(path.read_text())
+    assert moved.changed and sum(len(g["hooks"]) for e in names.values() for g in data["hooks"][e]) == 2
+
+
+def test_install_refuses_a_file_it_cannot_parse(tmp_path):
+    home = tmp_path / "home"
+    path = clients.settings_path("claude-code", home=home)
+    path.parent.mkdir(parents=True)
+    path.write_text("{ this is: not json")
+    with pytest.raises(Exception, match="not valid JSON"):
+        clients.install_hooks("claude-code", home=home)
+    assert path.read_text() == "{ this is: not json"
+    path.write_text('{"hooks": ["wrong"]}')
+    with pytest.raises(Exception, match="not an object"):
+        clients.install_hooks("claude-code", home=home)
+
+
+def test_cli_hook_install_for_a_project(tmp_path):
+    proj = tmp_path / "p"
+    proj.mkdir()
+    r = run_cli(["hook", "install", "claude-code", "--project", str(proj)])
+    assert r.returncode == 0, r.stderr
+    data = json.loads((proj / ".claude" / "settings.json").read_text())
+    assert data["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"].endswith("hook claude-code user-prompt")
+    r2 = run_cli(["hook", "install", "claude-code", "--project", str(proj)])
+    assert r2.returncode == 0 and "nothing changed" in r2.stderr
+    bad = run_cli(["hook", "install", "emacs"])
+    assert bad.returncode == 2 and bad.stderr.startswith("pmem: error:")
+
+
+# -- MCP config snippets --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", clients.MCP_CLIENTS)
+def test_mcp_print_config_parses(client):
+    r = run_cli(["mcp", "--print-config", client])
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    if client == "claude-code":
+        assert text.startswith("claude mcp add") and text.rstrip().endswith(" mcp")
+        return
+    if client == "codex":
+        from pmem.config import _toml
+
+        data = _toml().loads(text)
+        server = data["mcp_servers"]["pmem"]
+    else:
+        data = json.loads(text)
+        server = data["servers" if client == "vscode" else "mcpServers"]["pmem"]
+    assert server["args"] == ["mcp"] and server["command"].endswith("pmem")
+    if client == "claude-desktop":
+        assert server["command"] == "pmem" or os.path.isabs(server["command"])
+
+
+# -- AGENTS.md block ------------------------------------------------------------------------
+
+
+def test_context_block_owns_only_its_lines(tmp_path):
+    path = tmp_path / "AGENTS.md"
+    original = "# Project rules\r\n\r\nUse tabs.\r\n"
+    path.write_text(original, newline="")
+    assert context.write_block(path, "## About the user\n- likes tea")
+    text = path.read_bytes().decode()
+    assert text.startswith(original) and "- likes tea\r\n" in text and context.END in text
+    assert not context.write_block(path, "## About the user\n- likes tea")  # idempotent
+
+    # The user adds text after the block; an update replaces only the block.
+    path.write_bytes(path.read_bytes() + b"\r\nMore rules after.\r\n")
+    assert context.write_block(path, "## About the user\n- likes coffee")
+    text = path.read_bytes().decode()
+    assert text.startswith(original) and text.endswith("\r\nMore rules after.\r\n")
+    assert "likes coffee" in text and "likes tea" not in text
+    assert text.count(context.END) == 1
+
+    broken = tmp_path / "CLAUDE.md"
+    broken.write_text(context.BEGIN + "\nno end marker\n")
+    with pytest.raises(Exception, match="markers are broken"):
+        context.write_block(broken, "x")
+
+
+def test_cli_context_write(fake_config, seeded, project):
+    agents = project / "AGENTS.md"
+    agents.write_text("# Rules\n")
+    r = run_cli(["context", "--write", str(agents)], env={"PMEM_EMBED_MODEL": "fake-64"})
+    assert r.returncode == 0, r.stderr
+    text = agents.read_text()
+    assert text.startswith("# Rules\n") and "vegetarian" in text
+    assert "tomato" not in text  # not core
