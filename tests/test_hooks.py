@@ -267,3 +267,11 @@ def test_cli_context_write(fake_config, seeded, project):
     text = agents.read_text()
     assert text.startswith("# Rules\n") and "vegetarian" in text
     assert "tomato" not in text  # not core
+
+
+@pytest.mark.parametrize("client", ["claude-desktop", "vscode", "codex"])
+def test_readme_shows_the_exact_snippets(client):
+    """README's per-client snippets are what `pmem mcp --print-config` prints (with pmem on PATH)."""
+    readme = (ROOT / "README.md").read_text()
+    assert clients.mcp_config(client, "pmem")[0] in readme
+    assert clients.mcp_config("claude-code", "pmem")[0] in readme
