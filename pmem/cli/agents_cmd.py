@@ -13,6 +13,7 @@ import typer
 
 from ..errors import UsageError
 from . import output as out
+from .common import PmemGroup, db_override, open_store
 
 ScopeHelp = "Project scope: auto (the project of the current directory), global, or a directory."
 
@@ -31,179 +32,178 @@ def _program(absolute: bool = False) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from .app import command, open_store
-
-    hook_app = typer.Typer(help="Agent hooks: memories in front of the model at session start and "
-                                "on every prompt (Claude Code, Codex, Gemini CLI).",
+    app.command()(mcp)
+    hook_app = typer.Typer(cls=PmemGroup, help="Agent hooks: memories in front of the model at session "
+                           "start and on every prompt (Claude Code, Codex, Gemini CLI).",
                            no_args_is_help=True, rich_markup_mode=None)
+    hook_app.command("claude-code")(hook_claude)
+    hook_app.command("codex")(hook_codex)
+    hook_app.command("gemini")(hook_gemini)
+    hook_app.command("install")(hook_install)
     app.add_typer(hook_app, name="hook")
+    app.command()(context)
 
-    @command(app)
-    def mcp(
-        print_config: Optional[str] = typer.Option(
-            None, "--print-config", metavar="CLIENT",
-            help="Print the config snippet for claude-code, claude-desktop, cursor, vscode or codex, and exit."),
-        scope: str = typer.Option("auto", "--scope", help=ScopeHelp + " Reads see global memories "
-                                  "plus this project's; new memories get it."),
-    ) -> None:
-        """Serve your memories to an MCP client over stdio (Claude, Cursor, VS Code, Codex...).
 
-        Tools: recall, search, remember (with --extract), update (a correction that supersedes),
-        pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem[mcp]".
-        Memories it writes carry the source mcp:CLIENT-NAME.
+def mcp(
+    print_config: Optional[str] = typer.Option(
+        None, "--print-config", metavar="CLIENT",
+        help="Print the config snippet for claude-code, claude-desktop, cursor, vscode or codex, and exit."),
+    scope: str = typer.Option("auto", "--scope", help=ScopeHelp + " Reads see global memories "
+                              "plus this project's; new memories get it."),
+) -> None:
+    """Serve your memories to an MCP client over stdio (Claude, Cursor, VS Code, Codex...).
 
-        \b
-        Examples:
-          pmem mcp --print-config claude-desktop
-          claude mcp add --scope user pmem -- pmem mcp
-        """
-        from ..integrations import clients, mcp_server
+    Tools: recall, search, remember (optionally extracting facts), update (a correction that supersedes),
+    pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem[mcp]".
+    Memories it writes carry the source mcp:CLIENT-NAME.
 
-        if print_config is not None:
-            if print_config not in clients.MCP_CLIENTS:
-                raise UsageError(f"unknown client {print_config!r}: use one of {', '.join(clients.MCP_CLIENTS)}")
-            snippet, where = clients.mcp_config(print_config, _program(absolute=print_config == "claude-desktop"))
-            out.echo(snippet)
-            out.note(where)
-            return
-        if sys.stdin is not None and sys.stdin.isatty():
-            out.note("pmem mcp speaks MCP on stdin/stdout; an MCP client starts it "
-                     "(see `pmem mcp --print-config CLIENT`). Ctrl-C to quit.")
-        from .app import _state
+    \b
+    Examples:
+      pmem mcp --print-config claude-desktop
+      claude mcp add --scope user pmem -- pmem mcp
+    """
+    from ..integrations import clients, mcp_server
 
-        mcp_server.run(scope, db=_state["db"])
+    if print_config is not None:
+        if print_config not in clients.MCP_CLIENTS:
+            raise UsageError(f"unknown client {print_config!r}: use one of {', '.join(clients.MCP_CLIENTS)}")
+        snippet, where = clients.mcp_config(print_config, _program(absolute=print_config == "claude-desktop"))
+        out.echo(snippet)
+        out.note(where)
+        return
+    if sys.stdin is not None and sys.stdin.isatty():
+        out.note("pmem mcp speaks MCP on stdin/stdout; an MCP client starts it "
+                 "(see `pmem mcp --print-config CLIENT`). Ctrl-C to quit.")
+    db = db_override()
+    mcp_server.run(scope, db=str(db) if db else None)
 
-    def _hook(client: str, event: str) -> None:
-        """The body of every `pmem hook CLIENT EVENT`: never fails, never prints an error."""
-        from ..integrations import hooks
+def _hook(client: str, event: str) -> None:
+    """The body of every `pmem hook CLIENT EVENT`: never fails, never prints an error."""
+    from ..integrations import hooks
 
-        text = ""
-        try:
-            if event not in hooks.EVENTS:
-                raise UsageError(f"unknown event {event!r}: use {' or '.join(hooks.EVENTS)}")
-            if sys.stdin is not None and not sys.stdin.isatty():
-                text = sys.stdin.buffer.read(hooks.MAX_STDIN * 4).decode("utf-8", "replace")
-            from .. import config
-            from ..scope import auto_scope, read_filter
+    text = ""
+    try:
+        if event not in hooks.EVENTS:
+            raise UsageError(f"unknown event {event!r}: use {' or '.join(hooks.EVENTS)}")
+        if sys.stdin is not None and not sys.stdin.isatty():
+            text = sys.stdin.buffer.read(hooks.MAX_STDIN * 4).decode("utf-8", "replace")
+        from .. import config
+        from ..scope import auto_scope, read_filter
 
-            cfg = config.load()
-            settings = hooks.HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout))
+        cfg = config.load()
+        settings = hooks.HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout))
 
-            def make_filter(data):
-                project = auto_scope(data.cwd) if data.cwd else None
-                return read_filter(project), project
+        def make_filter(data):
+            project = auto_scope(data.cwd) if data.cwd else None
+            return read_filter(project), project
 
-            block = hooks.run_hook(client, event, text, open_store, settings=settings, make_filter=make_filter)
-            if block:
-                sys.stdout.write(block + "\n")
-                sys.stdout.flush()
-        except BaseException as exc:  # noqa: BLE001 - a hook must never fail the prompt
-            if isinstance(exc, SystemExit) and not exc.code:
-                raise
-            hooks.log_error(f"{client} {event}: {type(exc).__name__}: {exc}")
-        finally:
-            import threading
+        block = hooks.run_hook(client, event, text, open_store, settings=settings, make_filter=make_filter)
+        if block:
+            sys.stdout.write(block + "\n")
+            sys.stdout.flush()
+    except BaseException as exc:  # noqa: BLE001 - a hook must never fail the prompt
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        hooks.log_error(f"{client} {event}: {type(exc).__name__}: {exc}")
+    finally:
+        import threading
 
-            if any(t.name == "pmem-hook" and t.is_alive() for t in threading.enumerate()):
-                sys.stdout.flush()
-                os._exit(0)  # a hook that ran out of time: leave now, the prompt is waiting
-        raise typer.Exit(0)
+        if any(t.name == "pmem-hook" and t.is_alive() for t in threading.enumerate()):
+            sys.stdout.flush()
+            os._exit(0)  # a hook that ran out of time: leave now, the prompt is waiting
+    raise typer.Exit(0)
 
-    event_help = "session-start or user-prompt"
+event_help = "session-start or user-prompt"
 
-    @hook_app.command("claude-code")
-    def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
-        """Claude Code hook: reads its JSON on stdin, prints memories for the context.
 
-        session-start prints the core memories and those relevant to the project;
-        user-prompt prints those relevant to the prompt, each once per session, and nothing when
-        nothing is relevant. Within hook_budget characters and hook_timeout seconds; on any error
-        it prints nothing, exits 0 and logs to hook-errors.log (see `pmem doctor`).
+def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
+    """Claude Code hook: reads its JSON on stdin, prints memories for the context.
 
-        \b
-        Examples:
-          pmem hook install claude-code
-          echo '{"prompt": "plan dinner", "session_id": "s1"}' | pmem hook claude-code user-prompt
-        """
-        _hook("claude-code", event)
+    session-start prints the core memories and those relevant to the project;
+    user-prompt prints those relevant to the prompt, each once per session, and nothing when
+    nothing is relevant. Within hook_budget characters and hook_timeout seconds; on any error
+    it prints nothing, exits 0 and logs to hook-errors.log (see `pmem doctor`).
 
-    @hook_app.command("codex")
-    def hook_codex(event: str = typer.Argument(..., help=event_help)) -> None:
-        """Codex hook: like the claude-code one, printing Codex's JSON (additionalContext).
+    \b
+    Examples:
+      pmem hook install claude-code
+      echo '{"prompt": "plan dinner", "session_id": "s1"}' | pmem hook claude-code user-prompt
+    """
+    _hook("claude-code", event)
 
-        \b
-        Example:
-          pmem hook install codex
-        """
-        _hook("codex", event)
+def hook_codex(event: str = typer.Argument(..., help=event_help)) -> None:
+    """Codex hook: like the claude-code one, printing Codex's JSON (additionalContext).
 
-    @hook_app.command("gemini")
-    def hook_gemini(event: str = typer.Argument(..., help=event_help)) -> None:
-        """Gemini CLI hook (SessionStart, BeforeAgent): prints Gemini's JSON (additionalContext).
+    \b
+    Example:
+      pmem hook install codex
+    """
+    _hook("codex", event)
 
-        \b
-        Example:
-          pmem hook install gemini
-        """
-        _hook("gemini", event)
+def hook_gemini(event: str = typer.Argument(..., help=event_help)) -> None:
+    """Gemini CLI hook (SessionStart, BeforeAgent): prints Gemini's JSON (additionalContext).
 
-    @command(hook_app, "install")
-    def hook_install(
-        client: str = typer.Argument(..., help="claude-code, codex or gemini."),
-        project: Optional[Path] = typer.Option(None, "--project", help="Write this project's settings "
-                                               "file instead of your user one."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
-    ) -> None:
-        """Add pmem's hooks to a client's settings file (merged, idempotent, with a backup).
+    \b
+    Example:
+      pmem hook install gemini
+    """
+    _hook("gemini", event)
 
-        Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json (or the
-        project's with --project). Everything else in the file stays as it was; running it again
-        changes nothing; the previous file is kept as FILE.bak-TIMESTAMP.
+def hook_install(
+    client: str = typer.Argument(..., help="claude-code, codex or gemini."),
+    project: Optional[Path] = typer.Option(None, "--project", help="Write this project's settings "
+                                           "file instead of your user one."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
+) -> None:
+    """Add pmem's hooks to a client's settings file (merged, idempotent, with a backup).
 
-        \b
-        Examples:
-          pmem hook install claude-code
-          pmem hook install codex --project .
-        """
-        from ..integrations import clients
+    Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json (or the
+    project's with --project). Everything else in the file stays as it was; running it again
+    changes nothing; the previous file is kept as FILE.bak-TIMESTAMP.
 
-        result = clients.install_hooks(client, program=_program(), project=project, dry_run=dry_run)
-        if not result.changed:
-            out.note(f"{result.path}: pmem's hooks are already there; nothing changed")
-            return
-        what = ", ".join(result.added + result.updated)
-        verb = "would add" if dry_run else "added"
-        out.note(f"{result.path}: {verb} {what}" + (f" (backup: {result.backup})" if result.backup else ""))
-        if client == "codex":
-            out.note("Codex runs hooks only with `[features] codex_hooks = true` in ~/.codex/config.toml")
+    \b
+    Examples:
+      pmem hook install claude-code
+      pmem hook install codex --project .
+    """
+    from ..integrations import clients
 
-    @command(app)
-    def context(
-        write: Optional[Path] = typer.Option(None, "--write", "-w", metavar="FILE",
-                                             help="Keep the block inside FILE (AGENTS.md, CLAUDE.md, GEMINI.md...)."),
-        budget: int = typer.Option(4000, "--budget", help="Characters of memories at most."),
-        scope: str = typer.Option("auto", "--scope", help=ScopeHelp),
-    ) -> None:
-        """Core memories for tools that only read a conventions file (AGENTS.md and the like).
+    result = clients.install_hooks(client, program=_program(), project=project, dry_run=dry_run)
+    if not result.changed:
+        out.note(f"{result.path}: pmem's hooks are already there; nothing changed")
+        return
+    what = ", ".join(result.added + result.updated)
+    verb = "would add" if dry_run else "added"
+    out.note(f"{result.path}: {verb} {what}" + (f" (backup: {result.backup})" if result.backup else ""))
+    if client == "codex":
+        out.note("Codex runs hooks only with `[features] codex_hooks = true` in ~/.codex/config.toml")
 
-        With --write, pmem keeps them in a block between two marker lines that it owns, and leaves
-        the rest of the file exactly as it was; without it, prints the block.
+def context(
+    write: Optional[Path] = typer.Option(None, "--write", "-w", metavar="FILE",
+                                         help="Keep the block inside FILE (AGENTS.md, CLAUDE.md, GEMINI.md...)."),
+    budget: int = typer.Option(4000, "--budget", help="Characters of memories at most."),
+    scope: str = typer.Option("auto", "--scope", help=ScopeHelp),
+) -> None:
+    """Core memories for tools that only read a conventions file (AGENTS.md and the like).
 
-        \b
-        Examples:
-          pmem context --write AGENTS.md
-          pmem context --write CLAUDE.md --scope global
-        """
-        from ..integrations import context as ctx
-        from ..scope import parse_scope, read_filter
+    With --write, pmem keeps them in a block between two marker lines that it owns, and leaves
+    the rest of the file exactly as it was; without it, prints the block.
 
-        if budget < 100:
-            raise UsageError("--budget must be at least 100 characters")
-        flt = read_filter(parse_scope(scope))
-        with open_store() as store:
-            body = ctx.render_block(store, budget=budget, flt=flt)
-        if write is None:
-            out.echo(body)
-            return
-        changed = ctx.write_block(write, body)
-        out.note(f"{write}: " + ("pmem block written" if changed else "already up to date"))
+    \b
+    Examples:
+      pmem context --write AGENTS.md
+      pmem context --write CLAUDE.md --scope global
+    """
+    from ..integrations import context as ctx
+    from ..scope import parse_scope, read_filter
+
+    if budget < 100:
+        raise UsageError("--budget must be at least 100 characters")
+    flt = read_filter(parse_scope(scope))
+    with open_store() as store:
+        body = ctx.render_block(store, budget=budget, flt=flt)
+    if write is None:
+        out.echo(body)
+        return
+    changed = ctx.write_block(write, body)
+    out.note(f"{write}: " + ("pmem block written" if changed else "already up to date"))

@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from . import (
+    agents_cmd,
     config_cmd,
     dream_cmd,
     extract_cmd,
@@ -30,7 +31,7 @@ from . import output as out
 from .common import PmemGroup
 
 COMMAND_MODULES = (memories_cmd, history_cmd, transfer_cmd, housekeeping_cmd, dream_cmd, extract_cmd,
-                   serve_cmd, tui_cmd, models_cmd, config_cmd)
+                   serve_cmd, tui_cmd, agents_cmd, models_cmd, config_cmd)
 
 
 def _print_version(value: bool) -> None:
