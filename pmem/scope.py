@@ -14,6 +14,7 @@ from .errors import UsageError
 
 GLOBAL = "global"
 AUTO = "auto"
+ALL = "all"
 
 
 def project_root(cwd: str | os.PathLike | None = None) -> Path | None:
@@ -74,3 +75,23 @@ def read_filter(scope: str | None, *, base=None):
     from .store import Filter
 
     return replace(base or Filter(), scope=scope if scope is not None else GLOBAL)
+
+
+def filter_scope(value: str | None, cwd: str | os.PathLike | None = None) -> str | None:
+    """A reading `--scope` to `Filter.scope`: "all" (or None) -> every memory; "global" -> global
+    ones; "auto" -> global plus the current project's (global only outside a project); a
+    directory -> global plus that project's."""
+    if value is None or value.strip() == ALL:
+        return None
+    project = parse_scope(value, cwd)
+    return project if project is not None else GLOBAL
+
+
+def in_scope(scope_of_memory: str | None, wanted: str | None) -> bool:
+    """Whether a memory with `scope_of_memory` passes `Filter.scope == wanted` (for code that
+    filters memories it already holds, like export of every memory)."""
+    if wanted is None:
+        return True
+    if wanted == GLOBAL:
+        return scope_of_memory is None
+    return scope_of_memory is None or scope_of_memory == wanted

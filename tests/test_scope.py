@@ -87,3 +87,42 @@ def test_migration_makes_existing_memories_global(tmp_path, fake_config):
         assert m.scope is None
         assert s.count(read_filter("/some/project")) == 1
         assert "m003_scope" in migrations.applied(s.conn)
+
+
+def test_cli_scope_options(repo, tmp_path, monkeypatch, fake_config):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    runner = CliRunner()
+
+    def ok(*args):
+        r = runner.invoke(app, list(args))
+        assert r.exit_code == 0, (args, r.output, r.exception)
+        return r.stdout
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(repo / "src")
+    mine = ok("add", "repo deploys go through staging", "--scope", "auto").strip()
+    glob = ok("add", "I deploy on Tuesdays only").strip()
+    other = ok("add", "elsewhere deploys go to prod", "--scope", str(elsewhere)).strip()
+
+    def ids(out):
+        return {m["id"] for m in json.loads(out)}
+
+    assert ids(ok("search", "deploys", "--json")) == {mine, glob}  # default: global + this project
+    assert ids(ok("search", "deploys", "--json", "--scope", "global")) == {glob}
+    assert ids(ok("search", "deploys", "--json", "--scope", "all")) == {mine, glob, other}
+    assert ids(ok("list", "--json")) == {mine, glob, other}  # list shows everything by default
+    assert ids(ok("list", "--json", "--scope", "auto")) == {mine, glob}
+    assert "elsewhere" not in ok("recall", "deploys")
+    assert "elsewhere" in ok("recall", "deploys", "--scope", str(elsewhere))
+    exported = [json.loads(x) for x in ok("export", "--scope", str(elsewhere)).splitlines()]
+    assert {m["id"] for m in exported} == {glob, other}
+    assert {m["scope"] for m in exported} == {None, str(elsewhere.resolve())}
+
+    monkeypatch.chdir(elsewhere)
+    assert ids(ok("search", "deploys", "--json")) == {glob, other}
+    bad = runner.invoke(app, ["add", "x", "--scope", str(tmp_path / "nope")])
+    assert bad.exit_code == 2 and "--scope" in bad.output

@@ -24,6 +24,11 @@ UntilOpt = typer.Option(None, "--until", help="Created on or before DATE.")
 AsOfOpt = typer.Option(None, "--as-of", help="Facts that were valid at DATE (includes since-superseded ones).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON for scripts (stable keys).")
 IdsArg = typer.Argument(..., metavar="ID...", help="Memory ids or unique prefixes.")
+_SCOPES = "global memories plus the project's (the git root or directory)"
+ScopeReadOpt = typer.Option("auto", "--scope", help=f"auto (default: {_SCOPES} of the current directory), "
+                            "global, all, or a project directory.")
+ScopeAllOpt = typer.Option("all", "--scope", help=f"all (default), global, auto ({_SCOPES} of the "
+                           "current directory), or a project directory.")
 
 
 def _current_context() -> Optional[typer.Context]:
@@ -123,15 +128,16 @@ def decode_text(data: bytes, what: str, limit_chars: int, hint: str = "") -> str
 
 
 def _filter(tag, tier, since, until, as_of, include_expired=False, include_forgotten=False, pinned=None,
-            all_=False, source=None):
+            all_=False, source=None, scope=None):
     from ..records import TIERS
+    from ..scope import filter_scope
     from ..store import Filter
 
     tiers = tuple(tier) if tier else (TIERS if all_ else ("core", "archival"))
     return Filter(tiers=tiers, tags=tuple(tag or ()), since=_when(since), until=_when(until),
                   as_of=_when(as_of), include_expired=include_expired or all_,
                   include_forgotten=include_forgotten or all_, include_superseded=all_, include_merged=all_,
-                  pinned=pinned, source=source)
+                  pinned=pinned, source=source, scope=filter_scope(scope))
 
 
 # -- the error boundary -------------------------------------------------------------------

@@ -14,6 +14,8 @@ from .common import (
     AsOfOpt,
     IdsArg,
     JsonOpt,
+    ScopeAllOpt,
+    ScopeReadOpt,
     SinceOpt,
     TagOpt,
     TierOpt,
@@ -56,6 +58,8 @@ def add(
                                  help="Pull durable facts out of the text with the local chat model."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Store it even if it holds what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
+    scope: str = typer.Option("global", "--scope", help="global (default), auto (the current project: "
+                              "its git root or directory), or a project directory."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Store a memory. Text holding a machine secret (an API key, a token, a private key) is
@@ -66,7 +70,9 @@ def add(
       pmem add "The wifi password at the cabin is hunter2" --tag home
       echo "Deploys need approval from Dana" | pmem add --tag work --ttl 30d
       pmem add "I am vegetarian" --pin
+      pmem add "Tests run with make check" --scope auto
     """
+    from ..scope import parse_scope
     from ..store import MAX_TEXT
 
     if text is None or text == "-":
@@ -76,6 +82,9 @@ def add(
     expires_at = _when(expires, direction=1)
     if ttl:
         expires_at = timeutil.from_now(ttl)
+    project = parse_scope(scope)
+    if extract and project is not None:
+        raise UsageError("--extract stores facts globally for now; leave out --scope")
     if extract:
         from .extract_cmd import run_extract
 
@@ -85,7 +94,8 @@ def add(
     with open_store() as store:
         memory, created = store.add(text, tags=tag or [], tier=tier, pinned=pin, source=source,
                                     meta=_meta(meta or []), created_at=_when(at), expires_at=expires_at,
-                                    allow_duplicate=allow_duplicate, allow_secret=allow_secret)
+                                    allow_duplicate=allow_duplicate, allow_secret=allow_secret,
+                                    scope=project)
     if as_json:
         out.print_json({**memory.to_dict(), "created": created})
     else:
@@ -108,6 +118,7 @@ def search(
     mode: str = typer.Option("hybrid", "--mode", help="hybrid (words + meaning), semantic or keyword."),
     no_collapse: bool = typer.Option(False, "--no-collapse",
                                      help="List a fact and the memory it was derived from separately."),
+    scope: str = ScopeReadOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Find memories by meaning and by words (hybrid).
@@ -125,7 +136,7 @@ def search(
 
     check_count(limit, "--limit", 1)
     with open_store(read_only=True) as store:
-        flt = _filter(tag, tier, since, until, as_of, include_expired)
+        flt = _filter(tag, tier, since, until, as_of, include_expired, scope=scope)
         hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
                           collapse=not no_collapse)
     if as_json:
@@ -143,6 +154,7 @@ def recall(
     tag: List[str] = TagOpt,
     tier: List[str] = TierOpt,
     as_of: Optional[str] = AsOfOpt,
+    scope: str = ScopeReadOpt,
 ) -> None:
     """Print what another LLM should know: core memories, then the most relevant, under a budget.
 
@@ -156,7 +168,7 @@ def recall(
 
     check_count(budget, "--budget", 1)
     with open_store(read_only=True) as store:
-        flt = _filter(tag, tier, None, None, as_of)
+        flt = _filter(tag, tier, None, None, as_of, scope=scope)
         result = run_recall(store, query, budget=budget, flt=flt, fmt=fmt)
     out.echo(render(result, fmt))
     if result.left_out and sys.stderr.isatty():
@@ -177,6 +189,7 @@ def list_(
     all_: bool = typer.Option(False, "--all", "-a", help="Everything: every tier and status."),
     sort: str = typer.Option("created", "--sort", help="created, updated, accessed, expires or id."),
     reverse: bool = typer.Option(False, "--reverse", "-r", help="Oldest first."),
+    scope: str = ScopeAllOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """List memories, newest first.
@@ -189,7 +202,8 @@ def list_(
     check_count(limit, "--limit", 0)
     check_count(offset, "--offset", 0)
     with open_store(read_only=True) as store:
-        flt = _filter(tag, tier, since, until, as_of, include_expired, include_forgotten, pinned, all_)
+        flt = _filter(tag, tier, since, until, as_of, include_expired, include_forgotten, pinned, all_,
+                      scope=scope)
         memories = store.list(flt, sort=sort, reverse=reverse, limit=limit or None, offset=offset)
     if as_json:
         out.print_json([m.to_dict() for m in memories])

@@ -137,7 +137,8 @@ def memory_table(memories: Iterable[Memory], hits: list[Hit] | None = None, titl
 def memory_detail(m: Memory) -> None:
     now = timeutil.now_iso()
     fields = [("id", m.id), ("tier", m.tier), ("status", m.status(now)), ("pinned", "yes" if m.pinned else "no"),
-              ("tags", ", ".join(m.tags)), ("source", m.source or ""), ("created", m.created_at),
+              ("tags", ", ".join(m.tags)), ("source", m.source or ""), ("scope", m.scope or "global"),
+              ("created", m.created_at),
               ("updated", m.updated_at), ("expires", m.expires_at or ""), ("valid from", m.valid_from or ""),
               ("valid to", m.valid_to or ""), ("superseded by", m.superseded_by or ""),
               ("derived from", ", ".join(m.derived_from)), ("merged into", m.merged_into or ""),

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import PmemError, UsageError
 from . import output as out
-from .common import JsonOpt, open_store, read_stdin
+from .common import JsonOpt, ScopeAllOpt, open_store, read_stdin
 
 
 def register(app: typer.Typer) -> None:
@@ -79,6 +79,7 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
     active: bool = typer.Option(False, "--active", help="Only active memories (default: everything but forgotten)."),
     include_forgotten: bool = typer.Option(False, "--include-forgotten", help="Also forgotten memories."),
+    scope: str = ScopeAllOpt,
 ) -> None:
     """Export memories: JSONL keeps every field (import round-trips it); Markdown is for reading.
     Forgotten memories stay out unless --include-forgotten: an export is a file that travels.
@@ -89,17 +90,21 @@ def export(
       pmem export --format md -o memories.md
     """
     from .. import transfer
+    from ..scope import filter_scope, in_scope
     from ..store import Filter
 
     if fmt not in transfer.FORMATS:
         raise UsageError(f"unknown format {fmt!r}: use {', '.join(transfer.FORMATS)}")
     if output is not None:
         _check_writable(output)
+    wanted = filter_scope(scope)
     with open_store(read_only=True) as store:
         if active:
-            memories = store.list(Filter(tiers=("core", "archival", "episodic")), limit=None, reverse=True)
+            memories = store.list(Filter(tiers=("core", "archival", "episodic"), scope=wanted), limit=None,
+                                  reverse=True)
         else:
-            memories = [m for m in store.iter_all() if include_forgotten or m.forgotten_at is None]
+            memories = [m for m in store.iter_all()
+                        if (include_forgotten or m.forgotten_at is None) and in_scope(m.scope, wanted)]
     lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
     if output is not None:
         try:
