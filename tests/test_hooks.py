@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,7 @@ def seeded(fake_config, pmem_home, project):
 
 def run_cli(args, stdin: str = "", env=None, timeout=60):
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pmem", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pmem", *args], check=False, input=stdin, capture_output=True, text=True,
                           env=full_env, timeout=timeout)
 
 
@@ -55,7 +54,7 @@ def _open(cfg):
 
 
 def test_user_prompt_prints_relevant_memories_once_per_session(seeded, fake_config, project):
-    run = lambda p, s="s1": hooks.run_hook("claude-code", "user-prompt", prompt_json(p, s, project),  # noqa: E731
+    run = lambda p, s="s1": hooks.run_hook("claude-code", "user-prompt", prompt_json(p, s, project),
                                           _open(fake_config))
     first = run("what do we usually eat for dinner on Fridays?")
     assert "pasta with friends" in first

@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("mcp.client.stdio", reason='the MCP SDK is an extra: pip install ".[mcp]"')
 
-import anyio  # noqa: E402  (installed with the SDK)
-from mcp import types  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+import anyio
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {"recall", "search", "remember", "update", "pin", "forget"}
@@ -32,10 +32,10 @@ def _params(home: Path, cwd: Path, **env) -> StdioServerParameters:
 
 def _session(params: StdioServerParameters, body, client: str = "test-client"):
     async def main():
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write, client_info=types.Implementation(name=client, version="1")) as s:
-                await s.initialize()
-                return await body(s)
+        info = types.Implementation(name=client, version="1")
+        async with stdio_client(params) as (read, write), ClientSession(read, write, client_info=info) as s:
+            await s.initialize()
+            return await body(s)
     return anyio.run(main)
 
 
@@ -245,7 +245,7 @@ def test_missing_sdk_names_the_extra(pmem_home, tmp_path):
         "        if name == 'mcp' or name.startswith('mcp.'):\n            raise ImportError('blocked')\n"
         "sys.meta_path.insert(0, _Block())\n")
     env = {**os.environ, "PMEM_HOME": str(pmem_home), "PYTHONPATH": f"{blocker}{os.pathsep}{ROOT}"}
-    r = subprocess.run([sys.executable, "-m", "pmem", "mcp"], env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "pmem", "mcp"], check=False, env=env, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=60)
     assert r.returncode == 1
     assert 'pip install "pmem[mcp]"' in r.stderr

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import DatabaseError, UsageError
 
@@ -105,14 +106,14 @@ def bounded_json(payload: dict[str, Any], list_key: str | None = None,
     return text
 
 
-def _base_filter(flt: "Filter | None") -> "Filter":
+def _base_filter(flt: Filter | None) -> Filter:
     from ..store import Filter
 
     return flt if flt is not None else Filter()
 
 
-def search(store: "MemoryStore", query: str, *, limit: int = 10, tags: Any = None,
-           flt: "Filter | None" = None) -> dict[str, Any]:
+def search(store: MemoryStore, query: str, *, limit: int = 10, tags: Any = None,
+           flt: Filter | None = None) -> dict[str, Any]:
     from ..search import search as run_search
 
     q = _query(query)
@@ -124,8 +125,8 @@ def search(store: "MemoryStore", query: str, *, limit: int = 10, tags: Any = Non
     return {"query": q, "results": [memory_summary(h.memory, score=h.score) for h in hits]}
 
 
-def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
-           flt: "Filter | None" = None) -> str:
+def recall(store: MemoryStore, query: str | None = None, *, budget: int | None = None,
+           flt: Filter | None = None) -> str:
     """A Markdown context block: core memories, then the most relevant, within `budget` tokens."""
     from ..recall import recall as run_recall
     from ..recall import render
@@ -141,7 +142,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     return text
 
 
-def remember(store: "MemoryStore", text: str, *, tags: Any = None, pin: bool = False,
+def remember(store: MemoryStore, text: str, *, tags: Any = None, pin: bool = False,
              source: str | None = None, extract: bool = False, scope: str | None = None) -> dict[str, Any]:
     """Store `text`. With `extract`, the local chat model pulls facts out of it; the text itself is
     kept as their source (episodic), so every fact can be traced back."""
@@ -165,17 +166,17 @@ def remember(store: "MemoryStore", text: str, *, tags: Any = None, pin: bool = F
             **({} if created else {"note": "an identical memory was already stored"})}
 
 
-def forget(store: "MemoryStore", memory_id: str) -> dict[str, Any]:
+def forget(store: MemoryStore, memory_id: str) -> dict[str, Any]:
     m = retry_busy(lambda: store.forget(_id(memory_id)))
     return {"forgotten": m.id, "text": _clip(m.text, 200)[0], "undo": "pmem undo (or restore it: pmem restore " + m.id + ")"}
 
 
-def pin(store: "MemoryStore", memory_id: str) -> dict[str, Any]:
+def pin(store: MemoryStore, memory_id: str) -> dict[str, Any]:
     m = retry_busy(lambda: store.pin(_id(memory_id)))
     return {"pinned": m.id, "memory": memory_summary(m)}
 
 
-def update(store: "MemoryStore", memory_id: str, text: str, *, source: str | None = None) -> dict[str, Any]:
+def update(store: MemoryStore, memory_id: str, text: str, *, source: str | None = None) -> dict[str, Any]:
     """A correction: a new memory that supersedes the old one. The old one stays in the history
     (`pmem history`, `search --as-of`), so nothing is lost."""
     if not isinstance(text, str) or not text.strip():

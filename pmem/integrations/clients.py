@@ -36,8 +36,8 @@ def mcp_config(client: str, program: str = "pmem") -> tuple[str, str]:
                 "run this command (or put the claude-desktop JSON in .mcp.json for one project)")
     if client == "claude-desktop":
         return (json.dumps({"mcpServers": {"pmem": server}}, indent=2),
-                "merge into claude_desktop_config.json (Settings > Developer > Edit Config); "
-                "Claude Desktop does not read your shell's PATH, hence the full path")
+                ("merge into claude_desktop_config.json (Settings > Developer > Edit Config); "
+                 "Claude Desktop does not read your shell's PATH, hence the full path"))
     if client == "cursor":
         return (json.dumps({"mcpServers": {"pmem": server}}, indent=2),
                 "merge into ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (one project)")

@@ -24,7 +24,7 @@ _BEGIN_PREFIX = "<!-- pmem:begin"
 MAX_FILE = 5_000_000
 
 
-def render_block(store: "MemoryStore", *, budget: int = 4000, flt: "Filter | None" = None) -> str:
+def render_block(store: MemoryStore, *, budget: int = 4000, flt: Filter | None = None) -> str:
     """The block's body: core memories, newest first, within `budget` characters."""
     from ..store import Filter
 

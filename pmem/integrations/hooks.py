@@ -22,9 +22,10 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
 
@@ -190,7 +191,7 @@ class HookSettings:
     min_similarity: float = 0.3
 
 
-def search_mode(store: "MemoryStore") -> str:
+def search_mode(store: MemoryStore) -> str:
     """"keyword" when the embedding model is not on disk yet: a hook must not start a download."""
     from ..provision import known_models, model_file
 
@@ -200,7 +201,7 @@ def search_mode(store: "MemoryStore") -> str:
     return "hybrid"
 
 
-def _relevant(store: "MemoryStore", query: str, flt: "Filter", limit: int, min_similarity: float) -> list:
+def _relevant(store: MemoryStore, query: str, flt: Filter, limit: int, min_similarity: float) -> list:
     from ..search import search
 
     hits = search(store, query, replace(flt, pinned=False, tiers=("archival",)), limit=limit,
@@ -210,15 +211,13 @@ def _relevant(store: "MemoryStore", query: str, flt: "Filter", limit: int, min_s
     keep = []
     for h in hits:
         sim = None if h.distance is None else 1.0 - h.distance
-        if sim is not None and sim >= min_similarity:
-            keep.append(h.memory)
-        elif h.keyword_rank is not None and (sim is None or sim >= min_similarity / 2) and h.keyword_rank <= 3:
+        if sim is not None and sim >= min_similarity or h.keyword_rank is not None and (sim is None or sim >= min_similarity / 2) and h.keyword_rank <= 3:
             keep.append(h.memory)
     return keep
 
 
-def build_context(store: "MemoryStore", event: str, data: HookInput, settings: HookSettings,
-                  flt: "Filter | None" = None, project: str | None = None) -> str:
+def build_context(store: MemoryStore, event: str, data: HookInput, settings: HookSettings,
+                  flt: Filter | None = None, project: str | None = None) -> str:
     """The block to print for one hook event ("" when there is nothing new and relevant)."""
     from ..store import Filter
 
@@ -273,9 +272,9 @@ def format_output(client: str, event: str, block: str) -> str:
                                               "additionalContext": block}}, ensure_ascii=False)
 
 
-def run_hook(client: str, event: str, stdin_text: str, open_store: Callable[[], "MemoryStore"], *,
+def run_hook(client: str, event: str, stdin_text: str, open_store: Callable[[], MemoryStore], *,
              settings: HookSettings | None = None,
-             make_filter: Callable[[HookInput], tuple["Filter | None", str | None]] | None = None) -> str:
+             make_filter: Callable[[HookInput], tuple[Filter | None, str | None]] | None = None) -> str:
     """The whole hook: never raises, never runs past `settings.timeout`; returns what to print.
 
     The work runs in a daemon thread; if it is not done in time the caller gets "" (and the

@@ -9,7 +9,8 @@ connection in turn, and busy-database retries keep "database is locked" away fro
 
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import PmemError
 from . import actions
