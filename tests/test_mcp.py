@@ -250,3 +250,28 @@ def test_missing_sdk_names_the_extra(pmem_home, tmp_path):
     assert r.returncode == 1
     assert 'pip install "pmem[mcp]"' in r.stderr
     assert r.stderr.startswith("pmem: error:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.model
+def test_remember_with_extract_keeps_the_source(pmem_home, project):
+    """The real models: `remember(extract=True)` stores the text as the source of its facts."""
+    params = _params(pmem_home, project, PMEM_EMBED_MODEL="all-MiniLM-L6-v2",
+                     PMEM_MODELS_DIR=os.environ.get("PMEM_MODELS_DIR", ""))
+
+    async def body(s):
+        return await s.call_tool("remember", {
+            "text": "I moved to Lisbon in May 2024. My sister Ana is a nurse in Porto.", "extract": True},
+            read_timeout_seconds=300)
+
+    r = _session(params, body, client="cursor")
+    assert not r.is_error, _text(r)
+    data = json.loads(_text(r))
+    assert data["extracted"] is True and data["source_ids"]
+    from pmem.store import MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db") as store:
+        source = store.get(data["source_ids"][0])
+        assert "Lisbon" in source.text and source.tier == "episodic" and source.source == "mcp:cursor"
+        for fact in data["facts"]:
+            if fact["id"]:
+                assert source.id in store.get(fact["id"]).derived_from
