@@ -70,6 +70,8 @@ def test_toolbox_search_recall_remember(plugin, seeded, pmem_home):
     assert set(by_name) == {"Pmem_search", "Pmem_recall", "Pmem_remember"}
     for t in by_name.values():
         assert t.description and t.input_schema["properties"]
+    assert by_name["Pmem_search"].input_schema["properties"]["limit"]["type"] == "integer"
+    assert by_name["Pmem_remember"].input_schema["required"] == ["text"]
 
     found = json.loads(by_name["Pmem_search"].implementation(query="Kyoto trip"))
     assert found["results"][0]["text"].startswith("We are planning a trip to Kyoto")

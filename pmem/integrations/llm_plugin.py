@@ -8,7 +8,6 @@ environment (`llm install pmem`, or `pip install pmem` next to llm). Memories wr
 the source `llm:<model id>` when llm says which model called, else `llm`.
 """
 
-from __future__ import annotations
 
 import json
 from typing import Any
