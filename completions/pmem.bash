@@ -15,11 +15,11 @@ _pmem() {
 _pmem_words() {
     local words=""
     case "$1" in
-        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui models config --db --version --help" ;;
-        "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --json --help" ;;
-        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --json --help" ;;
-        "recall") words="--budget -b --format -f --tag -t --tier --as-of --help" ;;
-        "list") words="--limit -n --offset --tag -t --tier --since --until --as-of --pinned --unpinned --include-expired --include-forgotten --all -a --sort --reverse -r --json --help" ;;
+        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui mcp context hook models config --db --version --help" ;;
+        "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --scope --json --help" ;;
+        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --json --help" ;;
+        "recall") words="--budget -b --format -f --tag -t --tier --as-of --scope --help" ;;
+        "list") words="--limit -n --offset --tag -t --tier --since --until --as-of --pinned --unpinned --include-expired --include-forgotten --all -a --sort --reverse -r --scope --json --help" ;;
         "show") words="--json --help" ;;
         "edit") words="--tag -t --untag --tier --meta --allow-secret --json --help" ;;
         "pin") words="--help" ;;
@@ -31,7 +31,7 @@ _pmem_words() {
         "log") words="--limit -n --json --help" ;;
         "undo") words="--json --help" ;;
         "import") words="--format -f --tag -t --tier --dry-run --allow-secret --json --help" ;;
-        "export") words="--format -f --output -o --active --include-forgotten --help" ;;
+        "export") words="--format -f --output -o --active --include-forgotten --scope --help" ;;
         "stats") words="--json --help" ;;
         "path") words="--json --help" ;;
         "reindex") words="--help" ;;
@@ -41,6 +41,13 @@ _pmem_words() {
         "why") words="--json --help" ;;
         "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;
         "tui") words="--search -s --help" ;;
+        "mcp") words="--print-config --scope --help" ;;
+        "context") words="--write -w --budget --scope --help" ;;
+        "hook") words="claude-code codex gemini install --help" ;;
+        "hook claude-code") words="--help" ;;
+        "hook codex") words="--help" ;;
+        "hook gemini") words="--help" ;;
+        "hook install") words="--project --dry-run --help" ;;
         "models") words="list pull --json --help" ;;
         "models list") words="--json --help" ;;
         "models pull") words="--from --force --help" ;;
