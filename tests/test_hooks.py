@@ -136,6 +136,9 @@ def test_cli_hook_never_fails_the_prompt(seeded, pmem_home, tmp_path):
     bad_db.write_bytes(b"this is not sqlite" * 100)
     broken = run_cli(["hook", "claude-code", "user-prompt"], prompt_json("dinner"), {**env, "PMEM_DB": str(bad_db)})
     assert broken.returncode == 0 and broken.stdout == "" and broken.stderr == ""
+    chosen = run_cli(["--db", str(pmem_home / "pmem.db"), "hook", "claude-code", "user-prompt"],
+                     prompt_json("dinner on Fridays", "s2"), {**env, "PMEM_DB": str(bad_db)})
+    assert chosen.returncode == 0 and "pasta" in chosen.stdout  # --db reaches the hook's worker thread
     garbage = run_cli(["hook", "claude-code", "user-prompt"], "\x00\xff{not json", env)
     assert garbage.returncode == 0 and garbage.stderr == ""
     unknown = run_cli(["hook", "claude-code", "pre-tool"], "{}", env)

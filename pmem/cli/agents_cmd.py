@@ -77,6 +77,7 @@ def mcp(
     db = db_override()
     mcp_server.run(scope, db=str(db) if db else None)
 
+
 def _hook(client: str, event: str) -> None:
     """The body of every `pmem hook CLIENT EVENT`: never fails, never prints an error."""
     from ..integrations import hooks
@@ -97,7 +98,14 @@ def _hook(client: str, event: str) -> None:
             project = auto_scope(data.cwd) if data.cwd else None
             return read_filter(project), project
 
-        block = hooks.run_hook(client, event, text, open_store, settings=settings, make_filter=make_filter)
+        db = db_override()  # read here: the work runs in another thread, outside typer's context
+
+        def open_db():
+            from ..store import MemoryStore
+
+            return MemoryStore(db)
+
+        block = hooks.run_hook(client, event, text, open_db, settings=settings, make_filter=make_filter)
         if block:
             sys.stdout.write(block + "\n")
             sys.stdout.flush()
@@ -112,6 +120,7 @@ def _hook(client: str, event: str) -> None:
             sys.stdout.flush()
             os._exit(0)  # a hook that ran out of time: leave now, the prompt is waiting
     raise typer.Exit(0)
+
 
 event_help = "session-start or user-prompt"
 
