@@ -65,6 +65,11 @@ def serve_log_path() -> Path:
     return data_dir() / "serve.log"
 
 
+def hook_log_path() -> Path:
+    """Where agent hooks log the errors they never show (`pmem doctor` reads it)."""
+    return data_dir() / "hook-errors.log"
+
+
 def backups_dir() -> Path:
     return data_dir() / "backups"
 

@@ -37,8 +37,8 @@ def seeded(fake_config, pmem_home, project):
 
 def run_cli(args, stdin: str = "", env=None, timeout=60):
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pmem", *args], check=False, input=stdin, capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "pmem", *args], check=False, input=stdin, capture_output=True,
+                          text=True, env=full_env, timeout=timeout)
 
 
 def prompt_json(prompt: str, session="s1", cwd=None, **extra) -> str:
@@ -54,8 +54,9 @@ def _open(cfg):
 
 
 def test_user_prompt_prints_relevant_memories_once_per_session(seeded, fake_config, project):
-    run = lambda p, s="s1": hooks.run_hook("claude-code", "user-prompt", prompt_json(p, s, project),
-                                          _open(fake_config))
+    def run(p, s="s1"):
+        return hooks.run_hook("claude-code", "user-prompt", prompt_json(p, s, project), _open(fake_config))
+
     first = run("what do we usually eat for dinner on Fridays?")
     assert "pasta with friends" in first
     assert "hunter2" not in first

@@ -13,9 +13,9 @@ import pytest
 
 llm = pytest.importorskip("llm", reason='llm is an extra: pip install ".[llm]"')
 
-from llm.plugins import pm
+from llm.plugins import pm  # noqa: E402
 
-from pmem.store import MemoryStore
+from pmem.store import MemoryStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

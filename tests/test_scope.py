@@ -40,7 +40,9 @@ def test_reads_see_global_plus_their_project(store, repo, tmp_path):
     g, _ = store.add("global: I prefer tabs")
     mine, _ = store.add("repo: deploys go through staging", scope=str(repo))
     theirs, _ = store.add("other: deploys go straight to prod", scope=other)
-    ids = lambda flt: {m.id for m in store.list(flt)}
+    def ids(flt):
+        return {m.id for m in store.list(flt)}
+
     assert ids(Filter()) == {g.id, mine.id, theirs.id}  # no scope given: everything
     assert ids(read_filter(str(repo))) == {g.id, mine.id}
     assert ids(read_filter(None)) == {g.id}

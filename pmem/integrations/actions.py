@@ -168,7 +168,8 @@ def remember(store: MemoryStore, text: str, *, tags: Any = None, pin: bool = Fal
 
 def forget(store: MemoryStore, memory_id: str) -> dict[str, Any]:
     m = retry_busy(lambda: store.forget(_id(memory_id)))
-    return {"forgotten": m.id, "text": _clip(m.text, 200)[0], "undo": "pmem undo (or restore it: pmem restore " + m.id + ")"}
+    return {"forgotten": m.id, "text": _clip(m.text, 200)[0],
+            "undo": f"pmem undo (or restore it: pmem restore {m.id})"}
 
 
 def pin(store: MemoryStore, memory_id: str) -> dict[str, Any]:

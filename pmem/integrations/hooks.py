@@ -51,7 +51,7 @@ def state_dir() -> Path:
 
 
 def log_path() -> Path:
-    return paths.data_dir() / "hook-errors.log"
+    return paths.hook_log_path()
 
 
 def log_error(message: str) -> None:
@@ -67,16 +67,6 @@ def log_error(message: str) -> None:
             f.write(f"{stamp} {message.rstrip()}\n")
     except OSError:
         pass  # nowhere to log: still never fail the prompt
-
-
-def last_errors(n: int = 3) -> list[str]:
-    """The latest logged hook errors (first lines), for `pmem doctor`."""
-    path = log_path()
-    if not path.exists():
-        return []
-    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()
-             if ln[:4].isdigit()]
-    return lines[-n:]
 
 
 @dataclass
@@ -211,7 +201,10 @@ def _relevant(store: MemoryStore, query: str, flt: Filter, limit: int, min_simil
     keep = []
     for h in hits:
         sim = None if h.distance is None else 1.0 - h.distance
-        if sim is not None and sim >= min_similarity or h.keyword_rank is not None and (sim is None or sim >= min_similarity / 2) and h.keyword_rank <= 3:
+        close = sim is not None and sim >= min_similarity
+        words = (h.keyword_rank is not None and h.keyword_rank <= 3
+                 and (sim is None or sim >= min_similarity / 2))
+        if close or words:
             keep.append(h.memory)
     return keep
 
