@@ -78,6 +78,9 @@ def test_toolbox_search_recall_remember(plugin, seeded, pmem_home):
     assert "vegetarian" in by_name["Pmem_recall"].implementation(topic="dinner")
     stored = json.loads(by_name["Pmem_remember"].implementation(text="I moved to Lisbon"))
     assert stored["created"] is True and stored["memory"]["source"] == "llm"
+    assert "scope" not in stored["memory"]  # the user's everywhere
+    local = json.loads(by_name["Pmem_remember"].implementation(text="This repo uses tabs", project=True))
+    assert local["memory"]["scope"] == str(Path.cwd().resolve())
     with MemoryStore(pmem_home / "pmem.db") as s:
         assert [e.action for e, _ in s.history(stored["memory"]["id"])] == ["add"]
 

@@ -70,7 +70,7 @@ def test_tools_listed_with_descriptions_and_annotations(pmem_home, project):
 def test_every_tool_round_trip(pmem_home, project, tmp_path):
     async def body(s):
         out = {}
-        r = await s.call_tool("remember", {"text": "I moved to Lisbon in May", "tags": ["home"]})
+        r = await s.call_tool("remember", {"text": "I moved to Lisbon in May", "tags": ["home"], "project": True})
         assert not r.is_error, _text(r)
         out["remember"] = json.loads(_text(r))
         mid = out["remember"]["memory"]["id"]
@@ -83,6 +83,7 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
         out["update"] = json.loads(_text(r))
         out["recall"] = _text(await s.call_tool("recall", {"topic": "where do I live"}))
         out["forget"] = json.loads(_text(await s.call_tool("forget", {"id": out["update"]["memory"]["id"]})))
+        out["personal"] = json.loads(_text(await s.call_tool("remember", {"text": "I am vegetarian"})))
         out["after"] = json.loads(_text(await s.call_tool("search", {"query": "Porto"})))
         return out
 
@@ -96,7 +97,8 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
     assert out["update"]["supersedes"] == mem["id"]
     assert "Porto" in out["recall"] and "Lisbon" not in out["recall"]
     assert out["forget"]["forgotten"] == out["update"]["memory"]["id"]
-    assert out["after"]["results"] == []
+    assert out["forget"]["forgotten"] not in {h["id"] for h in out["after"]["results"]}
+    assert "scope" not in out["personal"]["memory"]  # without project: true, a memory is global
 
     # Every change is in the database as an undoable event, with history kept.
     from pmem.store import Filter, MemoryStore
@@ -105,9 +107,11 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
         old = store.get(mem["id"])
         assert old.superseded_by == out["update"]["memory"]["id"]
         assert [e.action for e, _ in store.history(old.id)][:2] == ["add", "pin"]
+        assert [m.text for m in store.list(Filter(scope="global"))] == ["I am vegetarian"]
+        store.undo()  # the last remember
         store.undo()  # the forget
         assert store.get(old.superseded_by).forgotten_at is None
-        assert store.count(Filter(scope="global")) == 0  # all of it belongs to the project
+        assert store.get(old.superseded_by).scope == str(project.resolve())  # the correction keeps it
 
 
 def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(pmem_home, project):

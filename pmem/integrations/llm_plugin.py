@@ -66,19 +66,18 @@ class Pmem(llm.Toolbox):
         """What the user told you before: core memories first, then those relevant to `topic`."""
         return self._run(lambda s: actions.recall(s, topic or None, flt=_scope_filter(s)))
 
-    def remember(self, text: str, pin: bool = False) -> str:
+    def remember(self, text: str, pin: bool = False, project: bool = False) -> str:
         """Store one durable fact, preference or decision the user stated, as a plain sentence.
-        `pin` makes it core (always recalled)."""
+        `pin` makes it core (always recalled); `project` keeps it to the project in the current
+        directory (facts about that codebase) instead of everywhere."""
         def run(s):
             scope = None
-            try:
+            if project:
                 from ..scope import auto_scope
 
                 scope = auto_scope(None)
-            except ImportError:
-                pass
-            return actions.remember(s, text, pin=pin, source=actions.client_source("llm", self._source)
-                                    if self._source != "llm" else "llm", scope=scope)
+            source = "llm" if self._source == "llm" else actions.client_source("llm", self._source)
+            return actions.remember(s, text, pin=pin, source=source, scope=scope)
 
         return json.dumps(self._run(run), ensure_ascii=False)
 

@@ -128,14 +128,16 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
     @server.tool(annotations=ToolAnnotations(title="Remember", read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
                  structured_output=False)
-    def remember(text: str, tags: list[str] | None = None, pin: bool = False, extract: bool = False,
-                 ctx: Context = None) -> str:  # type: ignore[assignment]
-        """Store a memory: one durable fact, preference or decision, in a plain sentence. `pin`
-        makes it core (always recalled). `extract` instead runs the local model over `text` (a
-        conversation or notes) and stores the facts it finds, keeping `text` as their source.
-        An identical memory is not stored twice."""
+    def remember(text: str, tags: list[str] | None = None, pin: bool = False, project: bool = False,
+                 extract: bool = False, ctx: Context = None) -> str:  # type: ignore[assignment]
+        """Store a memory: one durable fact, preference or decision, in a plain sentence. It is
+        the user's everywhere, unless `project` is true: then it belongs to the project you work
+        in (facts about this codebase) and is recalled only there. `pin` makes it core (always
+        recalled). `extract` instead runs the local model over `text` (a conversation or notes)
+        and stores the facts it finds, keeping `text` as their source. An identical memory is
+        not stored twice."""
         note_client(ctx)
-        scope = scope_for_write() if scope_for_write else None
+        scope = scope_for_write() if (project and scope_for_write) else None
         return actions.bounded_json(backend.run(lambda s: actions.remember(
             s, text, tags=tags, pin=pin, source=backend.source, extract=extract, scope=scope)), "facts")
 
