@@ -159,7 +159,7 @@ complete -c pmem -n '__fish_seen_subcommand_from serve' -l help -d 'Show this me
 complete -c pmem -n '__fish_seen_subcommand_from tui' -l search -s s -r -d 'Start with this search.'
 complete -c pmem -n '__fish_seen_subcommand_from tui' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from mcp' -l print-config -r -d 'Print the config snippet for claude-code, claude-desktop, cursor, vscode or codex, and exit.'
-complete -c pmem -n '__fish_seen_subcommand_from mcp' -l scope -r -d 'Project scope: auto (the project of the current directory), global, or a directory. Reads see global memories plus this project\'s; new memories get it.'
+complete -c pmem -n '__fish_seen_subcommand_from mcp' -l scope -r -d 'Project scope: auto (the project of the current directory), global, or a directory. Reads see global memories plus this project\'s; remember(project=true) stores into it.'
 complete -c pmem -n '__fish_seen_subcommand_from mcp' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from context' -l write -s w -r -d 'Keep the block inside FILE (AGENTS.md, CLAUDE.md, GEMINI.md...).'
 complete -c pmem -n '__fish_seen_subcommand_from context' -l budget -r -d 'Characters of memories at most.'

@@ -49,7 +49,7 @@ def mcp(
         None, "--print-config", metavar="CLIENT",
         help="Print the config snippet for claude-code, claude-desktop, cursor, vscode or codex, and exit."),
     scope: str = typer.Option("auto", "--scope", help=ScopeHelp + " Reads see global memories "
-                              "plus this project's; new memories get it."),
+                              "plus this project's; remember(project=true) stores into it."),
 ) -> None:
     """Serve your memories to an MCP client over stdio (Claude, Cursor, VS Code, Codex...).
 
