@@ -1,0 +1,249 @@
+"""all-MiniLM-L6-v2 against multilingual-e5-small, in one run: retrieval and speed.
+
+    python benchmarks/multilingual.py                     # everything (LoCoMo takes a few minutes)
+    python benchmarks/multilingual.py --skip-locomo       # the multilingual set and speed only
+    python benchmarks/multilingual.py --models multilingual-e5-small --json
+
+1. pmem's multilingual set (benchmarks/data/multilingual.json: 72 memories in Russian, German,
+   Spanish, French and English, two paraphrased queries each, plus cross-lingual queries):
+   top-1 and top-3 per retriever (dense, keyword, hybrid), monolingual by language, and
+   cross-lingual (a hit when any of the listed memories ranks there). The set is checked first:
+   no monolingual query may share a content word, in the same form, with its memory.
+2. Dev LoCoMo (../shared/data/locomo_dev.json, one memory per turn): evidence R@5/R@10 for dense,
+   keyword and hybrid, and hybrid re-tuned: every keyword weight 0-1 (step 0.05) of pmem's convex
+   fusion (pmem.search) over the same candidate lists.
+3. Speed: model load plus the first embedding, in a fresh process (median of 3), and texts/s on
+   200 LoCoMo turns with 1 and 2 threads (each in its own process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import locomo  # noqa: E402
+
+SET = HERE / "data" / "multilingual.json"
+MODELS = ["all-MiniLM-L6-v2", "multilingual-e5-small"]
+WEIGHTS = [round(0.05 * i, 2) for i in range(21)]
+
+# Function words per language, for the dataset check only (search has its own).
+STOP = {
+    "ru": "а без в во где да для до же за и из или к как какая какие какой каком кого когда ко кто куда ли "
+          "мне меня мой моя моё мои моим моим моей мы на над не нет ну о об от по под при про с со так там "
+          "то у уже чем что это я ему его её их наш наша нам вы с какого какую сколько свой своя".split(),
+    "de": "der die das den dem des ein eine einen einem einer und oder im in am an auf aus bei bis für fürs "
+          "mit nach ohne um von vom zu zum zur ist sind wird wurde hat habe mich mir mein meine meiner "
+          "meinen unser unsere ich wo wie wann was welche welchen welchem warum muss darf soll ins".split(),
+    "es": "el la los las un una unos unas de del al a en con para por y o que qué cuál cuándo dónde quién "
+          "cómo mi mis me le su es son está están hay tengo se lo".split(),
+    "fr": "le la les l un une des de du d au aux à en et ou que qui quel quelle quels est sont je j me m "
+          "mon ma mes ce s il elle dans pour par sur chez ne pas quand comment faut ai".split(),
+    "en": [],
+}
+
+
+def content_words(text: str, lang: str) -> set[str]:
+    from pmem.search import STOP_WORDS
+
+    stop = set(STOP.get(lang, ())) | STOP_WORDS
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in stop and not w.isdigit()}
+
+
+def check_set(data: dict) -> list[str]:
+    by_id = {m["id"]: m for m in data["memories"]}
+    problems = []
+    for q in data["queries"]:
+        if q["cross"]:
+            continue
+        m = by_id[q["targets"][0]]
+        shared = content_words(q["text"], q["lang"]) & content_words(m["text"], m["lang"])
+        if shared:
+            problems.append(f"{m['id']}: {q['text']!r} shares {sorted(shared)}")
+    return problems
+
+
+# --- retrieval ----------------------------------------------------------------------------
+
+
+def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], weight: float) -> list[int]:
+    """pmem.search's hybrid score for one keyword weight: seqs best first."""
+    from pmem.search import _minmax
+
+    scores: dict[int, float] = {}
+    for w, pairs in ((weight, [(s, -b) for s, b in kw]), (1.0 - weight, [(s, 1.0 - d) for s, d in sem])):
+        for seq, norm in _minmax(pairs):
+            scores[seq] = scores.get(seq, 0.0) + w * norm
+    return [s for s, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def candidate_lists(store, questions: list[str], n: int = 100):
+    from pmem.search import keyword_ranks, semantic_ranks
+    from pmem.store import Filter
+
+    out = []
+    for q in questions:
+        kw = keyword_ranks(store, q, Filter(), n)
+        sem = semantic_ranks(store, q, Filter(), n, vector=store.query_vector(q))
+        out.append((kw, sem))
+    return out
+
+
+def new_store(tmp: Path, name: str, embedder):
+    from pmem import config
+    from pmem.store import MemoryStore
+
+    return MemoryStore(tmp / f"{name}.db", config=config.load(), embedder=embedder)
+
+
+def multilingual_set(embedder, tmp: Path, weight: float) -> dict:
+    from pmem import Memory
+
+    data = json.loads(SET.read_text(encoding="utf-8"))
+    store = new_store(tmp, f"ml-{embedder.name}-{weight}", embedder)
+    store.insert([Memory(id="", text=m["text"], meta={"key": m["id"]}) for m in data["memories"]])
+    seq_key = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.key') FROM memories").fetchall())
+    lists = candidate_lists(store, [q["text"] for q in data["queries"]])
+    groups: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for q, (kw, sem) in zip(data["queries"], lists):
+        group = "cross" if q["cross"] else q["lang"]
+        targets = set(q["targets"])
+        for mode, ranked in (("dense", [s for s, _ in sem]), ("keyword", [s for s, _ in kw]),
+                             ("hybrid", fuse(kw, sem, weight))):
+            keys = [seq_key[s] for s in ranked[:3]]
+            hit1, hit3 = int(bool(keys[:1] and keys[0] in targets)), int(bool(targets & set(keys)))
+            for g in (group, "monolingual" if not q["cross"] else None):
+                if g:
+                    groups.setdefault(mode, {}).setdefault(g, []).append((hit1, hit3))
+    store.close()
+    return {mode: {g: {"n": len(v), "top1": round(sum(a for a, _ in v) / len(v), 3),
+                       "top3": round(sum(b for _, b in v) / len(v), 3)} for g, v in sorted(by.items())}
+            for mode, by in groups.items()}
+
+
+def locomo_dev(embedder, tmp: Path) -> dict:
+    from pmem import Memory
+
+    per_q = []  # (evidence, kw seqs->dia, sem, ...)
+    t0 = time.perf_counter()
+    for conv in locomo.load():
+        store = new_store(tmp, f"{conv['sample_id']}-{embedder.name}", embedder)
+        records = locomo.turn_records(conv)
+        store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"]) for r in records])
+        dia = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.dia_id') FROM memories").fetchall())
+        qs = locomo.questions(conv)
+        for q, (kw, sem) in zip(qs, candidate_lists(store, [q["question"] for q in qs])):
+            per_q.append((set(q["evidence"]), [(dia[s], v) for s, v in kw], [(dia[s], v) for s, v in sem]))
+        store.close()
+    seconds = time.perf_counter() - t0
+
+    def recall(rankings: list[list[str]], k: int) -> float:
+        return round(sum(bool(ev & set(r[:k])) for (ev, _, _), r in zip(per_q, rankings)) / len(per_q), 3)
+
+    dense = [[d for d, _ in sem] for _, _, sem in per_q]
+    keyword = [[d for d, _ in kw] for _, kw, _ in per_q]
+    out = {"questions": len(per_q), "seconds": round(seconds, 1),
+           "dense": {"R@5": recall(dense, 5), "R@10": recall(dense, 10)},
+           "keyword": {"R@5": recall(keyword, 5), "R@10": recall(keyword, 10)}}
+    sweep = {}
+    for w in WEIGHTS:
+        fused = [fuse(kw, sem, w) for _, kw, sem in per_q]
+        sweep[w] = {"R@5": recall(fused, 5), "R@10": recall(fused, 10)}
+    best = max(WEIGHTS, key=lambda w: (sweep[w]["R@10"], sweep[w]["R@5"], -abs(w - 0.6)))
+    out["hybrid (keyword weight 0.6)"] = sweep[0.6]
+    out["hybrid re-tuned"] = {"keyword_weight": best, **sweep[best]}
+    out["hybrid R@10 by weight"] = {str(w): sweep[w]["R@10"] for w in WEIGHTS}
+    return out
+
+
+# --- speed --------------------------------------------------------------------------------
+
+_LOAD = """
+import sys, time
+t = time.perf_counter()
+from pmem.embed import load_embedder
+e = load_embedder(sys.argv[1], threads=int(sys.argv[2]), server="off")
+e.embed(["warm up"])
+print(time.perf_counter() - t)
+"""
+
+_RATE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import locomo
+from pmem.embed import load_embedder
+texts = [r["text"] for r in locomo.turn_records(locomo.load()[0])][:200]
+e = load_embedder(sys.argv[1], threads=int(sys.argv[2]), server="off")
+e.embed(texts[:8])
+t = time.perf_counter()
+for i in range(0, len(texts), 32):
+    e.embed(texts[i:i + 32])
+print(len(texts) / (time.perf_counter() - t))
+"""
+
+
+def _run(code: str, *args: str) -> float:
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"speed run failed: {r.stderr.strip().splitlines()[-1:]}")
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def speed(name: str) -> dict:
+    load = sorted(_run(_LOAD, name, "1") for _ in range(3))
+    return {"load+first embed s (median of 3)": round(load[1], 3),
+            "texts/s 1 thread": round(_run(_RATE, name, "1", str(HERE)), 1),
+            "texts/s 2 threads": round(_run(_RATE, name, "2", str(HERE)), 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--skip-locomo", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="threads for the retrieval runs (0: pmem's choice)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    problems = check_set(json.loads(SET.read_text(encoding="utf-8")))
+    if problems:
+        print("multilingual set: queries share words with their memories:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    from pmem.embed import load_embedder
+
+    result: dict = {"load average": round(os.getloadavg()[0], 2)}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        os.environ["PMEM_HOME"] = str(tmp / "home")
+        for name in args.models:
+            embedder = load_embedder(name, threads=args.threads, server="off")
+            r: dict = {}
+            weight = 0.6
+            if not args.skip_locomo:
+                r["locomo"] = locomo_dev(embedder, tmp)
+                weight = r["locomo"]["hybrid re-tuned"]["keyword_weight"]
+            r["multilingual set (hybrid keyword weight %s)" % weight] = multilingual_set(embedder, tmp, weight)
+            if weight != 0.6:
+                r["multilingual set, hybrid at 0.6"] = multilingual_set(embedder, tmp, 0.6)["hybrid"]
+            if not args.skip_speed:
+                r["speed"] = speed(name)
+            result[name] = r
+            print(json.dumps({name: r}, ensure_ascii=False), file=sys.stderr, flush=True)
+    result["load average after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
