@@ -45,7 +45,7 @@ STOP = {
           "то у уже чем что это я ему его её их наш наша нам вы с какого какую сколько свой своя".split(),
     "de": "der die das den dem des ein eine einen einem einer und oder im in am an auf aus bei bis für fürs "
           "mit nach ohne um von vom zu zum zur ist sind wird wurde hat habe mich mir mein meine meiner "
-          "meinen unser unsere ich wo wie wann was welche welchen welchem warum muss darf soll ins".split(),
+          "meinen unser unsere ich wo wie wann was welche welchen welchem warum muss darf soll ins beim".split(),
     "es": "el la los las un una unos unas de del al a en con para por y o que qué cuál cuándo dónde quién "
           "cómo mi mis me le su es son está están hay tengo se lo".split(),
     "fr": "le la les l un une des de du d au aux à en et ou que qui quel quelle quels est sont je j me m "
