@@ -88,15 +88,42 @@ def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], weight: floa
     return [s for s, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def candidate_lists(store, questions: list[str], n: int = 100):
+class StemIndex:
+    """The prototype of pmem.stemming: each memory's stems in an FTS5 index of their own (in
+    memory, beside the store), queried with the query's stems OR-ed; BM25 as pmem's."""
+
+    def __init__(self, store):
+        import sqlite3
+
+        from pmem import stemming
+
+        self.stemming = stemming
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE f USING fts5(body, tokenize='unicode61 remove_diacritics 0')")
+        rows = store.conn.execute("SELECT seq, text FROM memories").fetchall()
+        self.db.executemany("INSERT INTO f (rowid, body) VALUES (?, ?)",
+                            [(seq, stemming.normalize(text)) for seq, text in rows])
+
+    def ranks(self, query: str, n: int) -> list[tuple[int, float]]:
+        terms = self.stemming.query_terms(query)
+        if not terms:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        return [(r[0], r[1]) for r in self.db.execute(
+            "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT ?", (match, n))]
+
+
+def candidate_lists(store, questions: list[str], n: int = 100, stems: bool = True):
+    """Per question: (FTS5 keyword list, dense list, stemmed keyword list or [])."""
     from pmem.search import keyword_ranks, semantic_ranks
     from pmem.store import Filter
 
+    index = StemIndex(store) if stems else None
     out = []
     for q in questions:
         kw = keyword_ranks(store, q, Filter(), n)
         sem = semantic_ranks(store, q, Filter(), n, vector=store.query_vector(q))
-        out.append((kw, sem))
+        out.append((kw, sem, index.ranks(q, n) if index else []))
     return out
 
 
@@ -116,11 +143,12 @@ def multilingual_set(embedder, tmp: Path, weight: float) -> dict:
     seq_key = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.key') FROM memories").fetchall())
     lists = candidate_lists(store, [q["text"] for q in data["queries"]])
     groups: dict[str, dict[str, list[tuple[int, int]]]] = {}
-    for q, (kw, sem) in zip(data["queries"], lists):
+    for q, (kw, sem, kws) in zip(data["queries"], lists):
         group = "cross" if q["cross"] else q["lang"]
         targets = set(q["targets"])
         for mode, ranked in (("dense", [s for s, _ in sem]), ("keyword", [s for s, _ in kw]),
-                             ("hybrid", fuse(kw, sem, weight))):
+                             ("hybrid", fuse(kw, sem, weight)), ("keyword, stemmed", [s for s, _ in kws]),
+                             ("hybrid, stemmed", fuse(kws, sem, weight))):
             keys = [seq_key[s] for s in ranked[:3]]
             hit1, hit3 = int(bool(keys[:1] and keys[0] in targets)), int(bool(targets & set(keys)))
             for g in (group, "monolingual" if not q["cross"] else None):
@@ -143,27 +171,28 @@ def locomo_dev(embedder, tmp: Path) -> dict:
         store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"]) for r in records])
         dia = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.dia_id') FROM memories").fetchall())
         qs = locomo.questions(conv)
-        for q, (kw, sem) in zip(qs, candidate_lists(store, [q["question"] for q in qs])):
-            per_q.append((set(q["evidence"]), [(dia[s], v) for s, v in kw], [(dia[s], v) for s, v in sem]))
+        for q, (kw, sem, kws) in zip(qs, candidate_lists(store, [q["question"] for q in qs])):
+            per_q.append((set(q["evidence"]), [(dia[s], v) for s, v in kw], [(dia[s], v) for s, v in sem],
+                          [(dia[s], v) for s, v in kws]))
         store.close()
     seconds = time.perf_counter() - t0
 
     def recall(rankings: list[list[str]], k: int) -> float:
-        return round(sum(bool(ev & set(r[:k])) for (ev, _, _), r in zip(per_q, rankings)) / len(per_q), 3)
+        return round(sum(bool(q[0] & set(r[:k])) for q, r in zip(per_q, rankings)) / len(per_q), 3)
 
-    dense = [[d for d, _ in sem] for _, _, sem in per_q]
-    keyword = [[d for d, _ in kw] for _, kw, _ in per_q]
+    def both(rankings):
+        return {"R@5": recall(rankings, 5), "R@10": recall(rankings, 10)}
+
     out = {"questions": len(per_q), "seconds": round(seconds, 1),
-           "dense": {"R@5": recall(dense, 5), "R@10": recall(dense, 10)},
-           "keyword": {"R@5": recall(keyword, 5), "R@10": recall(keyword, 10)}}
-    sweep = {}
-    for w in WEIGHTS:
-        fused = [fuse(kw, sem, w) for _, kw, sem in per_q]
-        sweep[w] = {"R@5": recall(fused, 5), "R@10": recall(fused, 10)}
-    best = max(WEIGHTS, key=lambda w: (sweep[w]["R@10"], sweep[w]["R@5"], -abs(w - 0.6)))
-    out["hybrid (keyword weight 0.6)"] = sweep[0.6]
-    out["hybrid re-tuned"] = {"keyword_weight": best, **sweep[best]}
-    out["hybrid R@10 by weight"] = {str(w): sweep[w]["R@10"] for w in WEIGHTS}
+           "dense": both([[d for d, _ in q[2]] for q in per_q]),
+           "keyword": both([[d for d, _ in q[1]] for q in per_q]),
+           "keyword, stemmed": both([[d for d, _ in q[3]] for q in per_q])}
+    for label, key in (("hybrid", 1), ("hybrid, stemmed", 3)):
+        sweep = {w: both([fuse(q[key], q[2], w) for q in per_q]) for w in WEIGHTS}
+        best = max(WEIGHTS, key=lambda w: (sweep[w]["R@10"], sweep[w]["R@5"], -abs(w - 0.6)))
+        out[f"{label} (keyword weight 0.6)"] = sweep[0.6]
+        out[f"{label} re-tuned"] = {"keyword_weight": best, **sweep[best]}
+        out[f"{label} R@10 by weight"] = {str(w): sweep[w]["R@10"] for w in WEIGHTS}
     return out
 
 
