@@ -14,6 +14,10 @@
    fusion (pmem.search) over the same candidate lists.
 3. Speed: model load plus the first embedding, in a fresh process (median of 3), and texts/s on
    200 LoCoMo turns with 1 and 2 threads (each in its own process).
+4. Cosine thresholds: the share of LoCoMo turn pairs above each of pmem's MiniLM thresholds, and
+   the e5 cosine the same share reaches; paraphrase pairs' cosines under each model.
+Keyword search is measured twice: pmem's FTS5 (porter, English stop words) and the prototype of
+pmem.stemming (per-language stop words and Snowball stems, in a side FTS5 index).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -196,6 +199,48 @@ def locomo_dev(embedder, tmp: Path) -> dict:
     return out
 
 
+# --- cosine thresholds -----------------------------------------------------------------------
+
+# pmem's cosine thresholds, tuned on MiniLM (dream.py, extract.py, recall.py, config.py).
+MINILM_THRESHOLDS = {"dedup": 0.92, "supersede / contained": 0.85, "merge": 0.80, "grounding": 0.5,
+                     "compress topic": 0.35, "recall cut-off": 0.2}
+PARAPHRASES = [
+    ("I prefer dark mode in every code editor", "In code editors I always prefer dark mode"),
+    ("My sister lives in Porto and works as an architect", "My sister is an architect living in Porto"),
+    ("The dentist moved my appointment to Thursday at 3pm", "My dentist appointment is now Thursday, 3pm"),
+    ("I stopped drinking coffee in January", "Since January I no longer drink coffee"),
+    ("We keep the spare key under the blue flowerpot", "The spare key is under the blue flower pot"),
+    ("Машина стоит на третьем уровне парковки", "Я оставил машину на третьем уровне парковки"),
+    ("Я бросил курить в январе", "С января я не курю"),
+    ("Meine Schwester wohnt in Hamburg", "Meine Schwester lebt in Hamburg"),
+]
+
+
+def cosine_profile(embedder) -> dict:
+    """Cosines of unrelated-or-related pairs (all pairs of 300 LoCoMo turns) and of paraphrases."""
+    import numpy as np
+
+    texts = [r["text"] for r in locomo.turn_records(locomo.load()[0])][:300]
+    v = np.asarray(embedder.embed(texts), np.float32)
+    sims = (v @ v.T)[np.triu_indices(len(texts), 1)]
+    a = np.asarray(embedder.embed([p[0] for p in PARAPHRASES]), np.float32)
+    b = np.asarray(embedder.embed([p[1] for p in PARAPHRASES]), np.float32)
+    return {"pairs": np.sort(sims), "paraphrases": [round(float(x), 3) for x in (a * b).sum(axis=1)]}
+
+
+def map_thresholds(old: dict, new: dict) -> dict:
+    """Each MiniLM threshold moved to the e5 cosine that the same share of turn pairs reaches."""
+    import numpy as np
+
+    out = {}
+    for name, t in MINILM_THRESHOLDS.items():
+        share = float((old["pairs"] >= t).mean())
+        mapped = float(np.quantile(new["pairs"], 1 - share)) if share > 0 else float(new["pairs"][-1])
+        out[name] = {"all-MiniLM-L6-v2": t, "share of turn pairs above": round(share, 5),
+                     "multilingual-e5-small": round(mapped, 3)}
+    return out
+
+
 # --- speed --------------------------------------------------------------------------------
 
 _LOAD = """
@@ -252,6 +297,7 @@ def main() -> int:
     from pmem.embed import load_embedder
 
     result: dict = {"load average": round(os.getloadavg()[0], 2)}
+    profiles: dict = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         os.environ["PMEM_HOME"] = str(tmp / "home")
@@ -265,10 +311,17 @@ def main() -> int:
             r["multilingual set (hybrid keyword weight %s)" % weight] = multilingual_set(embedder, tmp, weight)
             if weight != 0.6:
                 r["multilingual set, hybrid at 0.6"] = multilingual_set(embedder, tmp, 0.6)["hybrid"]
+            profile = cosine_profile(embedder)
+            profiles[name] = profile
+            r["paraphrase cosines"] = profile["paraphrases"]
+            r["turn-pair cosine quantiles 50/90/99/99.9%"] = [
+                round(float(profile["pairs"][int(q * (len(profile["pairs"]) - 1))]), 3) for q in (0.5, 0.9, 0.99, 0.999)]
             if not args.skip_speed:
                 r["speed"] = speed(name)
             result[name] = r
             print(json.dumps({name: r}, ensure_ascii=False), file=sys.stderr, flush=True)
+    if set(MODELS) <= set(profiles):
+        result["thresholds mapped by share of turn pairs"] = map_thresholds(*(profiles[m] for m in MODELS))
     result["load average after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else json.dumps(result, ensure_ascii=False))
     return 0
