@@ -208,7 +208,7 @@ class LlamaEmbedder:
 
 # --- choosing one -------------------------------------------------------------------------
 
-_cache: dict[tuple[str, int], LlamaEmbedder] = {}
+_cache: dict[tuple[str, int], Embedder] = {}
 _cache_lock = threading.Lock()
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
