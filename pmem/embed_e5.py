@@ -157,16 +157,14 @@ class UnigramTokenizer:
     load)."""
 
     def __init__(self, pieces: list[bytes], scores: np.ndarray, norm: dict[int, str],
-                 bos: int, eos: int, unk: int, control: set[int]):
+                 bos: int, eos: int, unk: int, control: set[int], longest: int):
         self.bos, self.eos, self.unk = bos, eos, unk
         self._scores = scores.tolist()
         self._ids = dict(zip(pieces, range(len(pieces))))
         for i in control:
             self._ids.pop(pieces[i], None)
         self._ids.pop(b"", None)
-        if any(META.encode() in p[1:] for p in pieces):  # the word-bounded search relies on this
-            raise ValueError("a vocabulary piece holds U+2581 past its start")
-        self._longest = max(map(len, pieces))  # in bytes
+        self._longest = int(longest)  # in bytes
         self._unk_score = float(scores.min()) - 10.0
         self._norm = norm
 
@@ -270,11 +268,17 @@ class E5Embedder:
 
         n, bos, eos, _pad, unk = r.take("5i")
         (blob_len,) = r.take("Q")
-        offs = r.array("<u4", n + 1).tolist()
+        offs_array = r.array("<u4", n + 1)
+        offs = offs_array.tolist()
         scores = r.array("<f4", n)
         blob = bytes(r.buf[r.pos : r.pos + blob_len])
         r.pos += blob_len
         pieces = [blob[a:b] for a, b in zip(offs, offs[1:])]
+        starts = offs_array[:-1].astype(np.int64)
+        raw = np.frombuffer(blob, np.uint8)
+        meta = np.flatnonzero((raw[:-2] == 0xE2) & (raw[1:-1] == 0x96) & (raw[2:] == 0x81))
+        if not np.isin(meta, starts).all():  # the tokenizer's word-bounded search relies on this
+            raise ModelError(f"{self.path.name}: a vocabulary piece holds U+2581 past its start")
         control = {i for i, p in enumerate(pieces[:8]) if p in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
         control |= {i for i in range(max(0, n - 4), n) if pieces[i] == b"<mask>"}
         n_norm, norm_bytes = r.take("iI")
@@ -288,10 +292,8 @@ class E5Embedder:
         if p != end:
             raise ModelError(f"{self.path.name}: malformed normalisation table")
         r.pos = end
-        try:
-            self.tokenizer = UnigramTokenizer(pieces, scores, norm, bos, eos, unk, control)
-        except ValueError as exc:
-            raise ModelError(f"{self.path.name}: {exc}") from None
+        self.tokenizer = UnigramTokenizer(pieces, scores, norm, bos, eos, unk, control,
+                                          longest=int(np.diff(starts, append=len(blob)).max()))
 
         (count,) = r.take("i")
         tensors: dict[str, np.ndarray] = {}
