@@ -41,6 +41,7 @@ SET = HERE / "data" / "multilingual.json"
 MODELS = ["all-MiniLM-L6-v2", "multilingual-e5-small"]
 WEIGHTS = [round(0.05 * i, 2) for i in range(21)]
 CANDIDATES = [20, 30, 50, 100]  # per list, as pmem.search.Tuning.candidates
+SAVE = ""  # --save PREFIX: candidate lists pickled for fusion experiments
 
 # Function words per language, for the dataset check only (search has its own).
 STOP = {
@@ -146,6 +147,12 @@ def multilingual_set(embedder, tmp: Path, weight: float) -> dict:
     store.insert([Memory(id="", text=m["text"], meta={"key": m["id"]}) for m in data["memories"]])
     seq_key = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.key') FROM memories").fetchall())
     lists = candidate_lists(store, [q["text"] for q in data["queries"]])
+    if SAVE:
+        import pickle
+
+        with open(f"{SAVE}.{embedder.name}.set.pickle", "wb") as f:
+            pickle.dump([(q, [[(seq_key[x], v) for x, v in lst] for lst in lists_q])
+                         for q, lists_q in zip(data["queries"], lists)], f)
     groups: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for q, (kw, sem, kws) in zip(data["queries"], lists):
         group = "cross" if q["cross"] else q["lang"]
@@ -180,6 +187,11 @@ def locomo_dev(embedder, tmp: Path) -> dict:
                           [(dia[s], v) for s, v in kws]))
         store.close()
     seconds = time.perf_counter() - t0
+    if SAVE:
+        import pickle
+
+        with open(f"{SAVE}.{embedder.name}.locomo.pickle", "wb") as f:
+            pickle.dump(per_q, f)
 
     def recall(rankings: list[list[str]], k: int) -> float:
         return round(sum(bool(q[0] & set(r[:k])) for q, r in zip(per_q, rankings)) / len(per_q), 3)
@@ -292,7 +304,10 @@ def main() -> int:
     ap.add_argument("--only-speed", action="store_true", help="load time and texts/s only")
     ap.add_argument("--threads", type=int, default=0, help="threads for the retrieval runs (0: pmem's choice)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", default="", help="pickle the candidate lists to PREFIX.MODEL.*.pickle")
     args = ap.parse_args()
+    global SAVE
+    SAVE = args.save
     problems = check_set(json.loads(SET.read_text(encoding="utf-8")))
     if problems:
         print("multilingual set: queries share words with their memories:\n  " + "\n  ".join(problems), file=sys.stderr)
