@@ -112,8 +112,9 @@ def set_blas_threads(n: int) -> bool:
 
     root = Path(np.__file__).parent
     found = False
-    for lib in sorted(glob.glob(str(root.parent / "numpy.libs" / "*blas*")) + glob.glob(str(root / ".dylibs" / "*blas*"))
-                      + glob.glob(str(root.parent / "numpy.libs" / "*mkl_rt*"))):
+    libs = root.parent / "numpy.libs"
+    patterns = (libs / "*blas*", libs / "*mkl_rt*", root / ".dylibs" / "*blas*")
+    for lib in sorted(hit for pattern in patterns for hit in glob.glob(str(pattern))):
         try:
             dll = ctypes.CDLL(lib)
         except OSError:
@@ -328,9 +329,7 @@ class E5Embedder:
             H, FF = self.dim, self.ffn
             out = []
             for layer in self._raw_layers:
-                w = {part: (None, b) for part, (_, b) in layer.items()}
-                for part in ("aln", "oln"):
-                    w[part] = layer[part]
+                w: dict[str, tuple] = {part: layer[part] for part in ("aln", "oln")}
                 qkv = np.empty((3 * H, H), np.float32)
                 for j, part in enumerate(("q", "k", "v")):
                     qkv[j * H : (j + 1) * H] = _dequant(layer[part][0], H, H)
@@ -417,14 +416,14 @@ class E5Embedder:
             out = ctx @ w["ao"][0].T
             out += w["ao"][1]
             out += x
-            x = _layer_norm(out, *w["aln"], self.eps)
+            x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
             mid = x @ w["fi"][0].T
             mid += w["fi"][1]
             mid = _gelu(mid)
             out = mid @ w["fo"][0].T
             out += w["fo"][1]
             out += x
-            x = _layer_norm(out, *w["oln"], self.eps)
+            x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmem.embed_e5 import E5Embedder, UnigramTokenizer
+from pmem.embed_e5 import E5Embedder
 from pmem.errors import ModelError, ModelMismatch
 from pmem.store import MemoryStore
 
@@ -72,7 +72,8 @@ def write_tiny_e5s1(path: Path, maxp: int = 8, seed: int = 0) -> list[str]:
     offset = len(head) + directory_size
     directory, data = struct.pack("<i", len(tensors)), b""
     for name, dtype, n, raw in tensors:
-        directory += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", dtype, n, offset + len(data), len(raw))
+        entry = struct.pack("<BIQQ", dtype, n, offset + len(data), len(raw))
+        directory += struct.pack("<H", len(name)) + name.encode() + entry
         data += raw
     path.write_bytes(head + directory + data)
     return pieces
