@@ -278,7 +278,9 @@ class E5Embedder:
         starts = offs_array[:-1].astype(np.int64)
         raw = np.frombuffer(blob, np.uint8)
         meta = np.flatnonzero((raw[:-2] == 0xE2) & (raw[1:-1] == 0x96) & (raw[2:] == 0x81))
-        if not np.isin(meta, starts).all():  # the tokenizer's word-bounded search relies on this
+        is_start = np.zeros(len(blob) + 1, bool)
+        is_start[starts] = True
+        if not is_start[meta].all():  # the tokenizer's word-bounded search relies on this
             raise ModelError(f"{self.path.name}: a vocabulary piece holds U+2581 past its start")
         control = {i for i, p in enumerate(pieces[:8]) if p in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
         control |= {i for i in range(max(0, n - 4), n) if pieces[i] == b"<mask>"}
