@@ -295,9 +295,10 @@ class MemoryStore:
     def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64,
               query: bool = False) -> list[bytes]:
         """Vectors of memories' texts, or (query=True) of search queries, for models that embed
-        the two differently (e5's "query: " / "passage: ")."""
+        the two differently (e5's "query: " / "passage: "). Vectors prepared ahead of a write answer
+        queries too: those searches compare memories with memories."""
         prepared = self._prepared
-        if not query and prepared is not None and texts and all(t in prepared for t in texts):
+        if prepared is not None and texts and all(t in prepared for t in texts):
             return [prepared[t] for t in texts]
         self.check_model()
         embedder = self.embedder
