@@ -99,6 +99,117 @@ def m003_scope(conn) -> None:
     conn.execute("CREATE INDEX memories_scope ON memories(scope) WHERE scope IS NOT NULL")
 
 
+# -- threads and the neighbour-aware keyword index ---------------------------------------------
+#
+# The FTS5 entry of a memory in a thread holds its text and, in a second column, the text of its
+# live neighbours (not forgotten, not merged): KEYWORD_WINDOW = (before, after) of them, in thread
+# order (thread_pos, then seq). A question often shares its words with the turn before or after
+# the one that answers it (benchmarks/README.md: Threads). The index keeps its own copy of both
+# columns, so triggers can rewrite any entry from the current rows alone: whatever writes
+# `memories` (an edit, a forget, a purge, a merge, an undo), the index follows in the same
+# transaction and is a pure function of the rows.
+
+KEYWORD_WINDOW = (2, 1)
+_LIVE = "n.forgotten_at IS NULL AND n.merged_into IS NULL"
+
+
+def _nearest(t: str, p: str, s: str, count: int, side: int, column: str, exclude: str | None = None) -> str:
+    """The `count` live members of thread `t` nearest to the key (p, s) on one side, as a subquery."""
+    op, order = ("<", "DESC") if side < 0 else (">", "ASC")
+    skip = f" AND n.seq != {exclude}" if exclude else ""
+    return (f"SELECT {column} FROM (SELECT n.{column} FROM memories n WHERE n.thread = {t} AND {_LIVE}{skip} "
+            f"AND (n.thread_pos, n.seq) {op} ({p}, {s}) ORDER BY n.thread_pos {order}, n.seq {order} "
+            f"LIMIT {int(count)})")
+
+
+def _context(r: str, before: int, after: int) -> str:
+    """SQL for the neighbour text of the memory `r` (a row alias, new or old); NULL when it has
+    none or is not live itself (a forgotten memory lends and borrows no words)."""
+    parts = [_nearest(f"{r}.thread", f"{r}.thread_pos", f"{r}.seq", n, side, "text")
+             for n, side in ((before, -1), (after, 1)) if n > 0]
+    if not parts:
+        return "NULL"
+    return (f"CASE WHEN {r}.forgotten_at IS NULL AND {r}.merged_into IS NULL THEN "
+            f"(SELECT group_concat(text, ' ') FROM ({' UNION ALL '.join(parts)})) END")
+
+
+def _affected(r: str, before: int, after: int) -> str:
+    """Seqs of the memories whose window holds the one at key `r` (old or new): the `after`
+    members before it and the `before` members after it."""
+    x = f"{r}.seq"
+    parts = [_nearest(f"{r}.thread", f"{r}.thread_pos", x, n, side, "seq", exclude=x)
+             for n, side in ((after, -1), (before, 1)) if n > 0]
+    return " UNION ALL ".join(parts) or "SELECT NULL WHERE 0"
+
+
+def install_keyword_window(conn, before: int, after: int) -> None:
+    """(Re)create the triggers that keep memories_fts in step, for a window of `before` and
+    `after` neighbours, and recompute every entry's context. Runs inside the caller's transaction."""
+    for name in ("memories_ai", "memories_ad", "memories_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    own = _context("o", before, after)
+    refresh = f"UPDATE memories_fts SET context = (SELECT {own} FROM memories o WHERE o.seq = memories_fts.rowid)"
+    conn.execute(f"""
+        CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+            INSERT INTO memories_fts(rowid, text, context) VALUES
+                (new.seq, new.text, {_context('new', before, after)});
+            {refresh} WHERE new.thread IS NOT NULL AND rowid IN ({_affected('new', before, after)});
+        END""")
+    conn.execute(f"""
+        CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
+            DELETE FROM memories_fts WHERE rowid = old.seq;
+            {refresh} WHERE old.thread IS NOT NULL AND rowid IN ({_affected('old', before, after)});
+        END""")
+    conn.execute(f"""
+        CREATE TRIGGER memories_au AFTER UPDATE OF text, thread, thread_pos, forgotten_at, merged_into
+        ON memories WHEN old.text IS NOT new.text OR old.thread IS NOT new.thread
+            OR old.thread_pos IS NOT new.thread_pos
+            OR (old.forgotten_at IS NULL) != (new.forgotten_at IS NULL)
+            OR (old.merged_into IS NULL) != (new.merged_into IS NULL) BEGIN
+            UPDATE memories_fts SET text = new.text, context = {_context('new', before, after)}
+                WHERE rowid = new.seq;
+            {refresh} WHERE (old.thread IS NOT NULL OR new.thread IS NOT NULL) AND rowid IN
+                ({_affected('old', before, after)} UNION {_affected('new', before, after)});
+        END""")
+    conn.execute(f"{refresh} WHERE rowid IN (SELECT seq FROM memories WHERE thread IS NOT NULL) "
+                 "OR context IS NOT NULL")
+    conn.execute("INSERT INTO settings (key, value) VALUES ('keyword_window', ?) "
+                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (f"{int(before)},{int(after)}",))
+
+
+@migration
+def m004_threads(conn) -> None:
+    """Threads (`thread`, `thread_pos`) and the neighbour-aware keyword index.
+
+    Episodic memories kept from one extraction source become a thread named by that source, in
+    the order they were stored; a compression summary whose members all lie in one thread stands
+    at its first member's place. The FTS5 table gets a `context` column and keeps its own copy of
+    the text (external content cannot be kept in step when a neighbour changes)."""
+    conn.execute("ALTER TABLE memories ADD COLUMN thread TEXT")
+    conn.execute("ALTER TABLE memories ADD COLUMN thread_pos INTEGER")
+    conn.execute("CREATE INDEX memories_thread ON memories(thread, thread_pos, seq) WHERE thread IS NOT NULL")
+    rows = conn.execute(
+        "SELECT seq, source, row_number() OVER (PARTITION BY source ORDER BY created_at, seq) - 1 "
+        "FROM memories WHERE tier = 'episodic' AND source IS NOT NULL AND source != 'pmem dream' "
+        "AND derived_from IN ('[]', '')").fetchall()
+    conn.executemany("UPDATE memories SET thread = ?, thread_pos = ? WHERE seq = ?",
+                     [(source, pos, seq) for seq, source, pos in rows])
+    summaries = conn.execute(
+        "SELECT s.seq, min(m.thread), max(m.thread), min(m.thread_pos), count(*), count(m.thread) "
+        "FROM memories s JOIN memories m ON m.merged_into = s.id "
+        "WHERE s.thread IS NULL AND s.derived_from NOT IN ('[]', '') GROUP BY s.seq").fetchall()
+    conn.executemany("UPDATE memories SET thread = ?, thread_pos = ? WHERE seq = ?",
+                     [(lo, pos, seq) for seq, lo, hi, pos, n, threaded in summaries if lo == hi and n == threaded])
+    for name in ("memories_ai", "memories_ad", "memories_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute("DROP TABLE memories_fts")
+    conn.execute("""
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            text, context, tokenize='porter unicode61 remove_diacritics 2')""")
+    conn.execute("INSERT INTO memories_fts(rowid, text) SELECT seq, text FROM memories")
+    install_keyword_window(conn, *KEYWORD_WINDOW)
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

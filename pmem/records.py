@@ -14,7 +14,7 @@ TIERS = ("core", "archival", "episodic")
 MEMORY_COLUMNS = (
     "id", "text", "tier", "pinned", "tags", "source", "meta", "created_at", "updated_at",
     "expires_at", "valid_from", "valid_to", "superseded_by", "derived_from", "merged_into",
-    "forgotten_at", "access_count", "last_accessed_at", "scope",
+    "forgotten_at", "access_count", "last_accessed_at", "scope", "thread", "thread_pos",
 )
 _JSON_COLUMNS = {"tags": list, "meta": dict, "derived_from": list}
 
@@ -47,6 +47,10 @@ class Memory:
     access_count: int = 0
     last_accessed_at: str | None = None
     scope: str | None = None  # None: global; else a project (absolute path of its git root or directory)
+    # A conversation, chat or notebook the memory belongs to, and its 0-based place in it
+    # (both None when it stands alone). Neighbours in a thread share keyword context and recall.
+    thread: str | None = None
+    thread_pos: int | None = None
 
     @classmethod
     def from_row(cls, row) -> "Memory":

@@ -31,6 +31,7 @@ BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads th
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
 EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly (cheaper than a KNN)
+MAX_THREAD = 500  # characters of a thread name
 
 Progress = Callable[[int, int], None]
 
@@ -138,6 +139,17 @@ def _quotes(summary: str, text: str) -> bool:
     head = text[:min(len(text), 40)]
     return head in summary or (len(summary) >= 12 and summary in text) or \
         any(len(part) >= 12 and part.strip() in text for part in summary.split(": ", 1)[1:])
+
+
+def _thread_place(thread: Any, pos: Any) -> tuple[str | None, int | None]:
+    """A valid (thread, thread_pos): a thread name is stripped text; no thread, no position."""
+    if thread is None or (isinstance(thread, str) and not thread.strip()):
+        return None, None
+    if not isinstance(thread, str) or "\x00" in thread or len(thread) > MAX_THREAD:
+        raise UsageError(f"a thread name is text of at most {MAX_THREAD} characters")
+    if pos is not None and (not isinstance(pos, int) or isinstance(pos, bool) or pos < 0):
+        raise UsageError("a thread position is a whole number, 0 or more")
+    return thread.strip(), pos
 
 
 def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
@@ -492,6 +504,41 @@ class MemoryStore:
                                  f"WHERE m.seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),))
         return {r[0]: Memory.from_row(r[1:]) for r in rows}
 
+    def thread_neighbours(self, memory: Memory, before: int = 1, after: int = 1,
+                          flt: Filter | None = None) -> tuple[list[Memory], list[Memory]]:
+        """Up to `before` and `after` members of `memory`'s thread next to it that pass `flt`
+        (default: active ones), each list in thread order. ([], []) for a memory with no thread."""
+        if memory.thread is None or (before <= 0 and after <= 0):
+            return [], []
+        seq = self._seq(memory.id)
+        where, params = (flt or Filter(tiers=TIERS)).where(self.clock())
+        key = [memory.thread, memory.thread_pos, seq]
+        sides = []
+        for count, op, order in ((before, "<", "DESC"), (after, ">", "ASC")):
+            if count <= 0:
+                sides.append([])
+                continue
+            sides.append(self._select(f"m.thread = ? AND (m.thread_pos, m.seq) {op} (?, ?) AND {where}",
+                                      [*key, *params],
+                                      f"ORDER BY m.thread_pos {order}, m.seq {order} LIMIT {int(count)}"))
+        return sides[0][::-1], sides[1]
+
+    def keyword_window(self) -> tuple[int, int]:
+        """How many neighbours (before, after) each threaded memory's keyword entry holds."""
+        value = self.setting("keyword_window")
+        if not value:
+            return migrations.KEYWORD_WINDOW
+        before, after = value.split(",")
+        return int(before), int(after)
+
+    def set_keyword_window(self, before: int, after: int) -> None:
+        """Change the keyword window and rewrite every threaded entry (one transaction; a
+        tuning knob, not an event: no memory changes)."""
+        if before < 0 or after < 0:
+            raise UsageError("a keyword window counts 0 or more neighbours")
+        with self.transaction():
+            migrations.install_keyword_window(self.conn, before, after)
+
     # -- writing --------------------------------------------------------------------------
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
@@ -521,7 +568,8 @@ class MemoryStore:
         tags = sorted({t.strip() for t in m.tags if t and t.strip()})
         pinned = m.pinned or m.tier == "core"
         tier = "core" if pinned else m.tier
-        return replace(m, text=text, tags=tags, pinned=pinned, tier=tier)
+        thread, pos = _thread_place(m.thread, m.thread_pos)
+        return replace(m, text=text, tags=tags, pinned=pinned, tier=tier, thread=thread, thread_pos=pos)
 
     def _insert(self, m: Memory, blob: bytes | None, action: str = "add") -> Memory:
         self.conn.execute(
@@ -531,6 +579,18 @@ class MemoryStore:
             self._put_vec(self._seq(m.id), blob, live=self._live(m))
         self._record(m.id, action, None, m)
         return m
+
+    def _place(self, m: Memory, ends: dict[str, int]) -> int | None:
+        """The position of `m` in its thread: its own, or after the thread's last (`ends` carries
+        the last positions through one write transaction)."""
+        if m.thread is None:
+            return None
+        if m.thread not in ends:
+            row = self.conn.execute("SELECT max(thread_pos) FROM memories WHERE thread = ?", (m.thread,)).fetchone()
+            ends[m.thread] = -1 if row[0] is None else row[0]
+        pos = ends[m.thread] + 1 if m.thread_pos is None else m.thread_pos
+        ends[m.thread] = max(ends[m.thread], pos)
+        return pos
 
     @staticmethod
     def _live(m: Memory) -> bool:
@@ -558,12 +618,15 @@ class MemoryStore:
                    source: str | None = None, meta: dict | None = None, created_at: str | None = None,
                    expires_at: str | None = None, valid_from: str | None = None,
                    derived_from: Iterable[str] = (), memory_id: str | None = None,
-                   scope: str | None = None) -> Memory:
-        """A validated Memory that is not stored yet (see `insert`)."""
+                   scope: str | None = None, thread: str | None = None,
+                   thread_pos: int | None = None) -> Memory:
+        """A validated Memory that is not stored yet (see `insert`). With a `thread` and no
+        `thread_pos`, storing it appends it to the thread."""
         now = self.clock()
         m = Memory(id=memory_id or "", text=text, tier=tier, pinned=pinned, tags=list(tags), source=source,
                    meta=dict(meta or {}), created_at=created_at or now, updated_at=now, expires_at=expires_at,
-                   valid_from=valid_from, derived_from=list(derived_from), scope=scope)
+                   valid_from=valid_from, derived_from=list(derived_from), scope=scope, thread=thread,
+                   thread_pos=thread_pos)
         return self._normalize(m)
 
     def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
@@ -587,7 +650,7 @@ class MemoryStore:
                 if existing is not None:
                     return existing, False
             self._ensure_vec_table()
-            m = replace(m, id=self._new_id())
+            m = replace(m, id=self._new_id(), thread_pos=self._place(m, {}))
             self._insert(m, blob)
         return m, True
 
@@ -613,13 +676,14 @@ class MemoryStore:
                 self._ensure_vec_table()
             stored = self.existing_ids(m.id for m in items if m.id) if keep_ids else set()
             taken: set[str] = set()
+            ends: dict[str, int] = {}
             for m, blob in zip(items, blobs):
                 mid = m.id
                 if not (keep_ids and mid and _ID.match(mid) and mid not in taken and mid not in stored):
                     mid = self._new_id(taken)
                 taken.add(mid)
                 m = replace(m, id=mid, created_at=m.created_at or self.clock(),
-                            updated_at=m.updated_at or self.clock())
+                            updated_at=m.updated_at or self.clock(), thread_pos=self._place(m, ends))
                 out.append(self._insert(m, blob, action=kind if kind in ("import", "extract") else "add"))
         return out
 
@@ -913,6 +977,21 @@ class MemoryStore:
             mid, before_json, before_vec = r[2], r[4], r[7]
             exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
             if before_json is None:  # the operation created it
+        with self.transaction():
+            for r in rows:
+                mid, before_json, before_vec = r[2], r[4], r[7]
+                exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
+                if before_json is None:  # the operation created it
+                    if exists:
+                        if self._has_vec_table():
+                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
+                        self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
+                    continue
+                before = Memory(**json.loads(before_json))
+                if exists and not {"thread", "thread_pos"} <= json.loads(before_json).keys():
+                    # an event older than threads: the memory keeps the thread the migration gave it
+                    now = self._select("m.id = ?", [mid])[0]
+                    before = replace(before, thread=now.thread, thread_pos=now.thread_pos)
                 if exists:
                     if self._has_vec_table():
                         self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
