@@ -543,9 +543,9 @@ def _compress_groups(ctx: Planning, days: int) -> list[list[Memory]]:
     # order they were stored in.
     seq = ctx.store.storage_order(m.id for m in candidates)
     old = sorted(candidates, key=lambda m: (m.created_at, seq.get(m.id, 0), m.id))
-    by_day: dict[str, list[Memory]] = {}
+    by_day: dict[tuple[str, str], list[Memory]] = {}
     for m in old:
-        by_day.setdefault(m.created_at[:10], []).append(m)
+        by_day.setdefault((m.created_at[:10], m.thread or ""), []).append(m)  # a summary stays in one thread
     groups: list[list[Memory]] = []
     for day in sorted(by_day):
         ms = by_day[day]
@@ -727,11 +727,14 @@ def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
         store.supersede(p.members[0], p.members[1])
     elif p.kind in ("merge", "compress"):
         members = [ms[i] for i in p.members]
+        threads = {m.thread for m in members}
+        place = min(m.thread_pos or 0 for m in members) if len(threads) == 1 and None not in threads else None
         new = store.new_memory(
             p.result_text or "", tags=sorted(set().union(*(m.tags for m in members))),
             tier=p.details.get("tier", "archival" if p.kind == "merge" else "episodic"),
             created_at=min(m.created_at for m in members), derived_from=p.members,
-            source="pmem dream", meta={"dream": p.kind, "proposal": p.id})
+            source="pmem dream", meta={"dream": p.kind, "proposal": p.id},
+            thread=threads.pop() if place is not None else None, thread_pos=place)  # stands for its members' span
         new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False,
                            allow_secret=_secrets_already_stored(new.text, members))[0]
         for m in members:

@@ -454,27 +454,29 @@ def _check_text(text: str) -> str:
 
 
 def _store_sources(store: "MemoryStore", text: str, *, turns: list[Turn], tags, at, source, model, run,
-                   allow_secret: bool = False) -> list[str]:
+                   allow_secret: bool = False, thread: str | None = None) -> list[str]:
+    """Keep the input as episodic memory; its parts are appended, in order, to `thread` (by
+    default the source: what one source sends over time reads as one conversation)."""
     date = at or next((t.date for t in turns if t.date), None)
     meta = {"extract": {"model": model, "run": run, "role": "source"}}
-    items = [store.new_memory(p, tier="episodic", tags=tags, source=source, meta=meta, created_at=date)
-             for p in _source_parts(text)]
+    items = [store.new_memory(p, tier="episodic", tags=tags, source=source, meta=meta, created_at=date,
+                              thread=thread or source) for p in _source_parts(text)]
     return [m.id for m in store.insert(items, kind="extract", summary="extract source", allow_secret=allow_secret)]
 
 
 def keep_source(store: "MemoryStore", text: str, *, tags=(), at=None, source=None, model: str = "",
-                allow_secret: bool = False) -> list[str]:
+                allow_secret: bool = False, thread: str | None = None) -> list[str]:
     """Store only the input, as its own operation: what a failed extraction still keeps."""
     text = _check_text(text)
     turns = parse_input(text)
     with store.prepared_vectors(_source_texts(text)), \
             store.operation("extract", f"extract source (model failed): {text[:60]}") as op:
         return _store_sources(store, text, turns=turns, tags=list(tags), at=at, source=source, model=model, run=op,
-                              allow_secret=allow_secret)
+                              allow_secret=allow_secret, thread=thread)
 
 
 def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = None, tags=(), at: str | None = None,
-            source: str | None = None, dry_run: bool = False,
+            source: str | None = None, dry_run: bool = False, thread: str | None = None,
             review: Callable[[Fact], str | None] | None = None,
             progress: Callable[[int, int], None] | None = None, allow_secret: bool = False) -> ExtractResult:
     """Extract, ground and reconcile facts from `text`; store them with their source in one operation.
@@ -497,7 +499,8 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     except (ModelError, ExtractionError) as exc:
         if dry_run:
             raise
-        ids = keep_source(store, text, tags=tags, at=at, source=source, model=model, allow_secret=allow_secret)
+        ids = keep_source(store, text, tags=tags, at=at, source=source, model=model, allow_secret=allow_secret,
+                          thread=thread)
         raise type(exc)(f"{exc}; the input was kept as episodic memory {', '.join(ids)}") from None
     result = ExtractResult(model=model, dry_run=dry_run, candidates=shown, invalid=invalid, turns=len(turns))
     embedder = store.embedder
@@ -533,7 +536,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             store.operation("extract", f"extract {len(accepted)} facts: {text[:60]}") as op:
         result.run = op
         result.source_ids = _store_sources(store, text, turns=turns, tags=tags, at=at, source=source,
-                                           model=model, run=op, allow_secret=allow_secret)
+                                           model=model, run=op, allow_secret=allow_secret, thread=thread)
         for f in accepted:
             _apply(store, f, result, tags=tags, at=at, source=source, judge=judge)
             result.facts.append(f)

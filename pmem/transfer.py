@@ -77,9 +77,9 @@ def _record(obj: Any, where: str) -> Memory:
         elif key == "meta":
             if not isinstance(value, dict):
                 raise UsageError(f"{where}: 'meta' must be a JSON object")
-        elif key == "access_count":
+        elif key in ("access_count", "thread_pos"):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_INT:
-                raise UsageError(f"{where}: 'access_count' must be a whole number")
+                raise UsageError(f"{where}: {key!r} must be a whole number, 0 or more")
         elif not isinstance(value, str):
             raise UsageError(f"{where}: {key!r} must be a string")
         values[key] = value
@@ -209,6 +209,8 @@ def export_markdown(memories: Iterable[Memory]) -> Iterator[str]:
         meta = {"id": m.id, "created_at": m.created_at, "tier": m.tier}
         if m.expires_at:
             meta["expires_at"] = m.expires_at
+        if m.thread is not None:
+            meta["thread"], meta["thread_pos"] = m.thread, m.thread_pos
         text = " ".join(m.text.split())
         tags = "".join(f" #{t}" for t in m.tags if re.fullmatch(r"[\w/-]+", t))
         yield f"- {text}{tags} <!-- pmem {json.dumps(meta, ensure_ascii=False)} -->\n"
