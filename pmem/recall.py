@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .store import Filter, MemoryStore
 
 FORMATS = ("md", "xml", "json", "text")
+NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
@@ -75,6 +76,8 @@ class Recalled:
     scores: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
     left_out: int = 0
+    # id -> the id of the recalled memory it came with, for thread neighbours included as context
+    neighbour_of: dict[str, str] = field(default_factory=dict)
 
     def memories(self) -> list[Memory]:
         return self.core + self.relevant
@@ -109,7 +112,7 @@ def _line(m: Memory, fmt: str) -> str:
 
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
            flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60,
-           min_similarity: float = 0.2) -> Recalled:
+           min_similarity: float = 0.2, neighbours: int | None = None) -> Recalled:
     """Memories for another LLM's context: pinned core memories first, then the memories most
     relevant to `query` (or the most recent without one), packed under a token budget.
 
@@ -121,10 +124,14 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         fmt: the format whose size is measured: md, xml, json (measured as md) or text.
         candidates: how many search results (or recent memories) to consider.
         min_similarity: cosine below which a meaning-only match is left out as noise.
+        neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches
+            brings, nearest first while they fit (default: the `recall_neighbours` setting); a
+            match and its neighbours are shown as one block in thread order, each memory once.
 
     Returns:
-        A Recalled. Raises UsageError for an unknown format or a budget below 1, and whatever
-        search raises (ModelError when the embedding model cannot be loaded).
+        A Recalled. Raises UsageError for an unknown format, a budget below 1 or negative
+        neighbours, and whatever search raises (ModelError when the embedding model cannot be
+        loaded).
     """
     from .search import search
     from .store import Filter
@@ -134,6 +141,11 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     budget = int(store.config.recall_budget if budget is None else budget)
     if budget <= 0:
         raise UsageError("--budget must be a positive number of tokens")
+    if neighbours is None:
+        neighbours = getattr(store.config, "recall_neighbours", NEIGHBOURS)
+    neighbours = int(neighbours)
+    if neighbours < 0:
+        raise UsageError("neighbours must be 0 or more")
     flt = flt or Filter()
     query = (query or "").strip() or None
     result = Recalled(query=query, budget=budget)
@@ -154,18 +166,83 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     # header and separator too. JSON is for programs; it is packed by its Markdown size.
     measure = "md" if fmt == "json" else fmt
     used = _cost(render(result, measure))
-    for bucket, items in ((result.core, core), (result.relevant, others)):
-        for m in items:
-            bucket.append(m)
-            cost = _cost(render(result, measure))
-            if cost > budget:
-                bucket.pop()
-                result.left_out += 1
-                continue
-            used = cost
+
+    def fits(bucket: list[Memory], m: Memory) -> bool:
+        nonlocal used
+        bucket.append(m)
+        cost = _cost(render(result, measure))
+        if cost > budget:
+            bucket.pop()
+            return False
+        used = cost
+        return True
+
+    for m in core:
+        if not fits(result.core, m):
+            result.left_out += 1
+    included = {m.id for m in result.core}
+    came_with: dict[str, str] = {}  # neighbour -> the match it came with, for grouping blocks
+    for m in others:
+        if m.id in included:
+            result.neighbour_of.pop(m.id, None)  # already here as a neighbour: now a match itself
+        elif fits(result.relevant, m):
+            included.add(m.id)
+        else:
+            result.left_out += 1
+            continue
+        if query and neighbours and m.thread is not None:
+            before, after = store.thread_neighbours(m, neighbours, neighbours, others_flt)
+            for n in _nearest_first(before, after):
+                if n.id not in included and fits(result.relevant, n):
+                    included.add(n.id)
+                    result.neighbour_of[n.id] = came_with[n.id] = m.id
+    if came_with:
+        result.relevant = _blocks(result.relevant, came_with)
     result.tokens = used
     store.touch(m.id for m in result.memories())
     return result
+
+
+def _nearest_first(before: list[Memory], after: list[Memory]) -> list[Memory]:
+    """Neighbours in the order they join: the one just before, the one just after, and outwards."""
+    out = []
+    for i in range(max(len(before), len(after))):
+        if i < len(before):
+            out.append(before[-1 - i])
+        if i < len(after):
+            out.append(after[i])
+    return out
+
+
+def _blocks(memories: list[Memory], came_with: dict[str, str]) -> list[Memory]:
+    """Group a thread's members into blocks in thread order, each placed where its first member
+    was recalled: a neighbour joins the block of the match it came with, and a match joins a
+    block of its thread that it touches (positions at most one apart), merging blocks it bridges."""
+    blocks: list[list[Memory]] = []
+    block_of: dict[str, list[Memory]] = {}
+    for m in memories:
+        if m.id in came_with and came_with[m.id] in block_of:
+            block = block_of[came_with[m.id]]
+            block.append(m)
+            block_of[m.id] = block
+            continue
+        pos = m.thread_pos or 0
+        touching = [] if m.thread is None else [
+            b for b in blocks if b[0].thread == m.thread
+            and min(x.thread_pos or 0 for x in b) - 1 <= pos <= max(x.thread_pos or 0 for x in b) + 1]
+        if not touching:
+            touching = [[]]
+            blocks.append(touching[0])
+        first = touching[0]
+        first.append(m)
+        for other in touching[1:]:  # m bridges two blocks: the later one joins the first
+            first.extend(other)
+            blocks.remove(other)
+        for x in first:
+            block_of[x.id] = first
+    for block in blocks:
+        block.sort(key=lambda x: (x.thread_pos or 0, x.created_at, x.id))
+    return [m for block in blocks for m in block]
 
 
 def render(r: Recalled, fmt: str = "md") -> str:
@@ -180,7 +257,8 @@ def render(r: Recalled, fmt: str = "md") -> str:
         return json_dumps(_clean({
             "query": r.query, "budget": r.budget, "tokens": r.tokens, "left_out": r.left_out,
             "core": [m.to_dict() for m in r.core],
-            "relevant": [{**m.to_dict(), "score": round(r.scores.get(m.id, 0.0), 6)} for m in r.relevant],
+            "relevant": [{**m.to_dict(), "score": round(r.scores.get(m.id, 0.0), 6),
+                          "neighbour_of": r.neighbour_of.get(m.id)} for m in r.relevant],
         }), indent=2)
     if fmt == "xml":
         query = f" query={quoteattr(query_text)}" if query_text else ""

@@ -32,6 +32,7 @@ class Tuning:
 
     keyword_weight: float = 0.6
     candidates: int = 100
+    context_weight: float = 1.0  # BM25 weight of a threaded memory's neighbours (its own text: 1)
 
 
 DEFAULT_TUNING = Tuning()
@@ -51,12 +52,14 @@ def fts_query(text: str) -> str | None:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int) -> list[tuple[int, float]]:
-    """(seq, bm25) best first; bm25 is negative, lower is better."""
+def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
+                  context_weight: float = DEFAULT_TUNING.context_weight) -> list[tuple[int, float]]:
+    """(seq, bm25) best first; bm25 is negative, lower is better. The index holds each memory's
+    text and its thread neighbours' (`context`), weighted `context_weight`."""
     match = fts_query(query)
     if match is None:
         return []
-    return store.keyword_ranks(match, flt, n)
+    return store.keyword_ranks(match, flt, n, context_weight)
 
 
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
@@ -108,7 +111,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     if not query:
         raise UsageError("empty query")
     n = max(limit, tuning.candidates)
-    kw = keyword_ranks(store, query, flt, n) if mode in ("hybrid", "keyword") else []
+    kw = keyword_ranks(store, query, flt, n, tuning.context_weight) if mode in ("hybrid", "keyword") else []
     sem = semantic_ranks(store, query, flt, n) if mode in ("hybrid", "semantic") else []
 
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}

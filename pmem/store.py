@@ -454,10 +454,11 @@ class MemoryStore:
         """Whether any memory has been embedded yet (the vec0 table exists)."""
         return self._has_vec_table()
 
-    def keyword_ranks(self, match: str, flt: Filter, n: int) -> list[tuple[int, float]]:
-        """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better."""
+    def keyword_ranks(self, match: str, flt: Filter, n: int, context_weight: float = 1.0) -> list[tuple[int, float]]:
+        """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better.
+        A threaded memory's neighbours' words (the `context` column) count `context_weight`."""
         where, params = flt.where(self.clock())
-        sql = (f"SELECT m.seq, bm25(memories_fts) AS rank FROM memories_fts "
+        sql = (f"SELECT m.seq, bm25(memories_fts, 1.0, {float(context_weight)!r}) AS rank FROM memories_fts "
                f"JOIN memories m ON m.seq = memories_fts.rowid "
                f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
         return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
