@@ -31,13 +31,23 @@ def sessions(conv: dict) -> list[tuple[int, str, list[dict]]]:
     return sorted(out)
 
 
-def turn_records(conv: dict) -> list[dict]:
-    """One memory per dialogue turn, "Speaker: text", dated by its session."""
+THREADS = ("session", "conversation", "none")
+
+
+def turn_records(conv: dict, thread: str = "none") -> list[dict]:
+    """One memory per dialogue turn, "Speaker: text", dated by its session. `thread` "session"
+    puts each session's turns in a thread of their own, "conversation" the whole conversation's
+    in one; `thread_pos` is the turn's place in it."""
     records = []
     for n, date, turns in sessions(conv):
-        for t in turns:
-            records.append({"text": f"{t['speaker']}: {t['text']}", "created_at": date,
-                            "meta": {"dia_id": t["dia_id"], "session": n}, "source": f"locomo:{conv['sample_id']}"})
+        for i, t in enumerate(turns):
+            r = {"text": f"{t['speaker']}: {t['text']}", "created_at": date,
+                 "meta": {"dia_id": t["dia_id"], "session": n}, "source": f"locomo:{conv['sample_id']}"}
+            if thread == "session":
+                r["thread"], r["thread_pos"] = f"locomo:{conv['sample_id']}:session_{n}", i
+            elif thread == "conversation":
+                r["thread"], r["thread_pos"] = f"locomo:{conv['sample_id']}", len(records)
+            records.append(r)
     return records
 
 

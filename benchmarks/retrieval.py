@@ -3,9 +3,12 @@
     python benchmarks/retrieval.py                 # via the CLI: `pmem import`, then `pmem search --json`
     python benchmarks/retrieval.py --via lib       # same code paths through the library (fast, for tuning)
     python benchmarks/retrieval.py --mode keyword  # one retriever alone
+    python benchmarks/retrieval.py --thread none   # turns without threads (no neighbour context)
 
 One memory per dialogue turn ("Speaker: text", dated by its session), one database per conversation;
-a question (categories 1-4) is a hit at k when any of its evidence turns is among the top k results.
+each session's turns are a thread (`thread`, `thread_pos` in the imported JSONL), so each turn's
+keyword entry also holds its neighbours' words. A question (categories 1-4) is a hit at k when any of
+its evidence turns is itself among the top k results.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main() -> int:
     ap.add_argument("--via", choices=["cli", "lib"], default="cli")
     ap.add_argument("--mode", default="hybrid", choices=["hybrid", "keyword", "semantic"])
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
+    ap.add_argument("--thread", default="session", choices=locomo.THREADS,
+                    help="what a thread is: a session (default), the whole conversation, or none")
     ap.add_argument("--limit-questions", type=int, default=0, help="only the first N questions per conversation")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -44,7 +49,7 @@ def main() -> int:
         os.environ.setdefault("PMEM_HOME", tmp)
         for conv in locomo.load():
             db = Path(tmp) / f"{conv['sample_id']}.db"
-            records = locomo.turn_records(conv)
+            records = locomo.turn_records(conv, args.thread)
             qs = locomo.questions(conv)
             if args.limit_questions:
                 qs = qs[: args.limit_questions]
@@ -60,7 +65,8 @@ def main() -> int:
                 from pmem import search as lib_search
 
                 store = MemoryStore(db)
-                stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
+                stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"],
+                                              thread=r.get("thread"), thread_pos=r.get("thread_pos"))
                                        for r in records])
                 by_id = {m.id: m.meta["dia_id"] for m in stored}
             for q in qs:
@@ -78,7 +84,7 @@ def main() -> int:
                 per_cat.setdefault(q["category"], []).append(int(bool(evidence & set(ranked[:10]))))
             if args.via == "lib":
                 store.close()
-    result = {"questions": total, "mode": args.mode, "via": args.via,
+    result = {"questions": total, "mode": args.mode, "via": args.via, "thread": args.thread,
               **{f"R@{k}": round(hits[k] / total, 3) for k in args.k},
               "R@10_by_category": {c: round(sum(v) / len(v), 3) for c, v in sorted(per_cat.items())}}
     print(json.dumps(result, indent=2) if args.json else " ".join(f"{k}={v}" for k, v in result.items()))

@@ -145,15 +145,21 @@ def _affected(r: str, before: int, after: int) -> str:
 def install_keyword_window(conn, before: int, after: int) -> None:
     """(Re)create the triggers that keep memories_fts in step, for a window of `before` and
     `after` neighbours, and recompute every entry's context. Runs inside the caller's transaction."""
-    for name in ("memories_ai", "memories_ad", "memories_au"):
+    for name in ("memories_ai", "memories_ai_thread", "memories_ad", "memories_au"):
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     own = _context("o", before, after)
     refresh = f"UPDATE memories_fts SET context = (SELECT {own} FROM memories o WHERE o.seq = memories_fts.rowid)"
+    # Two insert triggers that never both fire, so their order cannot matter; a memory with no
+    # thread costs one FTS insert, as before threads.
+    conn.execute("""
+        CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.thread IS NULL BEGIN
+            INSERT INTO memories_fts(rowid, text) VALUES (new.seq, new.text);
+        END""")
     conn.execute(f"""
-        CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+        CREATE TRIGGER memories_ai_thread AFTER INSERT ON memories WHEN new.thread IS NOT NULL BEGIN
             INSERT INTO memories_fts(rowid, text, context) VALUES
                 (new.seq, new.text, {_context('new', before, after)});
-            {refresh} WHERE new.thread IS NOT NULL AND rowid IN ({_affected('new', before, after)});
+            {refresh} WHERE rowid IN ({_affected('new', before, after)});
         END""")
     conn.execute(f"""
         CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
@@ -200,7 +206,7 @@ def m004_threads(conn) -> None:
         "WHERE s.thread IS NULL AND s.derived_from NOT IN ('[]', '') GROUP BY s.seq").fetchall()
     conn.executemany("UPDATE memories SET thread = ?, thread_pos = ? WHERE seq = ?",
                      [(lo, pos, seq) for seq, lo, hi, pos, n, threaded in summaries if lo == hi and n == threaded])
-    for name in ("memories_ai", "memories_ad", "memories_au"):
+    for name in ("memories_ai", "memories_ad", "memories_au"):  # m001's external-content triggers
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     conn.execute("DROP TABLE memories_fts")
     conn.execute("""
