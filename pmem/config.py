@@ -51,6 +51,8 @@ class Settings:
                 "rewrite (it chooses, rewrites and judges conflicts), auto (rewrite from 1B parameters)",
         choices=("auto", "label", "rewrite"))
     recall_budget: int = _setting(1500, "default token budget of `pmem recall`", low=0, high=_INT_MAX)
+    recall_neighbours: int = _setting(1, "thread neighbours on each side that `pmem recall` brings with each of "
+                                         "its best three matches", low=0, high=_INT_MAX)
     search_limit: int = _setting(10, "default number of results of `pmem search`", low=0, high=_INT_MAX)
     server: str = _setting(
         "auto", "use a running `pmem serve` to skip loading the embedding model: auto, "
