@@ -16,9 +16,9 @@ _pmem_words() {
     local words=""
     case "$1" in
         "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui mcp context hook models config --db --version --help" ;;
-        "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --scope --json --help" ;;
-        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --json --help" ;;
-        "recall") words="--budget -b --format -f --tag -t --tier --as-of --scope --help" ;;
+        "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --scope --thread --json --help" ;;
+        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --context -C --json --help" ;;
+        "recall") words="--budget -b --format -f --tag -t --tier --as-of --scope --neighbours --help" ;;
         "list") words="--limit -n --offset --tag -t --tier --since --until --as-of --pinned --unpinned --include-expired --include-forgotten --all -a --sort --reverse -r --scope --json --help" ;;
         "show") words="--json --help" ;;
         "edit") words="--tag -t --untag --tier --meta --allow-secret --json --help" ;;
@@ -37,7 +37,7 @@ _pmem_words() {
         "reindex") words="--help" ;;
         "doctor") words="--json --help" ;;
         "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --json --help" ;;
-        "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --json --help" ;;
+        "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --thread --json --help" ;;
         "why") words="--json --help" ;;
         "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;
         "tui") words="--search -s --help" ;;

@@ -978,27 +978,16 @@ class MemoryStore:
             mid, before_json, before_vec = r[2], r[4], r[7]
             exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
             if before_json is None:  # the operation created it
-        with self.transaction():
-            for r in rows:
-                mid, before_json, before_vec = r[2], r[4], r[7]
-                exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
-                if before_json is None:  # the operation created it
-                    if exists:
-                        if self._has_vec_table():
-                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
-                        self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
-                    continue
-                before = Memory(**json.loads(before_json))
-                if exists and not {"thread", "thread_pos"} <= json.loads(before_json).keys():
-                    # an event older than threads: the memory keeps the thread the migration gave it
-                    now = self._select("m.id = ?", [mid])[0]
-                    before = replace(before, thread=now.thread, thread_pos=now.thread_pos)
                 if exists:
                     if self._has_vec_table():
                         self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
                     self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
                 continue
             before = Memory(**json.loads(before_json))
+            if exists and not {"thread", "thread_pos"} <= json.loads(before_json).keys():
+                # an event older than threads: the memory keeps the thread the migration gave it
+                now = self._select("m.id = ?", [mid])[0]
+                before = replace(before, thread=now.thread, thread_pos=now.thread_pos)
             if exists:
                 sets = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
                 self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*before.to_row()[1:], mid))

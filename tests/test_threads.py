@@ -365,3 +365,37 @@ def test_migration_threads_an_existing_store(tmp_path, fake_config):
         s.undo()
         assert (s.get("cccc0001").text, s.get("cccc0001").thread) == ("Ana: 3rd", "chat")
         assert_index_in_step(s)
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+def test_cli_thread_context_and_neighbours(monkeypatch, pmem_home):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    runner = CliRunner()
+
+    def ok(*args, input=None):
+        r = runner.invoke(app, list(args), input=input)
+        assert r.exit_code == 0, (args, r.output, r.exception)
+        return r.stdout
+
+    turns = ["Mel: Where did you go last summer?", "Ana: Yes, last May, with my sister!", "Mel: That sounds lovely."]
+    ids = [ok("add", t, "--thread", "chat").strip() for t in turns]
+    assert json.loads(ok("add", "Ana: the volcano", "--thread", "chat", "--json"))["thread_pos"] == 3
+    hits = json.loads(ok("search", "sister", "--mode", "keyword", "--context", "1", "--json", "-k", "1"))
+    assert hits[0]["id"] in ids and set(hits[0]["context"]) == {"before", "after"}
+    plain = ok("search", "sister", "--mode", "keyword", "-C", "1").splitlines()
+    assert "--" in plain and any(line.split("\t")[3] == "-" for line in plain if line != "--")
+    assert "context" not in json.loads(ok("search", "sister", "--json"))[0]
+    data = json.loads(ok("recall", "sister", "--neighbours", "1", "--format", "json"))
+    assert {m["id"] for m in data["relevant"]} >= set(ids)
+    for args in (("search", "sister", "-C", "-1"), ("recall", "sister", "--neighbours", "-1")):
+        r = runner.invoke(app, list(args))
+        assert r.exit_code == 2 and r.output.count("\n") == 1 and "pmem: error:" in r.output
+    exported = ok("export")
+    assert [json.loads(line)["thread_pos"] for line in exported.splitlines()] == [0, 1, 2, 3]
+    ok("undo")  # the add of the fourth turn
+    assert "thread: chat (position 1)" in ok("show", ids[1])

@@ -53,7 +53,8 @@ class _Reviewer:
 
 
 def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Optional[str], dry_run: bool,
-                review: bool, as_json: bool, model: Optional[str] = None, allow_secret: bool = False) -> None:
+                review: bool, as_json: bool, model: Optional[str] = None, allow_secret: bool = False,
+                thread: Optional[str] = None) -> None:
     """Shared by `pmem extract` and `pmem add --extract`."""
     from ..extract import extract
     from ..generate import load_generator
@@ -65,7 +66,8 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
                          if model else None)
             with out.Progress("extracting") as progress:
                 result = extract(store, text, generator=generator, tags=tags, at=at, source=source,
-                                 dry_run=dry_run, review=reviewer, progress=progress, allow_secret=allow_secret)
+                                 dry_run=dry_run, review=reviewer, progress=progress, allow_secret=allow_secret,
+                                 thread=thread)
     finally:
         if reviewer:
             reviewer.close()
@@ -100,14 +102,16 @@ def extract(
     model: Optional[str] = typer.Option(None, "--model", help="Chat model for this run: a known name or a GGUF path."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Keep input that holds what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
+    thread: Optional[str] = typer.Option(None, "--thread", help="Append the kept text to this thread (default: the --source)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Pull durable facts out of text with the local chat model, grounded in the text.
 
     Input: "Speaker: text" lines (date lines such as "8 May, 2023" set the date), JSON messages
     ([{"role"|"speaker", "content"|"text"}]), or plain text. The text itself is kept as an
-    episodic memory; each fact links to it (`pmem why ID`). Facts not grounded in the text are
-    rejected. One `pmem undo` reverts the whole run.
+    episodic memory, appended to the thread of its --source (or --thread); each fact links to it
+    (`pmem why ID`). Facts not grounded in the text are rejected. One `pmem undo` reverts the
+    whole run.
 
     \b
     Examples:
@@ -117,7 +121,7 @@ def extract(
     """
     text = _read_file(file)
     run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=dry_run, review=review,
-                as_json=as_json, model=model, allow_secret=allow_secret)
+                as_json=as_json, model=model, allow_secret=allow_secret, thread=thread)
 
 
 def why(

@@ -60,6 +60,7 @@ def add(
                                       "machine secret (an API key, a token, a private key)."),
     scope: str = typer.Option("global", "--scope", help="global (default), auto (the current project: "
                               "its git root or directory), or a project directory."),
+    thread: Optional[str] = typer.Option(None, "--thread", help="Append it to this thread (a conversation, a chat, a notebook)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Store a memory. Text holding a machine secret (an API key, a token, a private key) is
@@ -71,6 +72,7 @@ def add(
       echo "Deploys need approval from Dana" | pmem add --tag work --ttl 30d
       pmem add "I am vegetarian" --pin
       pmem add "Tests run with make check" --scope auto
+      pmem add "Dana: yes, Friday works" --thread standup
     """
     from ..scope import parse_scope
     from ..store import MAX_TEXT
@@ -89,13 +91,13 @@ def add(
         from .extract_cmd import run_extract
 
         run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=False, review=False,
-                    as_json=as_json, allow_secret=allow_secret)
+                    as_json=as_json, allow_secret=allow_secret, thread=thread)
         return
     with open_store() as store:
         memory, created = store.add(text, tags=tag or [], tier=tier, pinned=pin, source=source,
                                     meta=_meta(meta or []), created_at=_when(at), expires_at=expires_at,
                                     allow_duplicate=allow_duplicate, allow_secret=allow_secret,
-                                    scope=project)
+                                    scope=project, thread=thread)
     if as_json:
         out.print_json({**memory.to_dict(), "created": created})
     else:
@@ -119,32 +121,71 @@ def search(
     no_collapse: bool = typer.Option(False, "--no-collapse",
                                      help="List a fact and the memory it was derived from separately."),
     scope: str = ScopeReadOpt,
+    context: int = typer.Option(0, "--context", "-C",
+                                help="Also show N neighbours on each side of a result that is in a thread."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Find memories by meaning and by words (hybrid).
 
     A fact and the memory it was derived from (see `pmem why`) share one result: the better
-    ranked one is shown.
+    ranked one is shown. A memory in a thread is also found by its neighbours' words.
 
     \b
     Examples:
       pmem search "cabin internet"
       pmem search "who approves deploys" --json --limit 5
       pmem search "moved" --as-of 2024-01-01 --mode keyword
+      pmem search "sister" --context 2      # each result with the turns around it
     """
     from ..search import search as run_search
 
     check_count(limit, "--limit", 1)
+    check_count(context, "--context", 0)
     with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired, scope=scope)
         hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
                           collapse=not no_collapse)
+        around = [store.thread_neighbours(h.memory, context, context, flt) for h in hits] if context else []
     if as_json:
-        out.print_json([h.to_dict() for h in hits])
+        out.print_json([{**h.to_dict(), **({"context": {"before": [m.to_dict() for m in around[i][0]],
+                                                        "after": [m.to_dict() for m in around[i][1]]}}
+                                           if context else {})} for i, h in enumerate(hits)])
+    elif hits and context:
+        _hits_in_context(hits, around)
     elif hits:
         out.memory_table([], hits=hits)
     elif out.is_tty():
         out.note("no memories match")
+
+
+def _hits_in_context(hits, around) -> None:
+    """Each result between its thread neighbours, in thread order; blocks apart, as grep -C."""
+    now = timeutil.now_iso()
+    if not out.is_tty():
+        for i, (hit, (before, after)) in enumerate(zip(hits, around)):
+            if i:
+                out.echo("--")
+            for m in [*before, hit.memory, *after]:
+                score = f"{hit.score:.4f}" if m is hit.memory else "-"
+                out.echo("\t".join([m.id, m.created_at[:10], m.tier, score, ",".join(m.tags), out.one_line(m.text)]))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_lines=False, expand=True, pad_edge=False)
+    for name, kw in (("id", {"style": "cyan", "no_wrap": True}), ("date", {"no_wrap": True}),
+                     ("score", {"justify": "right", "no_wrap": True}), ("text", {"ratio": 1}),
+                     ("", {"style": "yellow", "no_wrap": True})):
+        table.add_column(name, **kw)
+    for i, (hit, (before, after)) in enumerate(zip(hits, around)):
+        if i:
+            table.add_section()
+        for m in [*before, hit.memory, *after]:
+            style = "" if m is hit.memory else "dim"
+            score = f"{hit.score:.3f}" if m is hit.memory else ""
+            table.add_row(Text(m.id), Text(m.created_at[:10]), Text(score), Text(out.visible(m.text)),
+                          Text(out._flags(m, now)), style=style)
+    out.console().print(table)
 
 
 def recall(
@@ -155,21 +196,29 @@ def recall(
     tier: List[str] = TierOpt,
     as_of: Optional[str] = AsOfOpt,
     scope: str = ScopeReadOpt,
+    neighbours: Optional[int] = typer.Option(
+        None, "--neighbours",
+        help="Thread neighbours on each side that come with a recalled memory (default: setting recall_neighbours)."),
 ) -> None:
     """Print what another LLM should know: core memories, then the most relevant, under a budget.
+
+    A recalled memory that is part of a thread (a conversation) brings its neighbours, as one
+    block in thread order, as long as they fit.
 
     \b
     Examples:
       pmem recall "plan dinner" --budget 800 | llm "suggest a recipe"
       pmem recall --format xml > context.xml
+      pmem recall "the trip" --neighbours 0      # matches only, no surrounding turns
     """
     from ..recall import recall as run_recall
     from ..recall import render
 
     check_count(budget, "--budget", 1)
+    check_count(neighbours, "--neighbours", 0)
     with open_store(read_only=True) as store:
         flt = _filter(tag, tier, None, None, as_of, scope=scope)
-        result = run_recall(store, query, budget=budget, flt=flt, fmt=fmt)
+        result = run_recall(store, query, budget=budget, flt=flt, fmt=fmt, neighbours=neighbours)
     out.echo(render(result, fmt))
     if result.left_out and sys.stderr.isatty():
         out.note(f"{result.left_out} more memories did not fit in {result.budget} tokens")

@@ -142,6 +142,7 @@ def memory_detail(m: Memory) -> None:
               ("updated", m.updated_at), ("expires", m.expires_at or ""), ("valid from", m.valid_from or ""),
               ("valid to", m.valid_to or ""), ("superseded by", m.superseded_by or ""),
               ("derived from", ", ".join(m.derived_from)), ("merged into", m.merged_into or ""),
+              ("thread", f"{m.thread} (position {m.thread_pos})" if m.thread is not None else ""),
               ("forgotten", m.forgotten_at or ""),
               ("accessed", f"{m.access_count} times, last {m.last_accessed_at or 'never'}"),
               ("meta", json_dumps(m.meta) if m.meta else "")]

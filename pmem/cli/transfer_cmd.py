@@ -27,7 +27,8 @@ def import_(
     as_json: bool = JsonOpt,
 ) -> None:
     """Import memories from JSONL (fields: text, created_at, tags, tier, pinned, expires_at, source,
-    meta) or Markdown (one memory per list item or paragraph). One `pmem undo` reverts it. A file
+    meta, thread, thread_pos) or Markdown (one memory per list item or paragraph). A record with a
+    thread and no thread_pos is appended to that thread. One `pmem undo` reverts it. A file
     with a machine secret in any record imports nothing unless --allow-secret.
 
     \b
