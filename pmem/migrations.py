@@ -109,7 +109,7 @@ def m003_scope(conn) -> None:
 # `memories` (an edit, a forget, a purge, a merge, an undo), the index follows in the same
 # transaction and is a pure function of the rows.
 
-KEYWORD_WINDOW = (2, 1)
+KEYWORD_WINDOW = (2, 2)
 _LIVE = "n.forgotten_at IS NULL AND n.merged_into IS NULL"
 
 

@@ -28,11 +28,13 @@ class Tuning:
 
     score = keyword_weight * minmax(-bm25) + (1 - keyword_weight) * minmax(cosine), each over its
     own top `candidates`; a memory missing from one list gets 0 from it. R@10 stayed within
-    0.734-0.745 for weights 0.5-0.65 and 50-200 candidates, so the choice is not fragile."""
+    0.734-0.745 for weights 0.5-0.65 and 50-200 candidates, so the choice is not fragile.
+    With turns in threads (their neighbours' words in the index at `context_weight`), weights
+    0.6-0.7 gave R@10 0.82-0.83 and 0.5 or 0.8 0.81 (benchmarks/README.md: Threads)."""
 
     keyword_weight: float = 0.6
     candidates: int = 100
-    context_weight: float = 1.0  # BM25 weight of a threaded memory's neighbours (its own text: 1)
+    context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
 
 
 DEFAULT_TUNING = Tuning()

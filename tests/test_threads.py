@@ -116,6 +116,7 @@ def filler(store, n=30) -> None:
 def test_index_holds_neighbours_and_the_shown_text_is_the_turn(store):
     filler(store)
     ms = conversation(store)
+    store.set_keyword_window(2, 1)
     assert_index_in_step(store)
     # "volcano" is only in turn 3; the turns whose window holds it match too
     assert set(keyword_ids(store, "volcano")) == {ms[2].id, ms[3].id, ms[4].id, ms[5].id}
