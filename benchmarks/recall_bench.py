@@ -110,10 +110,14 @@ def sweep(convs) -> dict:
         row = {"keyword_weight": kw, **search_recall(convs, Tuning(keyword_weight=kw, context_weight=best["context_weight"]))}
         out["keyword_weight"].append(row)
         print(json.dumps(row), file=sys.stderr)
-    for n in (0, 1, 2, 3):
-        row = {"neighbours": n, **recall_evidence(convs, n)}
+    module = sys.modules["pmem.recall"]
+    default = module.NEIGHBOUR_MATCHES
+    for n, matches in ((0, default), (1, 1), (1, 3), (1, 5), (1, 10), (1, 60), (2, 3), (3, 60)):
+        module.NEIGHBOUR_MATCHES = matches  # how many of the best matches bring neighbours
+        row = {"neighbours": n, "for_best_matches": matches, **recall_evidence(convs, n)}
         out["recall_neighbours"].append(row)
         print(json.dumps(row), file=sys.stderr)
+    module.NEIGHBOUR_MATCHES = default
     out["best_window"] = best
     return out
 
@@ -191,7 +195,13 @@ def main() -> int:
     ap.add_argument("--cost", action="store_true", help="import time and keyword index size, threads vs none")
     ap.add_argument("--neighbours", type=int, default=None, help="recall_neighbours (default: the setting)")
     ap.add_argument("--budget", type=int, default=None, help="recall budget (default: the setting, 1500)")
+    ap.add_argument("--neighbour-matches", type=int, default=None,
+                    help="how many of recall's best matches bring neighbours (default: pmem.recall.NEIGHBOUR_MATCHES)")
     args = ap.parse_args()
+    if args.neighbour_matches is not None:
+        import pmem.recall  # noqa: F401
+
+        sys.modules["pmem.recall"].NEIGHBOUR_MATCHES = args.neighbour_matches
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
         if args.via == "cli":

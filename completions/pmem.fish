@@ -67,7 +67,7 @@ complete -c pmem -n '__fish_seen_subcommand_from recall' -l tag -s t -r -d 'Only
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l tier -r -d 'Only this tier: core, archival, episodic (repeatable).'
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l as-of -r -d 'Facts that were valid at DATE (includes since-superseded ones).'
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l scope -r -d 'auto (default: global memories plus the project\'s (the git root or directory) of the current directory), global, all, or a project directory.'
-complete -c pmem -n '__fish_seen_subcommand_from recall' -l neighbours -r -d 'Thread neighbours on each side that come with a recalled memory (default: setting recall_neighbours).'
+complete -c pmem -n '__fish_seen_subcommand_from recall' -l neighbours -r -d 'Thread neighbours on each side of each of the best three matches (default: setting recall_neighbours).'
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l limit -s n -r -d 'How many (0 for all).'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l offset -r -d 'Skip this many first.'

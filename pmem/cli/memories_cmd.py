@@ -198,12 +198,12 @@ def recall(
     scope: str = ScopeReadOpt,
     neighbours: Optional[int] = typer.Option(
         None, "--neighbours",
-        help="Thread neighbours on each side that come with a recalled memory (default: setting recall_neighbours)."),
+        help="Thread neighbours on each side of each of the best three matches (default: setting recall_neighbours)."),
 ) -> None:
     """Print what another LLM should know: core memories, then the most relevant, under a budget.
 
-    A recalled memory that is part of a thread (a conversation) brings its neighbours, as one
-    block in thread order, as long as they fit.
+    The best three matches that are part of a thread (a conversation) bring their neighbours,
+    each as one block in thread order, as long as they fit.
 
     \b
     Examples:
