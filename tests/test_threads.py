@@ -143,7 +143,7 @@ def test_every_write_and_its_undo_keeps_the_index_exact(store):
     changes = [
         lambda: store.edit(ms[2].id, text="Mel: That sounds like a volcano."),
         lambda: store.forget(ms[3].id),
-        lambda: store.delete(ms[1].id, action="purge"),
+        lambda: store.delete(ms[1].id),  # what dream --purge does to a row
         lambda: store.set_fields(ms[4].id, "dedup", merged_into=ms[5].id),
         lambda: store.set_fields(ms[0].id, "edit", thread="elsewhere", thread_pos=0),
         lambda: store.add("Ana: one more", thread="chat"),
@@ -179,7 +179,7 @@ def test_random_writes_keep_the_index_in_step(store):
         elif target and action == "restore":
             store.restore(target)
         elif target and action == "purge":
-            store.delete(target, action="purge")
+            store.delete(target)
         elif target and action == "move":
             store.set_fields(target, "edit", thread_pos=rng.randrange(8))
         elif action == "undo":
@@ -400,3 +400,20 @@ def test_cli_thread_context_and_neighbours(monkeypatch, pmem_home):
     assert [json.loads(line)["thread_pos"] for line in exported.splitlines()] == [0, 1, 2, 3]
     ok("undo")  # the add of the fourth turn
     assert "thread: chat (position 1)" in ok("show", ids[1])
+
+
+def test_purging_a_turn_erases_its_words_from_its_neighbours_entries(store):
+    ms = conversation(store)
+    secret = "Quokkazebra93517 is the locker code"
+    m, _ = store.add(secret, thread="chat")  # in the keyword entries of turns 4 and 5 too
+    assert store.conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'quokkazebra93517'"
+                              ).fetchone()[0] == 3
+    store.purge([m.id])
+    assert_index_in_step(store)
+    assert store.conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'quokkazebra93517'"
+                              ).fetchone()[0] == 0
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = b"".join(p.read_bytes() for p in (store.path, store.path.with_name(store.path.name + "-wal"))
+                    if p.exists())
+    assert b"uokkazebra93517" not in data
+    assert ms[5].id in keyword_ids(store, "grandpa")
