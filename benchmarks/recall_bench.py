@@ -5,6 +5,7 @@
     python benchmarks/recall_bench.py --sweep          # tune: keyword window x context weight x keyword weight
                                                        # (search R@5/R@10), recall_neighbours 0-3
     python benchmarks/recall_bench.py --cost           # import time and index size, threads vs none
+    python benchmarks/recall_bench.py --thread none    # before threads: turns as islands
 
 One memory per dialogue turn, each session a thread (`locomo.turn_records(conv, "session")`), one
 database per conversation, real all-MiniLM-L6-v2. "Evidence in the recall block": the share of
@@ -193,6 +194,8 @@ def main() -> int:
     ap.add_argument("--via", choices=["cli", "lib"], default="lib")
     ap.add_argument("--sweep", action="store_true", help="tune the window, weights and recall_neighbours")
     ap.add_argument("--cost", action="store_true", help="import time and keyword index size, threads vs none")
+    ap.add_argument("--thread", default="session", choices=locomo.THREADS,
+                    help="what a thread is: a session (default), the whole conversation, or none (before threads)")
     ap.add_argument("--neighbours", type=int, default=None, help="recall_neighbours (default: the setting)")
     ap.add_argument("--budget", type=int, default=None, help="recall budget (default: the setting, 1500)")
     ap.add_argument("--neighbour-matches", type=int, default=None,
@@ -215,11 +218,11 @@ def main() -> int:
             if args.cost:
                 result = cost(Path(tmp), embedder)
             else:
-                convs = build(Path(tmp), "session", embedder)
+                convs = build(Path(tmp), args.thread, embedder)
                 if args.sweep:
                     result = sweep(convs)
                 else:
-                    result = {"via": "lib", "neighbours": args.neighbours,
+                    result = {"via": "lib", "thread": args.thread, "neighbours": args.neighbours,
                               **recall_evidence(convs, args.neighbours, args.budget)}
                 for store, _, _ in convs:
                     store.close()
