@@ -233,8 +233,12 @@ def test_recall_brings_neighbours_as_one_block_in_thread_order(store):
 
 
 def test_recall_neighbours_setting_and_validation(store, monkeypatch):
+    from pmem.config import load
+
     ms = conversation(store)
-    monkeypatch.setitem(store.config.values, "recall_neighbours", 2)
+    monkeypatch.setenv("PMEM_RECALL_NEIGHBOURS", "2")
+    store.config = load()
+    assert store.config.recall_neighbours == 2
     r = recall(store, "hiked the volcano trail", min_similarity=2.0)
     assert {ms[1].id, ms[2].id, ms[4].id, ms[5].id} <= {m.id for m in r.relevant}
     with pytest.raises(UsageError):
@@ -329,7 +333,8 @@ def test_migration_threads_an_existing_store(tmp_path, fake_config):
     path = tmp_path / "old.db"
     conn = db.connect(path)
     conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:2], start=1):
+    before_threads = [name for name, _ in migrations.MIGRATIONS].index("m004_threads")
+    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before_threads], start=1):
         fn(conn)
         conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
         conn.execute(f"PRAGMA user_version = {index}")
