@@ -3,6 +3,7 @@ PRAGMA user_version record where a database stands."""
 
 from __future__ import annotations
 
+import struct
 from typing import Callable
 
 from .errors import DatabaseError
@@ -103,16 +104,53 @@ BIT_PARTS = 16  # vec0 partitions per tier in memory_bits (see MemoryStore.seman
 
 
 def create_vector_tables(conn, dim: int) -> None:
-    """Float32 vectors in a plain table (a keyed read costs ~5 us; a vec0 point read walks its
-    chunk's overflow pages, ~35-150 us), and their sign bits in a vec0 table for Hamming KNN:
-    partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants and each
-    partition's top-k stays small (vec0's top-k selection costs O(rows * k))."""
+    """Float32 vectors in a plain table: a keyed read costs ~5 us, where a vec0 point read walks
+    its chunk's overflow pages (~35-150 us), so rescoring can read them (see build_bits)."""
     conn.execute("CREATE TABLE IF NOT EXISTS memory_vec (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL, "
                  "live INTEGER NOT NULL DEFAULT 1)")
-    if dim % 8 == 0 and not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_bits'").fetchone():
-        conn.execute(f"CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, "
-                     f"part INTEGER PARTITION KEY, bits bit[{int(dim)}], live INTEGER)")
     _count_triggers(conn, "memory_vec", "'vectors'")
+
+
+BITS_FROM = 10_000  # vectors from which the bit index is built (smaller stores search exactly)
+CENTER_SAMPLE = 4096  # vectors averaged for the centre subtracted before taking signs
+
+
+def build_bits(conn) -> bool:
+    """(Re)build memory_bits: the signs of each vector minus the store's mean vector, in a vec0
+    bit[] table partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants
+    and each partition's top-k stays small (vec0's top-k selection costs O(rows * k)).
+
+    Embeddings share a common direction (all-MiniLM's, and the fake embedder's, by their
+    features), so raw signs are mostly the same bits for every text; centring makes the Hamming
+    distance follow the angle between what differs (recall@10 0.1 -> see benchmarks/README.md)."""
+    dim_row = conn.execute("SELECT value FROM settings WHERE key = 'embed_dim'").fetchone()
+    dim = int(dim_row[0]) if dim_row else 0
+    conn.execute("DROP TABLE IF EXISTS memory_bits")
+    conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
+    total = conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0] if dim else 0
+    if not dim or dim % 8 or not total:
+        return False
+    step = max(1, total // CENTER_SAMPLE)
+    mean = [0.0] * dim
+    count = 0
+    for (blob,) in conn.execute("SELECT embedding FROM memory_vec WHERE seq % ? = 0 LIMIT ?", (step, CENTER_SAMPLE)):
+        if len(blob) == 4 * dim:
+            for i, v in enumerate(struct.unpack(f"<{dim}f", blob)):
+                mean[i] += v
+            count += 1
+    center = struct.pack(f"<{dim}f", *(v / max(count, 1) for v in mean))
+    conn.execute("INSERT INTO settings (key, value) VALUES ('bit_center', ?)", (center.hex(),))
+    conn.execute(f"CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, "
+                 f"part INTEGER PARTITION KEY, bits bit[{dim}], live INTEGER)")
+    for tier_index, tier in enumerate(("core", "archival", "episodic")):
+        # Sorted by partition, so consecutive inserts fill the same vec0 chunk.
+        conn.execute(
+            "INSERT INTO memory_bits (seq, part, bits, live) "
+            "SELECT seq, part, vec_quantize_binary(vec_sub(embedding, ?)), live FROM ("
+            f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {BIT_PARTS} AS part, v.embedding, v.live "
+            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = ? "
+            f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", (center, tier))
+    return True
 
 
 def bit_part(tier_index: int, seq: int) -> int:
@@ -152,15 +190,8 @@ def m004_binary_vectors(conn) -> None:
             conn.execute("ALTER TABLE memory_vec_new RENAME TO memory_vec")
         create_vector_tables(conn, dim)
         conn.execute("INSERT INTO counts (key, n) SELECT 'vectors', count(*) FROM memory_vec")
-        if dim % 8 == 0:
-            for tier_index, tier in enumerate(("core", "archival", "episodic")):
-                # Sorted by partition, so consecutive inserts fill the same vec0 chunk.
-                conn.execute(
-                    "INSERT INTO memory_bits (seq, part, bits, live) "
-                    "SELECT seq, part, vec_quantize_binary(embedding), live FROM ("
-                    f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {BIT_PARTS} AS part, v.embedding, v.live "
-                    "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = ? "
-                    f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", (tier,))
+        if conn.execute("SELECT n FROM counts WHERE key = 'vectors'").fetchone()[0] >= BITS_FROM:
+            build_bits(conn)
     conn.execute(f"INSERT INTO counts (key, n) SELECT {_MEM_KEY.format(r='m')} AS k, count(*) "
                  "FROM memories m GROUP BY k")
     conn.execute("INSERT INTO counts (key, n) SELECT 'tag:' || j.value AS k, count(*) FROM memories m, "

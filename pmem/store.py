@@ -32,6 +32,9 @@ MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which 
 KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
 EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly
 EXACT_BELOW = 10_000  # vectors below which every search is exact (a scan costs ~1 us a row)
+COMMON_SHARE = 5  # % of the memories above which a query word is common (left out of BM25)...
+COMMON_MIN = 1000  # ...when it is in more than this many
+COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
 BIT_POOL = 256  # nearest by Hamming distance that are rescored with float32 cosine (at least 2n)
 
 Progress = Callable[[int, int], None]
@@ -161,6 +164,7 @@ class MemoryStore:
         self._embedder = embedder
         self._op: str | None = None
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
+        self._center_blob: bytes | None = None  # the mean vector subtracted before taking signs
         self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
         self._sqlite_errors = db.errors()
         self.conn = db.connect(self.path)
@@ -362,10 +366,25 @@ class MemoryStore:
     def _put_bits(self, seq: int, blob: bytes, m: Memory) -> None:
         """The sign bits of a vector, in the partition of the memory's tier."""
         if not self._has_bits():
+            if self.counter("vectors") >= migrations.BITS_FROM:
+                self.build_bits()  # once, when the store grows past BITS_FROM (includes this row)
             return
         self.conn.execute("DELETE FROM memory_bits WHERE seq = ?", (seq,))
-        self.conn.execute("INSERT INTO memory_bits (seq, part, bits, live) VALUES (?, ?, vec_quantize_binary(?), ?)",
-                          (seq, migrations.bit_part(TIERS.index(m.tier), seq), blob, int(self._live(m))))
+        self.conn.execute("INSERT INTO memory_bits (seq, part, bits, live) "
+                          "VALUES (?, ?, vec_quantize_binary(vec_sub(?, ?)), ?)",
+                          (seq, migrations.bit_part(TIERS.index(m.tier), seq), blob, self._center(),
+                           int(self._live(m))))
+
+    def _center(self) -> bytes:
+        if self._center_blob is None:
+            self._center_blob = bytes.fromhex(self.setting("bit_center") or "")
+        return self._center_blob
+
+    def build_bits(self) -> bool:
+        """(Re)build the bit index of the vectors (done by itself past migrations.BITS_FROM)."""
+        with self.transaction():
+            self._bits, self._center_blob = None, None
+            return migrations.build_bits(self.conn)
 
     def _sync_vec(self, seq: int, m: Memory) -> None:
         """After a change of tier or liveness: the vector's flags and bit partition follow."""
@@ -523,6 +542,29 @@ class MemoryStore:
         sql = (f"SELECT m.seq, bm25(memories_fts) AS rank FROM memories_fts "
                f"JOIN memories m ON m.seq = memories_fts.rowid "
                f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
+        docs = self.conn.execute("SELECT coalesce(sum(n), 0) FROM counts "
+                                 "WHERE key >= 'mem:' AND key < 'mem;'").fetchone()[0]
+        terms = match.split(" OR ")
+        if docs >= self.exact_below and len(terms) > 1:
+            # BM25 is computed for every row holding any query word, and a word in 20-50% of a
+            # large store (a name, "make") costs ~90 ms at 100,000 while adding little to the
+            # score (its IDF is near 0). Such words are left out when rarer ones remain; a
+            # query of common words alone ranks the newest COMMON_RECENT rows holding them.
+            cap = max(COMMON_MIN, docs * COMMON_SHARE // 100)
+            rare = [t for t in terms if self.conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
+                (t, cap + 1)).fetchone()[0] <= cap]
+            if rare:
+                rows = [(r[0], r[1]) for r in self.conn.execute(sql, [" OR ".join(rare), *params, int(n)])]
+                if len(rows) >= n or len(rare) == len(terms):
+                    return rows
+            else:
+                recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts) AS rank FROM memories_fts "
+                          f"WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f "
+                          f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
+                rows = [(r[0], r[1]) for r in self.conn.execute(recent, [match, COMMON_RECENT, *params, int(n)])]
+                if len(rows) >= n:
+                    return rows
         return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
 
     def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> list[tuple[int, float]]:
@@ -563,7 +605,8 @@ class MemoryStore:
             if k > KNN_MAX:
                 return None
             knn = " UNION ALL ".join(
-                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_quantize_binary(?) AND k = ? "
+                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_quantize_binary(vec_sub(?, ?)) "
+                f"AND k = ? "
                 f"AND part = {p}{' AND live = 1' if live else ''}" for p in parts)
             sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}) ORDER BY h, s LIMIT ?) "
                    f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM pool "
@@ -571,7 +614,7 @@ class MemoryStore:
                    f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
             args: list[Any] = []
             for _p in parts:
-                args += [vector, k]
+                args += [vector, self._center(), k]
             rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, pool, vector, *params, int(n)])]
             if len(rows) >= n:
                 return rows
@@ -1046,6 +1089,8 @@ class MemoryStore:
             self.conn.execute("DROP TABLE IF EXISTS memory_vec")
             self.conn.execute("DROP TABLE IF EXISTS memory_bits")
             self.conn.execute("DELETE FROM counts WHERE key = 'vectors'")
+            self.conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
+            self._center_blob = None
             self.conn.execute("DELETE FROM settings WHERE key IN ('embed_model', 'embed_dim')")
             self._bits = None
             self._ensure_vec_table()
