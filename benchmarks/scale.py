@@ -314,6 +314,7 @@ def quality() -> dict:
             stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
                                    for r in locomo.turn_records(conv)])
             by_id = {m.id: m.meta["dia_id"] for m in stored}
+            store.build_bits()  # below BITS_FROM no bit index is kept: build one to force its use
             for q in locomo.questions(conv):
                 total += 1
                 for name in ("exact", "fast"):
