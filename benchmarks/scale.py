@@ -77,12 +77,11 @@ def build(cache: Path, n: int) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     work = cache / f"building-{n}.db"
     log = cache / f"build-{n}.jsonl"
-    for p in cache.glob(work.name + "*"):
-        p.unlink()
     pool = turns()
     store = MemoryStore(work, config=load(), clock=lambda: NOW)
-    with log.open("w") as out:
-        for start in range(0, n, CHUNK):
+    done = store.conn.execute("SELECT count(*) FROM memories").fetchone()[0]  # a killed build resumes
+    with log.open("a" if done else "w") as out:
+        for start in range(done, n, CHUNK):
             stop = min(start + CHUNK, n)
             batch = memories(start, stop, pool)
             t0 = time.perf_counter()

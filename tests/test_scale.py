@@ -243,3 +243,19 @@ def test_the_bit_index_is_built_when_the_store_grows_past_bits_from(store, monke
     assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
     store.reindex()
     assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
+
+
+def test_dream_pairs_by_lsh_find_the_close_pairs_that_all_pairs_find():
+    np = pytest.importorskip("numpy")
+    from pmem import dream
+
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((600, 64)).astype(np.float32)
+    near = base[:150] + 0.15 * rng.standard_normal((150, 64)).astype(np.float32)
+    vecs = np.vstack([base, near])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    exact = dream._pairs(vecs, 0.9)
+    lsh = dream._pairs_lsh(vecs, 0.9)
+    assert len(exact) >= 140
+    assert {(i, j) for i, j, _ in lsh} <= {(i, j) for i, j, _ in exact}  # never a pair below the threshold
+    assert len(lsh) >= 0.99 * len(exact)
