@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locomo  # noqa: E402
+import locomo
 
 NOW = "2026-06-01T00:00:00Z"
 EMBED = "fake-384"
@@ -152,8 +152,9 @@ def timed_process(cmd: list[str], env: dict, runs: int) -> dict:
 def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: bool) -> dict:
     os.environ["PMEM_EMBED_MODEL"] = EMBED
     os.environ["PMEM_SERVER"] = "off"
-    import pmem
     import importlib
+
+    import pmem
 
     S = importlib.import_module("pmem.search")
     from pmem.store import Filter, MemoryStore
@@ -230,7 +231,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
         done = rows[-1]["stop"] if rows else 0
         tenth = [r for r in rows if r["stop"] <= max(done // 10, CHUNK)]
         last = [r for r in rows if r["start"] >= done - max(done // 10, CHUNK)]
-        rate = lambda rs: round(sum(r["stop"] - r["start"] for r in rs) / sum(r["s"] for r in rs), 1)  # noqa: E731
+        rate = lambda rs: round(sum(r["stop"] - r["start"] for r in rs) / sum(r["s"] for r in rs), 1)
         out["import"] = {"built": done, "first_10pct_per_s": rate(tenth), "last_10pct_per_s": rate(last),
                          "load_first": round(statistics.mean(r["load"] for r in tenth), 2),
                          "load_last": round(statistics.mean(r["load"] for r in last), 2)}

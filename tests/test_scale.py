@@ -225,7 +225,7 @@ def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monke
         store.exact_below = 0
         assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
         assert semantic_ranks(store, "", Filter.everything(), 150, vector=query)[-1][0] > 0
-        m, created = store.add("a new memory after the migration")
+        _, created = store.add("a new memory after the migration")
         assert created and store.counter("vectors") == 151
     finally:
         store.close()
