@@ -331,9 +331,29 @@ def quality() -> dict:
                                    for k, v in d.items()}}
 
 
+def pairs(cache: Path, n: int, label: str) -> dict:
+    """Time dream's pair search (LSH above dream.PAIRS_EXACT_MAX) on the store's vectors."""
+    import numpy as np
+
+    from pmem import dream
+    from pmem.store import MemoryStore
+
+    path, _ = opened(cache, n, label)
+    store = MemoryStore(path, clock=lambda: NOW)
+    blobs = [r[0] for r in store.conn.execute("SELECT embedding FROM memory_vec ORDER BY seq")]
+    store.close()
+    vecs = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+    out: dict = {"n": len(blobs), "load_start": os.getloadavg()}
+    for threshold in (0.92, 0.85):
+        t = time.process_time()
+        found = dream._pairs(vecs, threshold)
+        out[str(threshold)] = {"pairs": len(found), "cpu_s": round(time.process_time() - t, 1)}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["build", "measure", "recall", "quality"])
+    ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -348,6 +368,8 @@ def main() -> int:
         print(json.dumps(measure(args.cache, args.n, args.label, args.runs, args.upkeep, args.dream), indent=1))
     elif args.what == "recall":
         print(json.dumps([recall(args.cache, args.n, args.label, k) for k in (10, 100)], indent=1))
+    elif args.what == "pairs":
+        print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
     else:
         print(json.dumps(quality(), indent=1))
     return 0
