@@ -33,7 +33,8 @@ KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
 EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly
 EXACT_BELOW = 10_000  # vectors below which every search is exact (a scan costs ~1 us a row)
 COMMON_SHARE = 5  # % of the memories above which a query word is common (left out of BM25)...
-COMMON_MIN = 1000  # ...when it is in more than this many
+COMMON_MIN = 1000  # ...when it is in more than this many (and always above COMMON_MAX)
+COMMON_MAX = 10_000  # (at 1,000,000 a 5% word still cost ~120 ms of BM25; 1% cost 29 ms)
 COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
 BIT_POOL = 256  # nearest by Hamming distance that are rescored with float32 cosine (at least 2n)
 
@@ -550,7 +551,7 @@ class MemoryStore:
             # large store (a name, "make") costs ~90 ms at 100,000 while adding little to the
             # score (its IDF is near 0). Such words are left out when rarer ones remain; a
             # query of common words alone ranks the newest COMMON_RECENT rows holding them.
-            cap = max(COMMON_MIN, docs * COMMON_SHARE // 100)
+            cap = max(COMMON_MIN, min(docs * COMMON_SHARE // 100, COMMON_MAX))
             rare = [t for t in terms if self.conn.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
                 (t, cap + 1)).fetchone()[0] <= cap]
