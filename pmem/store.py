@@ -461,7 +461,7 @@ class MemoryStore:
         flt = flt or Filter()
         now = self.clock()
         if not (flt.tags or flt.since or flt.until or flt.as_of or flt.source is not None
-                or flt.ids is not None):
+                or flt.ids is not None or getattr(flt, "scope", None) is not None):
             base = self._estimate(flt)
             late = []
             if not flt.include_superseded:
@@ -478,7 +478,7 @@ class MemoryStore:
         return self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
 
     def counter(self, key: str) -> int:
-        """A count kept by triggers (migration m003): 'vectors', 'events', 'operations', 'tag:NAME',
+        """A count kept by triggers (migration m004_binary_vectors): 'vectors', 'events', 'operations', 'tag:NAME',
         'mem:TIER:PINNED:FORGOTTEN:MERGED'."""
         row = self.conn.execute("SELECT n FROM counts WHERE key = ?", (key,)).fetchone()
         return row[0] if row else 0
