@@ -231,7 +231,9 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
         done = rows[-1]["stop"] if rows else 0
         tenth = [r for r in rows if r["stop"] <= max(done // 10, CHUNK)]
         last = [r for r in rows if r["start"] >= done - max(done // 10, CHUNK)]
-        rate = lambda rs: round(sum(r["stop"] - r["start"] for r in rs) / sum(r["s"] for r in rs), 1)
+        def rate(rs: list[dict]) -> float:
+            return round(sum(r["stop"] - r["start"] for r in rs) / sum(r["s"] for r in rs), 1)
+
         out["import"] = {"built": done, "first_10pct_per_s": rate(tenth), "last_10pct_per_s": rate(last),
                          "load_first": round(statistics.mean(r["load"] for r in tenth), 2),
                          "load_last": round(statistics.mean(r["load"] for r in last), 2)}
