@@ -79,7 +79,7 @@ def corrupt_db(how: str):
             db.write_bytes(bytes(data))
         elif how == "vectors":  # the vec0 tables' pages become noise; the schema and memories stay readable
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE name LIKE 'memory_vec_%' "
+            roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE name LIKE 'memory_vec%' "
                                                 "AND rootpage > 0")]
             page = conn.execute("PRAGMA page_size").fetchone()[0]
             conn.close()

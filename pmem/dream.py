@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from contextlib import contextmanager
@@ -269,11 +270,16 @@ def _vectors(store: "MemoryStore", memories: list[Memory]):
     return out
 
 
+PAIRS_EXACT_MAX = 20_000  # memories above which pairs are found by LSH instead of comparing all
+
+
 def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
     """(i, j, cosine) with i < j and cosine >= threshold, in blocks to bound memory."""
     import numpy as np
 
     n = len(vecs)
+    if n > PAIRS_EXACT_MAX:
+        return _pairs_lsh(vecs, threshold)
     out: list[tuple[int, int, float]] = []
     block = 1024
     for start in range(0, n, block):
@@ -283,6 +289,35 @@ def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
             i = start + r
             if c > i:
                 out.append((i, c, float(sims[r, c])))
+    out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
+    return out
+
+
+def _pairs_lsh(vecs, threshold: float, bits: int = 12, miss: float = 0.001) -> list[tuple[int, int, float]]:
+    """_pairs without comparing all pairs (100,000 memories: 5e9): random-hyperplane LSH, seeded.
+    Two vectors at the threshold's angle share a `bits`-bit bucket in one table with probability
+    (1 - angle/pi)^bits; enough tables are used that such a pair is missed with probability
+    `miss` (closer pairs less often), and only pairs sharing a bucket are compared exactly."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    same = (1 - math.acos(max(-1.0, min(1.0, threshold))) / math.pi) ** bits
+    tables = max(1, math.ceil(math.log(miss) / math.log(1 - same))) if same < 1 else 1
+    weights = 1 << np.arange(bits)
+    found: dict[tuple[int, int], float] = {}
+    for _ in range(tables):
+        codes = ((vecs @ rng.standard_normal((vecs.shape[1], bits)).astype(np.float32)) > 0) @ weights
+        order = np.argsort(codes, kind="stable")
+        edges = np.flatnonzero(np.diff(codes[order])) + 1
+        for group in np.split(order, edges):
+            if len(group) < 2:
+                continue
+            sims = vecs[group] @ vecs[group].T
+            rows, cols = np.nonzero(np.triu(sims >= threshold, 1))
+            for r, c in zip(rows.tolist(), cols.tolist()):
+                i, j = sorted((int(group[r]), int(group[c])))
+                found[(i, j)] = float(sims[r, c])
+    out = [(i, j, s) for (i, j), s in found.items()]
     out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
     return out
 

@@ -3,6 +3,7 @@ PRAGMA user_version record where a database stands."""
 
 from __future__ import annotations
 
+import struct
 from typing import Callable
 
 from .errors import DatabaseError
@@ -214,6 +215,125 @@ def m004_threads(conn) -> None:
             text, context, tokenize='porter unicode61 remove_diacritics 2')""")
     conn.execute("INSERT INTO memories_fts(rowid, text) SELECT seq, text FROM memories")
     install_keyword_window(conn, *KEYWORD_WINDOW)
+
+
+BIT_PARTS = 16  # vec0 partitions per tier in memory_bits (see MemoryStore.semantic_ranks)
+
+
+def create_vector_tables(conn, dim: int) -> None:
+    """Float32 vectors in a plain table: a keyed read costs ~5 us, where a vec0 point read walks
+    its chunk's overflow pages (~35-150 us), so rescoring can read them (see build_bits)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS memory_vec (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL, "
+                 "live INTEGER NOT NULL DEFAULT 1)")
+    _count_triggers(conn, "memory_vec", "'vectors'")
+
+
+BITS_FROM = 10_000  # vectors from which the bit index is built (smaller stores search exactly)
+CENTER_SAMPLE = 4096  # vectors averaged for the centre subtracted before taking signs
+
+
+def build_bits(conn) -> bool:
+    """(Re)build memory_bits: the signs of each vector minus the store's mean vector, in a vec0
+    bit[] table partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants
+    and each partition's top-k stays small (vec0's top-k selection costs O(rows * k)).
+
+    Embeddings share a common direction (all-MiniLM's, and the fake embedder's, by their
+    features), so raw signs are mostly the same bits for every text; centring makes the Hamming
+    distance follow the angle between what differs (recall@10 0.1 -> see benchmarks/README.md)."""
+    dim_row = conn.execute("SELECT value FROM settings WHERE key = 'embed_dim'").fetchone()
+    dim = int(dim_row[0]) if dim_row else 0
+    conn.execute("DROP TABLE IF EXISTS memory_bits")
+    conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
+    total = conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0] if dim else 0
+    if not dim or dim % 8 or not total:
+        return False
+    step = max(1, total // CENTER_SAMPLE)
+    mean = [0.0] * dim
+    count = 0
+    for (blob,) in conn.execute("SELECT embedding FROM memory_vec WHERE seq % ? = 0 LIMIT ?", (step, CENTER_SAMPLE)):
+        if len(blob) == 4 * dim:
+            for i, v in enumerate(struct.unpack(f"<{dim}f", blob)):
+                mean[i] += v
+            count += 1
+    center = struct.pack(f"<{dim}f", *(v / max(count, 1) for v in mean))
+    conn.execute("INSERT INTO settings (key, value) VALUES ('bit_center', ?)", (center.hex(),))
+    conn.execute(f"CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, "
+                 f"part INTEGER PARTITION KEY, bits bit[{dim}], live INTEGER)")
+    for tier_index, tier in enumerate(("core", "archival", "episodic")):
+        # Sorted by partition, so consecutive inserts fill the same vec0 chunk.
+        conn.execute(
+            "INSERT INTO memory_bits (seq, part, bits, live) "
+            "SELECT seq, part, vec_quantize_binary(vec_sub(embedding, ?)), live FROM ("
+            f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {BIT_PARTS} AS part, v.embedding, v.live "
+            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = ? "
+            f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", (center, tier))
+    return True
+
+
+def bit_part(tier_index: int, seq: int) -> int:
+    return tier_index * BIT_PARTS + seq % BIT_PARTS
+
+
+def _count_triggers(conn, table: str, key: str) -> None:
+    """Keep `counts[key]` equal to count(*) of `table` (a count(*) reads the whole table)."""
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {table}_count_ai AFTER INSERT ON {table} BEGIN "
+                 f"INSERT INTO counts (key, n) VALUES ({key}, 1) ON CONFLICT(key) DO UPDATE SET n = n + 1; END")
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {table}_count_ad AFTER DELETE ON {table} BEGIN "
+                 f"UPDATE counts SET n = n - 1 WHERE key = {key}; END")
+
+
+# The key of a memory in `counts`: its tier, pinned, forgotten and merged flags.
+_MEM_KEY = ("'mem:' || {r}.tier || ':' || ({r}.pinned != 0) || ':' || ({r}.forgotten_at IS NOT NULL) "
+            "|| ':' || ({r}.merged_into IS NOT NULL)")
+
+
+@migration
+def m005_binary_vectors(conn) -> None:
+    """At 100,000 memories vec0's float32 KNN (a full scan, ~110 ms) and count(*) scans (stats,
+    the TUI) dominated. Vectors move to a plain table plus a partitioned bit[] vec0 index;
+    counts of memories, vectors, events, operations and tags are kept by triggers; partial
+    indexes make 'expired now' and 'superseded now' index range scans."""
+    conn.execute("CREATE TABLE counts (key TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID")
+    old = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_vec'").fetchone()
+    if old is not None:
+        dim_row = conn.execute("SELECT value FROM settings WHERE key = 'embed_dim'").fetchone()
+        dim = int(dim_row[0]) if dim_row else 0
+        if "vec0" in old[0].lower():
+            conn.execute("CREATE TABLE memory_vec_new (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL, "
+                         "live INTEGER NOT NULL DEFAULT 1)")
+            conn.execute("INSERT INTO memory_vec_new (seq, embedding, live) "
+                         "SELECT seq, embedding, live FROM memory_vec ORDER BY seq")
+            conn.execute("DROP TABLE memory_vec")
+            conn.execute("ALTER TABLE memory_vec_new RENAME TO memory_vec")
+        create_vector_tables(conn, dim)
+        conn.execute("INSERT INTO counts (key, n) SELECT 'vectors', count(*) FROM memory_vec")
+        if conn.execute("SELECT n FROM counts WHERE key = 'vectors'").fetchone()[0] >= BITS_FROM:
+            build_bits(conn)
+    conn.execute(f"INSERT INTO counts (key, n) SELECT {_MEM_KEY.format(r='m')} AS k, count(*) "
+                 "FROM memories m GROUP BY k")
+    conn.execute("INSERT INTO counts (key, n) SELECT 'tag:' || j.value AS k, count(*) FROM memories m, "
+                 "json_each(m.tags) j WHERE m.forgotten_at IS NULL GROUP BY k")
+    conn.execute("INSERT INTO counts (key, n) SELECT 'events', count(*) FROM events")
+    conn.execute("INSERT INTO counts (key, n) SELECT 'operations', count(*) FROM operations")
+    _count_triggers(conn, "events", "'events'")
+    _count_triggers(conn, "operations", "'operations'")
+    new, old_ = _MEM_KEY.format(r="new"), _MEM_KEY.format(r="old")
+    add_tags = ("INSERT INTO counts (key, n) SELECT 'tag:' || value, 1 FROM json_each(new.tags) "
+                "WHERE new.forgotten_at IS NULL ON CONFLICT(key) DO UPDATE SET n = n + 1;")
+    drop_tags = ("UPDATE counts SET n = n - 1 WHERE old.forgotten_at IS NULL AND key IN "
+                 "(SELECT 'tag:' || value FROM json_each(old.tags));")
+    conn.execute(f"CREATE TRIGGER memories_count_ai AFTER INSERT ON memories BEGIN "
+                 f"INSERT INTO counts (key, n) VALUES ({new}, 1) ON CONFLICT(key) DO UPDATE SET n = n + 1; "
+                 f"{add_tags} END")
+    conn.execute(f"CREATE TRIGGER memories_count_ad AFTER DELETE ON memories BEGIN "
+                 f"UPDATE counts SET n = n - 1 WHERE key = {old_}; {drop_tags} END")
+    conn.execute(f"CREATE TRIGGER memories_count_au AFTER UPDATE OF tier, pinned, forgotten_at, merged_into, tags "
+                 f"ON memories BEGIN "
+                 f"UPDATE counts SET n = n - 1 WHERE key = {old_}; "
+                 f"INSERT INTO counts (key, n) VALUES ({new}, 1) ON CONFLICT(key) DO UPDATE SET n = n + 1; "
+                 f"{drop_tags} {add_tags} END")
+    conn.execute("CREATE INDEX memories_expires ON memories(expires_at) WHERE expires_at IS NOT NULL")
+    conn.execute("CREATE INDEX memories_valid_to ON memories(valid_to) WHERE valid_to IS NOT NULL")
 
 
 def applied(conn) -> list[str]:

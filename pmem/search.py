@@ -57,7 +57,8 @@ def fts_query(text: str) -> str | None:
 def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                   context_weight: float = DEFAULT_TUNING.context_weight) -> list[tuple[int, float]]:
     """(seq, bm25) best first; bm25 is negative, lower is better. The index holds each memory's
-    text and its thread neighbours' (`context`), weighted `context_weight`."""
+    text and its thread neighbours' (`context`), weighted `context_weight`. On large stores words
+    held by more than 5% of the memories are left out when rarer ones remain (MemoryStore.keyword_ranks)."""
     match = fts_query(query)
     if match is None:
         return []
@@ -66,7 +67,8 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
 
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                    vector: bytes | None = None) -> list[tuple[int, float]]:
-    """(seq, cosine distance) best first, after filters, exact at any store size."""
+    """(seq, cosine distance) best first, after filters: exact below `store.exact_below` vectors,
+    above through the store's bit index rescored with float32 (MemoryStore.semantic_ranks)."""
     if not store.has_vectors():
         return []
     blob = vector if vector is not None else store.query_vector(query)

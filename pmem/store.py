@@ -30,7 +30,13 @@ _ID = re.compile(r"^[0-9a-z]{1,32}$")
 BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads the model itself
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
-EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly (cheaper than a KNN)
+EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly
+EXACT_BELOW = 10_000  # vectors below which every search is exact (a scan costs ~1 us a row)
+COMMON_SHARE = 5  # % of the memories above which a query word is common (left out of BM25)...
+COMMON_MIN = 1000  # ...when it is in more than this many (and always above COMMON_MAX)
+COMMON_MAX = 10_000  # (at 1,000,000 a 5% word still cost ~120 ms of BM25; 1% cost 29 ms)
+COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
+BIT_POOL = 256  # nearest by Hamming distance that are rescored with float32 cosine (at least 2n)
 MAX_THREAD = 500  # characters of a thread name
 
 Progress = Callable[[int, int], None]
@@ -170,6 +176,9 @@ class MemoryStore:
         self.clock = clock or timeutil.now_iso
         self._embedder = embedder
         self._op: str | None = None
+        self._bits: bool | None = None  # whether memory_bits exists (cached once True)
+        self._center_blob: bytes | None = None  # the mean vector subtracted before taking signs
+        self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
         self._sqlite_errors = db.errors()
         self.conn = db.connect(self.path)
         try:
@@ -283,6 +292,12 @@ class MemoryStore:
     def _has_vec_table(self) -> bool:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_vec'").fetchone() is not None
 
+    def _has_bits(self) -> bool:
+        if not self._bits:  # only True is cached: another process may create the table
+            self._bits = self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'memory_bits'").fetchone() is not None
+        return self._bits
+
     def check_model(self) -> None:
         """Fail clearly when the configured embedder does not match the stored vectors."""
         name, dim = self.vector_model()
@@ -298,9 +313,8 @@ class MemoryStore:
         if self._has_vec_table():
             return
         e = self.embedder
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE memory_vec USING vec0(seq INTEGER PRIMARY KEY, "
-            f"embedding float[{int(e.dim)}] distance_metric=cosine, live integer)")
+        migrations.create_vector_tables(self.conn, int(e.dim))
+        self._bits = None
         self._set_setting("embed_model", e.name)
         self._set_setting("embed_dim", str(e.dim))
 
@@ -356,11 +370,49 @@ class MemoryStore:
     def _seq(self, memory_id: str) -> int:
         return self.conn.execute("SELECT seq FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
 
-    def _put_vec(self, seq: int, blob: bytes, live: bool) -> None:
+    def _put_vec(self, seq: int, blob: bytes, m: Memory) -> None:
         self._ensure_vec_table()
-        self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
-        self.conn.execute("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
-                          (seq, blob, int(live)))
+        self.conn.execute("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
+                          (seq, blob, int(self._live(m))))
+        self._put_bits(seq, blob, m)
+
+    def _put_bits(self, seq: int, blob: bytes, m: Memory) -> None:
+        """The sign bits of a vector, in the partition of the memory's tier."""
+        if not self._has_bits():
+            if self.counter("vectors") >= migrations.BITS_FROM:
+                self.build_bits()  # once, when the store grows past BITS_FROM (includes this row)
+            return
+        self.conn.execute("DELETE FROM memory_bits WHERE seq = ?", (seq,))
+        self.conn.execute("INSERT INTO memory_bits (seq, part, bits, live) "
+                          "VALUES (?, ?, vec_quantize_binary(vec_sub(?, ?)), ?)",
+                          (seq, migrations.bit_part(TIERS.index(m.tier), seq), blob, self._center(),
+                           int(self._live(m))))
+
+    def _center(self) -> bytes:
+        if self._center_blob is None:
+            self._center_blob = bytes.fromhex(self.setting("bit_center") or "")
+        return self._center_blob
+
+    def build_bits(self) -> bool:
+        """(Re)build the bit index of the vectors (done by itself past migrations.BITS_FROM)."""
+        with self.transaction():
+            self._bits, self._center_blob = None, None
+            return migrations.build_bits(self.conn)
+
+    def _sync_vec(self, seq: int, m: Memory) -> None:
+        """After a change of tier or liveness: the vector's flags and bit partition follow."""
+        if not self._has_vec_table():
+            return
+        self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(m)), seq))
+        blob = self._get_vec(seq)
+        if blob is not None:
+            self._put_bits(seq, blob, m)
+
+    def _del_vec(self, seq: int) -> None:
+        if self._has_vec_table():
+            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
+        if self._has_bits():
+            self.conn.execute("DELETE FROM memory_bits WHERE seq = ?", (seq,))
 
     def _get_vec(self, seq: int) -> bytes | None:
         if not self._has_vec_table():
@@ -416,8 +468,51 @@ class MemoryStore:
         return self._select(where, params, tail)
 
     def count(self, flt: Filter | None = None) -> int:
-        where, params = (flt or Filter()).where(self.clock())
+        """How many memories pass `flt`. Filters on tiers, pinned and status are answered from the
+        kept counts and the partial indexes on expires_at and valid_to (no scan of the table)."""
+        flt = flt or Filter()
+        now = self.clock()
+        if not (flt.tags or flt.since or flt.until or flt.as_of or flt.source is not None
+                or flt.ids is not None or getattr(flt, "scope", None) is not None):
+            base = self._estimate(flt)
+            late = []
+            if not flt.include_superseded:
+                late.append("m.valid_to <= ?")
+            if not flt.include_expired:
+                late.append("m.expires_at <= ?")
+            if not late or not base:
+                return base
+            where, params = replace(flt, include_expired=True, include_superseded=True).where(now)
+            gone = self.conn.execute(f"SELECT count(*) FROM memories m WHERE ({' OR '.join(late)}) AND {where}",
+                                     [now] * len(late) + params).fetchone()[0]
+            return base - gone
+        where, params = flt.where(now)
         return self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
+
+    def counter(self, key: str) -> int:
+        """A count kept by triggers (migration m005_binary_vectors): 'vectors', 'events', 'operations', 'tag:NAME',
+        'mem:TIER:PINNED:FORGOTTEN:MERGED'."""
+        row = self.conn.execute("SELECT n FROM counts WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else 0
+
+    def _estimate(self, flt: Filter) -> int:
+        """An upper bound of count(flt) from the kept counts; exact when `flt` filters only on
+        tiers, pinned and forgotten/merged status."""
+        for tier in flt.tiers:
+            if tier not in TIERS:
+                raise UsageError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
+        keys = [f"mem:{t}:{p}:{f}:{m}" for t in flt.tiers
+                for p in ((0, 1) if flt.pinned is None else (int(flt.pinned),))
+                for f in ((0, 1) if flt.include_forgotten else (0,))
+                for m in ((0, 1) if flt.include_merged else (0,))]
+        total = self.conn.execute("SELECT coalesce(sum(n), 0) FROM counts WHERE key IN "
+                                  "(SELECT value FROM json_each(?))", (json.dumps(keys),)).fetchone()[0]
+        if flt.ids is not None:
+            total = min(total, len(flt.ids))
+        if not flt.include_forgotten:
+            for tag in flt.tags:
+                total = min(total, self.counter("tag:" + tag))
+        return total
 
     def iter_all(self, batch: int = 1000) -> Iterator[Memory]:
         last = 0
@@ -461,40 +556,85 @@ class MemoryStore:
         sql = (f"SELECT m.seq, bm25(memories_fts, 1.0, {float(context_weight)!r}) AS rank FROM memories_fts "
                f"JOIN memories m ON m.seq = memories_fts.rowid "
                f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
+        docs = self.conn.execute("SELECT coalesce(sum(n), 0) FROM counts "
+                                 "WHERE key >= 'mem:' AND key < 'mem;'").fetchone()[0]
+        terms = match.split(" OR ")
+        if docs >= self.exact_below and len(terms) > 1:
+            # BM25 is computed for every row holding any query word, and a word in 20-50% of a
+            # large store (a name, "make") costs ~90 ms at 100,000 while adding little to the
+            # score (its IDF is near 0). Such words are left out when rarer ones remain; a
+            # query of common words alone ranks the newest COMMON_RECENT rows holding them.
+            cap = max(COMMON_MIN, min(docs * COMMON_SHARE // 100, COMMON_MAX))
+            rare = [t for t in terms if self.conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
+                (t, cap + 1)).fetchone()[0] <= cap]
+            if rare:
+                rows = [(r[0], r[1]) for r in self.conn.execute(sql, [" OR ".join(rare), *params, int(n)])]
+                if len(rows) >= n or len(rare) == len(terms):
+                    return rows
+            else:
+                recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, 1.0, {float(context_weight)!r}) "
+                          f"AS rank FROM memories_fts "
+                          f"WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f "
+                          f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
+                rows = [(r[0], r[1]) for r in self.conn.execute(recent, [match, COMMON_RECENT, *params, int(n)])]
+                if len(rows) >= n:
+                    return rows
         return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
 
     def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> list[tuple[int, float]]:
         """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
 
-        Exact at any store size. vec0's KNN is a brute-force scan but takes at most KNN_MAX
-        neighbours, and filters other than `live` apply after it; so a filter that keeps few
-        memories (a tag, a date range) or a large `n` is answered by computing the distance over
-        the filtered rows instead (about 17 us a row against 1.5 us for the KNN; measured on
-        10,000 memories of 384 dimensions)."""
+        Below `exact_below` vectors, or when the filter keeps few memories, the distance is
+        computed for every filtered row (exact). Above, the sign bits of the vectors answer first:
+        vec0 finds the nearest by Hamming distance in each partition of the wanted tiers (live
+        rows only unless asked), and the best `BIT_POOL` (at least 2n) of those are rescored with
+        their float32 vectors and filtered. Where that pool holds every filtered memory, the
+        result equals the exact one; otherwise it is approximate (recall in benchmarks/README.md)."""
         if n <= 0 or not self._has_vec_table():
             return []
         where, params = flt.where(self.clock())
-        total = self.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0]
-        candidates = self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
-        if not total or not candidates:
-            return []
-        live = "" if (flt.include_forgotten or flt.include_merged) else " AND live = 1"
-        k = min(total, n * total // candidates + n // 4 + 16)
-        if candidates > max(n, EXACT_SCAN_MAX) and k <= KNN_MAX:
-            while True:
-                sql = (f"WITH knn AS (SELECT seq, distance FROM memory_vec "
-                       f"WHERE embedding MATCH ? AND k = ?{live}) "
-                       f"SELECT knn.seq, knn.distance FROM knn JOIN memories m ON m.seq = knn.seq "
-                       f"WHERE {where} ORDER BY knn.distance LIMIT ?")
-                rows = [(r[0], r[1]) for r in self.conn.execute(sql, [vector, k, *params, int(n)])]
-                if len(rows) >= n or k >= total:
-                    return rows
-                if k >= KNN_MAX:
-                    break
-                k = min(k * 4, total, KNN_MAX)
+        total = self.counter("vectors")
+        if total >= self.exact_below and self._has_bits():
+            rows = self._bit_ranks(vector, flt, n, where, params)
+            if rows is not None:
+                return rows
         sql = (f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
                f"JOIN memory_vec v ON v.seq = m.seq WHERE {where} ORDER BY distance, m.seq LIMIT ?")
         return [(r[0], r[1]) for r in self.conn.execute(sql, [vector, *params, int(n)])]
+
+    def _bit_ranks(self, vector: bytes, flt: Filter, n: int, where: str,
+                   params: list[Any]) -> list[tuple[int, float]] | None:
+        """The approximate path of `semantic_ranks`; None when the exact scan should answer."""
+        live = not (flt.include_forgotten or flt.include_merged)
+        in_knn = self._estimate(Filter(tiers=flt.tiers, include_expired=True, include_superseded=True,
+                                       include_forgotten=not live, include_merged=not live))
+        wanted = self._estimate(flt)
+        if wanted <= EXACT_SCAN_MAX or in_knn == 0:
+            return None
+        pool = max(BIT_POOL, 2 * n) * in_knn // wanted
+        parts = [migrations.bit_part(TIERS.index(t), p) for t in flt.tiers
+                 for p in range(migrations.BIT_PARTS)]
+        for _ in range(3):
+            k = -(-pool // migrations.BIT_PARTS) + 8
+            if k > KNN_MAX:
+                return None
+            knn = " UNION ALL ".join(
+                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_quantize_binary(vec_sub(?, ?)) "
+                f"AND k = ? "
+                f"AND part = {p}{' AND live = 1' if live else ''}" for p in parts)
+            sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}) ORDER BY h, s LIMIT ?) "
+                   f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM pool "
+                   f"JOIN memories m ON m.seq = pool.seq JOIN memory_vec v ON v.seq = m.seq "
+                   f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
+            args: list[Any] = []
+            for _p in parts:
+                args += [vector, self._center(), k]
+            rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, pool, vector, *params, int(n)])]
+            if len(rows) >= n:
+                return rows
+            pool *= 4  # the filter kept fewer than estimated: a larger pool, then the exact scan
+        return None
 
     def memories_by_seq(self, seqs: Iterable[int]) -> dict[int, Memory]:
         """Memories by their row number (search results carry seqs)."""
@@ -577,7 +717,7 @@ class MemoryStore:
             f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({', '.join('?' * len(MEMORY_COLUMNS))})",
             m.to_row())
         if blob is not None:
-            self._put_vec(self._seq(m.id), blob, live=self._live(m))
+            self._put_vec(self._seq(m.id), blob, m)
         self._record(m.id, action, None, m)
         return m
 
@@ -609,9 +749,9 @@ class MemoryStore:
         row = after.to_row()
         self.conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*row[1:], before.id))
         if blob is not None:
-            self._put_vec(seq, blob, self._live(after))
-        elif self._live(before) != self._live(after) and self._has_vec_table():
-            self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(after)), seq))
+            self._put_vec(seq, blob, after)
+        elif self._live(before) != self._live(after) or before.tier != after.tier:
+            self._sync_vec(seq, after)
         self._record(before.id, action, before, after, old_vec)
         return after
 
@@ -792,8 +932,7 @@ class MemoryStore:
             m = self._fresh(full)
             seq = self._seq(m.id)
             vec = self._get_vec(seq)
-            if self._has_vec_table():
-                self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
+            self._del_vec(seq)
             self.conn.execute("DELETE FROM memories WHERE seq = ?", (seq,))
             self._record(m.id, action, m, None, vec)
         return m
@@ -861,7 +1000,7 @@ class MemoryStore:
                             dim = int(self.vector_model()[1] or 0)
                             self.conn.execute("UPDATE memory_vec SET embedding = ? WHERE seq = ?",
                                               (serialize([0.0] * dim), row[0]))
-                            self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (row[0],))
+                            self._del_vec(row[0])
                         self.conn.execute("DELETE FROM memories WHERE seq = ?", (row[0],))
                     ops = [r[0] for r in self.conn.execute(
                         "SELECT DISTINCT op_id FROM events WHERE memory_id = ?", (mid,))]
@@ -979,8 +1118,7 @@ class MemoryStore:
             exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
             if before_json is None:  # the operation created it
                 if exists:
-                    if self._has_vec_table():
-                        self.conn.execute("DELETE FROM memory_vec WHERE seq = ?", (exists[0],))
+                    self._del_vec(exists[0])
                     self.conn.execute("DELETE FROM memories WHERE seq = ?", (exists[0],))
                 continue
             before = Memory(**json.loads(before_json))
@@ -998,9 +1136,9 @@ class MemoryStore:
                 seq = self._seq(mid)
             blob = before_vec if before_vec is not None else blobs.get(before.text)
             if blob is not None and (self.vector_model()[1] or 0) * 4 == len(blob):
-                self._put_vec(seq, blob, self._live(before))
-            elif self._has_vec_table():
-                self.conn.execute("UPDATE memory_vec SET live = ? WHERE seq = ?", (int(self._live(before)), seq))
+                self._put_vec(seq, blob, before)
+            else:
+                self._sync_vec(seq, before)
         self.conn.execute("UPDATE operations SET undone_at = ? WHERE id = ?", (self.clock(), op.id))
         op.undone_at = self.clock()
         op.events = len(rows)
@@ -1018,42 +1156,49 @@ class MemoryStore:
             blobs.extend(serialize(v) for v in e.embed([t for _, t in chunk]))
             if progress:
                 progress(min(start + batch, len(rows)), len(rows))
-        live = dict(self.conn.execute(
-            "SELECT seq, forgotten_at IS NULL AND merged_into IS NULL FROM memories").fetchall())
         with self.transaction():
             self.conn.execute("DROP TABLE IF EXISTS memory_vec")
+            self.conn.execute("DROP TABLE IF EXISTS memory_bits")
+            self.conn.execute("DELETE FROM counts WHERE key = 'vectors'")
+            self.conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
+            self._center_blob = None
             self.conn.execute("DELETE FROM settings WHERE key IN ('embed_model', 'embed_dim')")
+            self._bits = None
             self._ensure_vec_table()
+            by_seq = self.memories_by_seq(seq for seq, _ in rows)
             for (seq, _), blob in zip(rows, blobs):
-                self.conn.execute("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
-                                  (seq, blob, int(live[seq])))
+                self._put_vec(seq, blob, by_seq[seq])
         return len(rows)
 
     def stats(self) -> dict[str, Any]:
+        """Counts of the store, from the kept counts and indexes (no scan of the tables)."""
         now = self.clock()
         q = self.conn.execute
-        by_tier = dict(q("SELECT tier, count(*) FROM memories WHERE forgotten_at IS NULL "
-                         "AND merged_into IS NULL GROUP BY tier").fetchall())
+        mem: dict[tuple[str, int, int, int], int] = {}
+        for key, n in q("SELECT key, n FROM counts WHERE key >= 'mem:' AND key < 'mem;'"):
+            tier, pinned, forgotten, merged = key[4:].split(":")
+            mem[(tier, int(pinned), int(forgotten), int(merged))] = n
         model, dim = self.vector_model()
         return {
             "path": str(self.path),
             "size_bytes": self.path.stat().st_size if self.path.exists() else 0,
             "schema_version": migrations.schema_version(self.conn),
-            "memories": q("SELECT count(*) FROM memories").fetchone()[0],
+            "memories": sum(mem.values()),
             "active": self.count(Filter(tiers=TIERS)),
-            "by_tier": {t: by_tier.get(t, 0) for t in TIERS},
-            "pinned": q("SELECT count(*) FROM memories WHERE pinned AND forgotten_at IS NULL").fetchone()[0],
+            "by_tier": {t: sum(n for (tier, _, f, m), n in mem.items() if tier == t and not f and not m)
+                        for t in TIERS},
+            "pinned": sum(n for (_, p, f, _m), n in mem.items() if p and not f),
             "expired": q("SELECT count(*) FROM memories WHERE expires_at <= ? AND forgotten_at IS NULL",
                          (now,)).fetchone()[0],
             "superseded": q("SELECT count(*) FROM memories WHERE valid_to <= ?", (now,)).fetchone()[0],
-            "merged": q("SELECT count(*) FROM memories WHERE merged_into IS NOT NULL").fetchone()[0],
-            "forgotten": q("SELECT count(*) FROM memories WHERE forgotten_at IS NOT NULL").fetchone()[0],
-            "operations": q("SELECT count(*) FROM operations").fetchone()[0],
-            "events": q("SELECT count(*) FROM events").fetchone()[0],
+            "merged": sum(n for (_, _p, _f, m), n in mem.items() if m),
+            "forgotten": sum(n for (_, _p, f, _m), n in mem.items() if f),
+            "operations": self.counter("operations"),
+            "events": self.counter("events"),
             "embed_model": model,
             "embed_dim": dim,
-            "tags": dict(q("SELECT j.value, count(*) FROM memories m, json_each(m.tags) j "
-                           "WHERE m.forgotten_at IS NULL GROUP BY j.value ORDER BY count(*) DESC LIMIT 20").fetchall()),
+            "tags": dict(q("SELECT substr(key, 5), n FROM counts WHERE key >= 'tag:' AND key < 'tag;' "
+                           "AND n > 0 ORDER BY n DESC, key LIMIT 20").fetchall()),
         }
 
     # -- added for pmem.dream (kept at the end of the class: other branches edit above) ----------

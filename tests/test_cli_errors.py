@@ -140,7 +140,7 @@ def test_config_set_with_a_config_that_does_not_parse(canary, pmem_home):
 
 def _damage_vector_pages(db: Path) -> None:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE name LIKE 'memory_vec_%' "
+    roots = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE name LIKE 'memory_vec%' "
                                         "AND rootpage > 0")]
     page = conn.execute("PRAGMA page_size").fetchone()[0]
     conn.close()

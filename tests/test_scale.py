@@ -1,0 +1,262 @@
+"""The paths that keep pmem fast on large stores (issue 13): the bit-vector KNN with float32
+rescoring, the kept counts, FTS5's common-word planning, and the migration that brings them."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from pmem import store as store_module
+from pmem.records import TIERS, Memory
+from pmem.search import keyword_ranks, search, semantic_ranks
+from pmem.store import Filter, serialize
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def _cos_dist(a: bytes, b: bytes) -> float:
+    x, y = store_module.deserialize(a), store_module.deserialize(b)
+    dot = sum(p * q for p, q in zip(x, y))
+    return 1.0 - dot / (math.sqrt(sum(p * p for p in x)) * math.sqrt(sum(q * q for q in y)))
+
+
+def _fill(store, n: int, seed: int = 3, clusters: int = 0):
+    rng = random.Random(seed)
+    dim = store.embedder.dim
+    centres = [[rng.gauss(0, 1) for _ in range(dim)] for _ in range(clusters)]
+    memories = [Memory(id=f"m{i:05d}", text=f"note {i} about topic {i % 31} word{i % 7}",
+                       tags=["x"] if i % 9 == 0 else [],
+                       tier=("episodic" if i % 5 == 0 else "core" if i % 50 == 1 else "archival"),
+                       pinned=i % 50 == 1, created_at=f"2025-01-{1 + i % 28:02d}T00:00:00Z",
+                       expires_at="2025-06-01T00:00:00Z" if i % 23 == 0 else None)
+                for i in range(n)]
+    if clusters:  # topics, as real embeddings have: points around a few centres
+        vectors = [serialize([c + rng.gauss(0, 0.6) for c in centres[i % clusters]]) for i in range(n)]
+    else:
+        vectors = [serialize([rng.gauss(0, 1) for _ in range(dim)]) for _ in range(n)]
+    store.insert(memories, vectors=vectors)
+    assert not store._has_bits()  # below BITS_FROM: exact search only, no bit index yet
+    assert store.build_bits()
+    return rng
+
+
+def _brute(store, query: bytes, flt: Filter, k: int) -> list[tuple[float, int]]:
+    where, params = flt.where(store.clock())
+    rows = store.conn.execute(f"SELECT m.seq, v.embedding FROM memories m JOIN memory_vec v ON v.seq = m.seq "
+                              f"WHERE {where}", params).fetchall()
+    return sorted((_cos_dist(blob, query), seq) for seq, blob in rows)[:k]
+
+
+FILTERS = [Filter(), Filter(tiers=("episodic",)), Filter(tiers=TIERS), Filter(tags=("x",)),
+           Filter(pinned=True), Filter(include_forgotten=True), Filter.everything(),
+           Filter(as_of="2025-03-01T00:00:00Z"), Filter(since="2025-01-10T00:00:00Z")]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=lambda f: repr(f)[:60])
+def test_bit_path_equals_exact_when_the_pool_covers_the_store(store, monkeypatch, flt):
+    rng = _fill(store, 400)
+    store.forget("m00002")
+    store.forget("m00003")
+    store.pin("m00010")  # an episodic memory moves to core: its bits change partition
+    assert store.get("m00010").tier == "core"
+    query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
+    exact = semantic_ranks(store, "", flt, 25, vector=query)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+    store.exact_below = 0
+    fast = semantic_ranks(store, "", flt, 25, vector=query)
+    assert [s for s, _ in fast] == [s for s, _ in exact]
+    assert [d for _, d in fast] == pytest.approx([d for _, d in exact], abs=1e-6)
+    want = _brute(store, query, flt, 25)
+    assert [d for _, d in fast] == pytest.approx([d for d, _ in want], abs=1e-5)
+    seqs = {s for s, _ in fast}
+    forgotten = {store._seq("m00002"), store._seq("m00003")}
+    assert not (seqs & forgotten) or flt.include_forgotten
+
+
+def test_bit_path_with_a_small_pool_is_approximate_but_close(store, monkeypatch):
+    """The default pool (256 of 2,000 64-d vectors around 20 topics): the rescored top 10 still
+    mostly agrees with the exact one, and every result passes the filter."""
+    rng = _fill(store, 2000, seed=11, clusters=20)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    agree = 0
+    for _ in range(10):
+        base = store.conn.execute("SELECT embedding FROM memory_vec ORDER BY random() LIMIT 1").fetchone()[0]
+        noisy = [v + rng.gauss(0, 0.05) for v in store_module.deserialize(base)]
+        query = serialize(noisy)
+        store.exact_below = 10**9
+        exact = semantic_ranks(store, "", Filter(), 10, vector=query)
+        store.exact_below = 0
+        fast = semantic_ranks(store, "", Filter(), 10, vector=query)
+        assert len(fast) == 10
+        agree += len({s for s, _ in fast} & {s for s, _ in exact})
+        by_seq = store.memories_by_seq(s for s, _ in fast)
+        assert all(m.tier in ("core", "archival") and m.forgotten_at is None for m in by_seq.values())
+        assert [d for _, d in fast] == sorted(d for _, d in fast)
+    assert agree >= 80  # of 100
+
+
+def test_whole_search_same_results_fast_and_exact(store, monkeypatch):
+    _fill(store, 300)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+    for q in ("topic 5 word3", "note 17", "about word6"):
+        store.exact_below = 10**9
+        exact = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)]
+        store.exact_below = 0
+        fast = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)]
+        assert fast == exact
+
+
+def _scan_count(store, flt: Filter) -> int:
+    where, params = flt.where(store.clock())
+    return store.conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", params).fetchone()[0]
+
+
+def test_kept_counts_follow_every_change(store):
+    store.clock = lambda: NOW
+    _fill(store, 120)
+    store.forget("m00004")
+    store.set_fields("m00006", "dream-merge", merged_into="m00007")
+    store.pin("m00005")  # episodic -> core
+    store.edit("m00008", tags=["x", "y"])
+    store.expire("m00011", at="2025-01-01T00:00:00Z")
+    store.supersede("m00012", "m00013", at="2025-02-01T00:00:00Z")
+    store.delete("m00014")
+    store.undo()  # the delete comes back
+    store.purge(["m00015"])
+    added, _ = store.add("a fresh memory", tags=["y"])
+    for flt in [Filter(), Filter(tiers=TIERS), Filter(tiers=("core",)), Filter(pinned=True), Filter.everything(),
+                Filter(include_forgotten=True), Filter(include_expired=True), Filter(include_superseded=True),
+                Filter(tiers=("episodic",), include_merged=True)]:
+        assert store.count(flt) == _scan_count(store, flt), flt
+    stats = store.stats()
+    q = store.conn.execute
+    assert stats["memories"] == q("SELECT count(*) FROM memories").fetchone()[0] == 120
+    assert stats["forgotten"] == 1 and stats["merged"] == 1
+    assert stats["pinned"] == q("SELECT count(*) FROM memories WHERE pinned AND forgotten_at IS NULL").fetchone()[0]
+    assert stats["by_tier"] == {t: q("SELECT count(*) FROM memories WHERE tier = ? AND forgotten_at IS NULL "
+                                     "AND merged_into IS NULL", (t,)).fetchone()[0] for t in TIERS}
+    assert stats["events"] == q("SELECT count(*) FROM events").fetchone()[0]
+    assert stats["operations"] == q("SELECT count(*) FROM operations").fetchone()[0]
+    assert stats["tags"] == dict(q("SELECT j.value, count(*) FROM memories m, json_each(m.tags) j "
+                                   "WHERE m.forgotten_at IS NULL GROUP BY j.value").fetchall())
+    assert store.counter("vectors") == q("SELECT count(*) FROM memory_vec").fetchone()[0] == 120
+    assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 120
+    assert added.id
+
+
+def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
+    words = [f"rare{i}" for i in range(40)]
+    memories = [Memory(id=f"k{i:05d}", text=f"common filler {words[i % 40]} text {i}") for i in range(1500)]
+    store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
+    assert store.count() == 1500
+    exact = keyword_ranks(store, "common rare7", Filter(), 10)
+    store.exact_below = 0
+    planned = keyword_ranks(store, "common rare7", Filter(), 10)
+    by_seq = store.memories_by_seq(s for s, _ in planned)
+    assert len(planned) == 10 and all("rare7" in m.text for m in by_seq.values())
+    assert {s for s, _ in planned} <= {s for s, _ in keyword_ranks(store, "rare7", Filter(), 100)}
+    assert len(exact) == 10
+    # Only common words: the newest rows that hold them, still ranked by BM25 and filtered.
+    only = keyword_ranks(store, "common filler", Filter(), 10)
+    assert len(only) == 10
+    # Fewer rare matches than asked: the full query fills the rest.
+    more = keyword_ranks(store, "common rare3", Filter(), 100)
+    assert len(more) == 100
+
+
+def _old_store(path, fake_config, n: int):
+    """A database as pmem wrote it before migration m005_binary_vectors: float32 vectors in vec0."""
+    from pmem import db, migrations
+    from pmem.embed import FakeEmbedder
+    from pmem.records import MEMORY_COLUMNS
+
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL "
+                 "DEFAULT CURRENT_TIMESTAMP)")
+    before = [m for m in migrations.MIGRATIONS if m[0] != "m005_binary_vectors"]
+    for index, (name, fn) in enumerate(before, start=1):
+        fn(conn)
+        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
+        conn.execute(f"PRAGMA user_version = {index}")
+    e = FakeEmbedder(64)
+    conn.execute("CREATE VIRTUAL TABLE memory_vec USING vec0(seq INTEGER PRIMARY KEY, "
+                 "embedding float[64] distance_metric=cosine, live integer)")
+    conn.execute("INSERT INTO settings VALUES ('embed_model', 'fake-64'), ('embed_dim', '64')")
+    conn.execute("INSERT INTO operations (id, kind, summary, at) VALUES ('op1', 'import', '', ?)", (NOW,))
+    for i in range(n):
+        m = Memory(id=f"o{i:05d}", text=f"old memory {i} topic {i % 13}", tags=["t"] if i % 4 == 0 else [],
+                   tier="episodic" if i % 3 == 0 else "archival", created_at=NOW, updated_at=NOW,
+                   forgotten_at=NOW if i == 5 else None)
+        conn.execute(f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
+                     f"({', '.join('?' * len(MEMORY_COLUMNS))})", m.to_row())
+        seq = conn.execute("SELECT seq FROM memories WHERE id = ?", (m.id,)).fetchone()[0]
+        conn.execute("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
+                     (seq, serialize(e.embed([m.text])[0]), int(i != 5)))
+        conn.execute("INSERT INTO events (op_id, memory_id, action, after, at) VALUES ('op1', ?, 'import', ?, ?)",
+                     (m.id, json.dumps({"text": m.text}), NOW))
+    conn.close()
+
+
+def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monkeypatch):
+    from pmem.store import MemoryStore
+
+    path = tmp_path / "old.db"
+    _old_store(path, fake_config, 150)
+    store = MemoryStore(path, config=fake_config, clock=lambda: NOW)
+    try:
+        q = store.conn.execute
+        assert "vec0" not in q("SELECT sql FROM sqlite_master WHERE name = 'memory_vec'").fetchone()[0].lower()
+        assert q("SELECT count(*) FROM memory_vec").fetchone()[0] == 150
+        assert not store._has_bits()  # 150 vectors: below BITS_FROM
+        assert store.build_bits()
+        assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 150
+        assert store.counter("vectors") == 150 and store.counter("events") == 150
+        assert store.count() == _scan_count(store, Filter()) == 99
+        assert store.stats()["tags"] == {"t": 38}
+        query = store.query_vector("old memory 7 topic 7")
+        exact = semantic_ranks(store, "", Filter(), 10, vector=query)
+        assert exact[0][0] == store._seq("o00007")
+        monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+        monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+        store.exact_below = 0
+        assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
+        assert semantic_ranks(store, "", Filter.everything(), 150, vector=query)[-1][0] > 0
+        _, created = store.add("a new memory after the migration")
+        assert created and store.counter("vectors") == 151
+    finally:
+        store.close()
+
+
+def test_the_bit_index_is_built_when_the_store_grows_past_bits_from(store, monkeypatch):
+    from pmem import migrations
+
+    monkeypatch.setattr(migrations, "BITS_FROM", 50)
+    store.insert([Memory(id="", text=f"memory {i}") for i in range(40)])
+    assert not store._has_bits()
+    store.insert([Memory(id="", text=f"more {i}") for i in range(30)])
+    assert store._has_bits() and store.setting("bit_center")
+    q = store.conn.execute
+    assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
+    store.reindex()
+    assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
+
+
+def test_dream_pairs_by_lsh_find_the_close_pairs_that_all_pairs_find():
+    np = pytest.importorskip("numpy")
+    from pmem import dream
+
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((600, 64)).astype(np.float32)
+    near = base[:150] + 0.15 * rng.standard_normal((150, 64)).astype(np.float32)
+    vecs = np.vstack([base, near])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    exact = dream._pairs(vecs, 0.9)
+    lsh = dream._pairs_lsh(vecs, 0.9)
+    assert len(exact) >= 140
+    assert {(i, j) for i, j, _ in lsh} <= {(i, j) for i, j, _ in exact}  # never a pair below the threshold
+    assert len(lsh) >= 0.99 * len(exact)
