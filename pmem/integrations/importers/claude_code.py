@@ -1,0 +1,90 @@
+"""Claude Code session transcripts: `~/.claude/projects/<project>/<session id>.jsonl`.
+
+One JSON object per line. Lines of `type` "user" and "assistant" carry `message` ({role, content},
+content a string or a list of blocks), `uuid`, `timestamp`, `sessionId` and `cwd`. Only what the
+person typed and the text Claude answered are kept: tool calls, tool results, thinking, meta lines
+(`isMeta`), sub-agent lines (`isSidechain`), slash-command records and system reminders are not.
+An answer streamed over several lines (one `message.id`) becomes one turn. The session's working
+directory becomes the memory's project scope.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from ...records import Memory
+from .base import Entry, Turn, conversation_memories, when
+
+NAME = "claude-code"
+DESCRIPTION = "Claude Code transcripts (~/.claude/projects/*/*.jsonl)"
+FILES = re.compile(r"\.jsonl$")
+KIND = "turn"
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+_COMMAND = re.compile(r"^\s*<(command-name|command-message|command-args|local-command-stdout|"
+                      r"local-command-stderr|bash-input|bash-stdout|bash-stderr|user-memory-input)>")
+
+
+def accepts(name: str) -> bool:
+    return name.endswith(".jsonl")
+
+
+def sniff(name: str, head: bytes) -> bool:
+    return b'"sessionId"' in head and (b'"type":"user"' in head or b'"type": "user"' in head
+                                       or b'"type":"assistant"' in head or b'"type": "assistant"' in head
+                                       or b'"type":"summary"' in head)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        texts = [content]
+    elif isinstance(content, list):
+        texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    else:
+        return ""
+    text = "\n\n".join(t for t in texts if isinstance(t, str))
+    text = _REMINDER.sub("", text).strip()
+    if _COMMAND.match(text) or text.startswith("Caveat: The messages below were generated"):
+        return ""
+    return text
+
+
+def read(entry: Entry) -> Iterator[Memory]:
+    turns: list[Turn] = []
+    session = cwd = branch = None
+    last_message_id = None
+    for _, obj in entry.read_jsonl():
+        if not isinstance(obj, dict) or obj.get("type") not in ("user", "assistant"):
+            continue
+        if obj.get("isSidechain") or obj.get("isMeta") or obj.get("isCompactSummary"):
+            continue
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            continue
+        session = session or obj.get("sessionId")
+        cwd = cwd or obj.get("cwd")
+        branch = branch or obj.get("gitBranch")
+        role = message.get("role") or obj["type"]
+        if role not in ("user", "assistant"):
+            continue
+        text = _text(message.get("content"))
+        if not text:
+            continue
+        api_id = message.get("id") if role == "assistant" else None
+        if api_id and api_id == last_message_id and turns and turns[-1].role == "assistant":
+            turns[-1].text += "\n\n" + text  # one answer streamed over several lines
+            continue
+        last_message_id = api_id
+        turns.append(Turn(message_id=str(obj.get("uuid") or len(turns)), role=role,
+                          speaker="User" if role == "user" else "Claude", text=text,
+                          created_at=when(obj.get("timestamp"))))
+    if not turns:
+        return
+    session = str(session or entry.name.rsplit("/", 1)[-1].removesuffix(".jsonl"))
+    project = entry.name.rsplit("/", 2)[-2] if entry.name.count("/") >= 1 else None
+    meta: dict[str, Any] = {}
+    if project:
+        meta["project"] = project
+    if branch:
+        meta["git_branch"] = branch
+    yield from conversation_memories(NAME, session, turns, scope=cwd or None, meta=meta or None)

@@ -1,0 +1,251 @@
+"""Which importer reads what: inputs (a file, a folder, a zip) become entries, each entry's format
+is told by its shape (or forced), and the memories read are stored in resumable batches.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from ... import timeutil, transfer
+from ...errors import UsageError
+from ...records import Memory
+from . import chatgpt, claude_ai, claude_code, llm_logs, markdown, mcp_memory, mem0
+from .base import Entry, bytes_entry, file_entry
+
+Progress = Callable[[int, int], None]
+
+
+class Importer(Protocol):
+    NAME: str
+    DESCRIPTION: str
+
+    def accepts(self, name: str) -> bool: ...
+    def sniff(self, name: str, head: bytes) -> bool: ...
+    def read(self, entry: Entry) -> Iterator[Memory]: ...
+
+
+class _Native:
+    """pmem's own formats (`pmem export`), read by pmem.transfer."""
+
+    def __init__(self, name: str, description: str, suffixes: tuple[str, ...]):
+        self.NAME, self.DESCRIPTION, self._suffixes = name, description, suffixes
+
+    def accepts(self, name: str) -> bool:
+        return name.endswith(self._suffixes) or name == "-"
+
+    def sniff(self, name: str, head: bytes) -> bool:
+        text = head.lstrip()
+        if self.NAME == "jsonl":
+            return text.startswith(b"{") and b'"text"' in text.split(b"\n", 1)[0]
+        return text.startswith(b"# pmem export") or b"<!-- pmem {" in head
+
+    def read(self, entry: Entry) -> Iterator[Memory]:
+        for m in transfer.parse(io.StringIO(entry.read_text()), self.NAME, entry.name):
+            yield replace(m, meta={"kind": "memory", **m.meta}) if "kind" not in m.meta else m
+
+
+JSONL = _Native("jsonl", "pmem JSONL (pmem export; one {\"text\": ...} per line)", (".jsonl", ".json", ".ndjson"))
+MD = _Native("md", "pmem Markdown (pmem export --format md)", (".md", ".markdown", ".txt"))
+
+# Sniffing order: the most specific shapes first.
+IMPORTERS: tuple[Importer, ...] = (llm_logs, chatgpt, claude_ai, claude_code, mcp_memory, mem0, JSONL, MD,
+                                   markdown)  # type: ignore[assignment]
+FORMATS: dict[str, Importer] = {i.NAME: i for i in IMPORTERS}
+
+
+def known_formats() -> str:
+    return ", ".join(FORMATS)
+
+
+def get(name: str) -> Importer:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise UsageError(f"unknown format {name!r}: use one of {known_formats()}") from None
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+def _hidden(parts: Sequence[str]) -> bool:
+    return any(p.startswith(".") and p not in (".", "..") for p in parts)
+
+
+def _zip_entries(path: Path, data: bytes | None = None) -> list[Entry]:
+    origin = str(path.resolve()) if data is None else str(path)
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data) if data is not None else path)
+    except zipfile.BadZipFile:
+        raise UsageError(f"{path.name}: not a readable zip archive") from None
+    out = []
+    for info in zf.infolist():
+        if info.is_dir() or _hidden(info.filename.split("/")) or "__MACOSX" in info.filename:
+            continue
+        try:
+            mtime = timeutil.iso(datetime(*info.date_time, tzinfo=timezone.utc))
+        except ValueError:
+            mtime = None
+        out.append(Entry(name=info.filename, opener=lambda zf=zf, info=info: zf.open(info), size=info.file_size,
+                         mtime=mtime, origin=origin))
+    return out
+
+
+def entries(path: str | Path) -> list[Entry]:
+    """The files an input names: itself, a folder's files (recursively, hidden ones left out),
+    or a zip's members."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        root = str(p.resolve())
+        out = []
+        for f in sorted(p.rglob("*")):
+            rel = f.relative_to(p)
+            if not f.is_file() or _hidden(rel.parts):
+                continue
+            if f.suffix.lower() == ".zip":
+                out.extend(_zip_entries(f))
+            else:
+                out.append(file_entry(f, rel.as_posix(), origin=root))
+        return out
+    if not p.is_file():
+        raise UsageError(f"no such file or folder: {path}")
+    if zipfile.is_zipfile(p) and p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
+        return _zip_entries(p)
+    return [file_entry(p)]
+
+
+def detect(entry: Entry, candidates: Sequence[Importer] = IMPORTERS) -> Importer | None:
+    """The first importer that takes this file's name and recognises its first bytes."""
+    head = entry.head()
+    for imp in candidates:
+        if imp.accepts(entry.name) and imp.sniff(entry.name, head):
+            return imp
+    return None
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+@dataclass
+class ImportPlan:
+    """What an input holds, read and checked, nothing stored yet."""
+
+    records: list[Memory] = field(default_factory=list)
+    formats: Counter = field(default_factory=Counter)   # files read per format
+    kinds: Counter = field(default_factory=Counter)     # memories per kind (turn, observation...)
+    skipped_files: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    filtered: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"read": len(self.records), "formats": dict(self.formats), "kinds": dict(self.kinds),
+                "skipped_files": len(self.skipped_files), "duplicates": self.duplicates,
+                "outside_dates": self.filtered}
+
+
+def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str | None = None,
+         until: str | None = None, progress: Progress | None = None) -> ImportPlan:
+    """Read an input into memories. `fmt` forces a format; otherwise each file's shape decides.
+
+    A single file nobody recognises is a usage error naming the known formats; in a folder or
+    archive such files are skipped and counted (an export also holds images, HTML, settings)."""
+    items = source if isinstance(source, list) else entries(source)
+    forced = get(fmt) if fmt else None
+    single = len(items) == 1
+    plan = ImportPlan()
+    seen: set[str] = set()
+    now = timeutil.now_iso()
+    for n, entry in enumerate(items):
+        if forced is not None:
+            imp = forced if single or (forced.accepts(entry.name) and forced.sniff(entry.name, entry.head())) else None
+        else:
+            imp = detect(entry)
+        if imp is None:
+            plan.skipped_files.append(entry.name)
+            continue
+        plan.formats[imp.NAME] += 1
+        for m in imp.read(entry):
+            if m.id and m.id in seen:
+                plan.duplicates += 1
+                continue
+            if m.id:
+                seen.add(m.id)
+            at = m.created_at or now
+            if (since and at < since) or (until and at > until):
+                plan.filtered += 1
+                continue
+            plan.records.append(m)
+            plan.kinds[m.meta.get("kind", "memory")] += 1
+        if progress:
+            progress(n + 1, len(items))
+    if not plan.formats:
+        what = items[0].name if single else (str(source) if not isinstance(source, list) else "the input")
+        raise UsageError(f"{what}: not a format pmem knows; known formats: {known_formats()} "
+                         "(--format forces one)")
+    return plan
+
+
+def load_bytes(name: str, data: bytes, fmt: str | None = None, **kw) -> ImportPlan:
+    """`load` for stdin: with no format and no recognisable shape, pmem JSONL or Markdown."""
+    if data[:4] == b"PK\x03\x04":
+        return load(_zip_entries(Path(name or "stdin.zip"), data), fmt, **kw)
+    entry = bytes_entry(name or "-", data)
+    if fmt is None:
+        head = entry.head()
+        imp = next((i for i in IMPORTERS if i.NAME not in ("llm", "markdown") and i.sniff(entry.name, head)), None)
+        if imp is None:
+            imp = JSONL if data.lstrip()[:1] == b"{" else MD
+        fmt = imp.NAME
+    return load([entry], fmt, **kw)
+
+
+# -- storing ----------------------------------------------------------------------------------
+
+@dataclass
+class ImportResult:
+    read: int
+    imported: int
+    skipped_existing: int
+    operation: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "imported": self.imported, "skipped_existing": self.skipped_existing,
+                "operation": self.operation}
+
+
+def existing(store, records: Sequence[Memory]) -> set[str]:
+    ids = [m.id for m in records if m.id]
+    found: set[str] = set()
+    for start in range(0, len(ids), 20_000):
+        found |= store.existing_ids(ids[start:start + 20_000])
+    return found
+
+
+def run_import(store, records: Sequence[Memory], *, summary: str = "import", batch: int = 512,
+               progress: Progress | None = None) -> ImportResult:
+    """Store what is not stored yet, `batch` memories per transaction, all in one operation.
+
+    One `pmem undo` takes the whole import back. An interrupted import keeps the batches it
+    committed, and running it again stores only the rest (ids come from the source)."""
+    present = existing(store, records)
+    todo = [m for m in records if not m.id or m.id not in present]
+    op_id: str | None = None
+    stored = 0
+    if progress:
+        progress(0, len(todo))
+    for start in range(0, len(todo), batch):
+        chunk = todo[start:start + batch]
+        blobs = store.embed([m.text.strip() for m in chunk])
+        with store.operation("import", summary, op_id=op_id) as op_id:
+            again = existing(store, chunk)  # another process may have stored some meanwhile
+            keep = [(m, b) for m, b in zip(chunk, blobs) if not m.id or m.id not in again]
+            if keep:
+                stored += len(store.insert([m for m, _ in keep], kind="import", summary=summary,
+                                           vectors=[b for _, b in keep]))
+        if progress:
+            progress(min(start + batch, len(todo)), len(todo))
+    return ImportResult(read=len(records), imported=stored, skipped_existing=len(records) - len(todo),
+                        operation=op_id if stored else None)

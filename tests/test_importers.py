@@ -1,0 +1,348 @@
+"""Importers of other tools' formats, against synthetic exports that follow the published structures."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import fields
+
+import pytest
+
+from export_fixtures import (BASIC_MEMORY_NOTE, MCP_MEMORY, MEM0_GET_ALL, OBSIDIAN_NOTE, chatgpt_conversation,
+                             chatgpt_zip, claude_ai_conversation, claude_code_session, llm_db_new, llm_db_old,
+                             openmemory_zip, write_jsonl)
+from pmem.errors import UsageError
+from pmem.integrations.importers import load, load_bytes, run_import
+from pmem.integrations.importers.base import split_text, when
+from pmem.integrations.importers.markdown import front_matter
+from pmem.records import Memory
+from pmem.store import Filter
+
+HAS_THREAD = "thread" in {f.name for f in fields(Memory)}
+TURNS = [("user", "I moved to Lisbon in May."), ("assistant", "How are you finding it?"),
+         ("user", "I love the trams."), ("assistant", "Tram 28 is a classic.")]
+
+
+def texts(plan):
+    return [m.text for m in plan.records]
+
+
+def all_memories(store):
+    return store.list(Filter.everything(), limit=None, sort="id")
+
+
+# -- ChatGPT ----------------------------------------------------------------------------------
+
+def test_chatgpt_kept_branch_only_without_system_tool_or_hidden(tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("c1", TURNS, title="Moving")]))
+    plan = load(path)
+    assert plan.formats == {"chatgpt": 1}
+    assert texts(plan) == ["User: I moved to Lisbon in May.", "ChatGPT: How are you finding it?",
+                           "User: I love the trams.", "ChatGPT: Tram 28 is a classic."]
+    joined = " ".join(texts(plan))
+    assert "ABANDONED" not in joined and "TOOL OUTPUT" not in joined and "print(1)" not in joined
+    first, second = plan.records[:2]
+    assert first.tier == "episodic" and first.source == "chatgpt:c1"
+    assert first.created_at == "2026-01-01T00:00:30Z" and second.created_at == "2026-01-01T00:01:00Z"
+    assert first.meta["speaker"] == "User" and first.meta["title"] == "Moving"
+    assert second.meta["model"] == "gpt-4o" and second.meta["role"] == "assistant"
+    assert [m.meta["thread_pos"] for m in plan.records] == [0, 1, 2, 3]
+    assert {m.meta["thread"] for m in plan.records} == {"chatgpt:c1"}
+    if HAS_THREAD:
+        assert [m.thread_pos for m in plan.records] == [0, 1, 2, 3]
+    assert "chatgpt" in first.tags
+    # ids come from the export's ids: the same file gives the same ids
+    assert [m.id for m in load(path).records] == [m.id for m in plan.records]
+
+
+def test_chatgpt_without_current_node_takes_newest_leaf():
+    from pmem.integrations.importers.chatgpt import turns
+
+    conv = chatgpt_conversation("c2", TURNS)
+    conv["current_node"] = None
+    assert [t.text for t in turns(conv)][-1] == "Tram 28 is a classic."
+
+
+def test_chatgpt_zip_with_split_files_skips_the_other_files(tmp_path):
+    convs = [chatgpt_conversation(f"c{i}", TURNS, start=1_767_225_600 + i * 86400) for i in range(5)]
+    path = chatgpt_zip(tmp_path / "export.zip", convs, split=2)
+    plan = load(path)
+    assert plan.formats == {"chatgpt": 3}
+    assert len(plan.records) == 20 and plan.kinds == {"turn": 20}
+    assert {"user.json", "message_feedback.json", "chat.html", "file-abc.png"} <= set(plan.skipped_files)
+
+
+def test_since_and_until_select_by_the_source_dates(tmp_path):
+    convs = [chatgpt_conversation(f"c{i}", TURNS, start=1_767_225_600 + i * 86400) for i in range(5)]
+    path = chatgpt_zip(tmp_path / "export.zip", convs)
+    plan = load(path, since="2026-01-03", until="2026-01-04T23:59:59Z")
+    assert {m.source for m in plan.records} == {"chatgpt:c2", "chatgpt:c3"}
+    assert plan.filtered == 12
+
+
+def test_import_reimport_newer_export_undo(store, tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("c1", TURNS), chatgpt_conversation("c2", TURNS)]))
+    result = run_import(store, load(path).records, summary="import test", batch=3)
+    assert result.imported == 8 and store.count(Filter.everything()) == 8
+    again = run_import(store, load(path).records, batch=3)
+    assert again.imported == 0 and again.skipped_existing == 8 and again.operation is None
+    # a newer export of the same account: one more exchange in c1
+    newer = TURNS + [("user", "Next month I start Portuguese lessons."), ("assistant", "Boa sorte!")]
+    path.write_text(json.dumps([chatgpt_conversation("c1", newer), chatgpt_conversation("c2", TURNS)]))
+    third = run_import(store, load(path).records, batch=3)
+    assert third.imported == 2 and store.count(Filter.everything()) == 10
+    added = store.get_many(m.id for m in load(path).records if m.meta["thread_pos"] >= 4)
+    assert [m.meta["thread_pos"] for m in added] == [4, 5]
+    # one undo takes back one import, though it was stored in several batches
+    op = store.undo()
+    assert op.id == third.operation and store.count(Filter.everything()) == 8
+    op = store.undo()
+    assert op.id == result.operation and op.events == 8 and store.count(Filter.everything()) == 0
+
+
+def test_interrupted_import_keeps_committed_batches_and_resumes(store, tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation(f"c{i}", TURNS) for i in range(3)]))
+    records = load(path).records
+
+    def stop_after_first_batch(done, total):
+        if done >= 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_import(store, records, batch=5, progress=stop_after_first_batch)
+    assert store.count(Filter.everything()) == 5
+    result = run_import(store, records, batch=5)
+    assert result.imported == 7 and result.skipped_existing == 5
+    assert store.count(Filter.everything()) == 12
+    assert len({m.id for m in all_memories(store)}) == 12
+
+
+def test_long_message_is_split_not_cut(tmp_path):
+    long_text = ("word " * 50_000).strip()  # 250,000 characters
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("c1", [("user", long_text)], extras=False, branch=False)]))
+    plan = load(path)
+    assert len(plan.records) == 3
+    assert sum(len(m.text) - len("User: ") for m in plan.records) + 2 == len(long_text)
+    assert [m.meta["part"] for m in plan.records] == [0, 1, 2]
+    assert len({m.id for m in plan.records}) == 3
+    assert split_text("a b", limit=100) == ["a b"]
+
+
+# -- Claude.ai --------------------------------------------------------------------------------
+
+def test_claude_ai_text_blocks_only(tmp_path):
+    path = tmp_path / "conversations.json"
+    turns = [("human", "Plan a week in Kyoto"), ("assistant", "Day one: Fushimi Inari."), ("human", "Thanks")]
+    path.write_text(json.dumps([claude_ai_conversation("k1", turns, name="Kyoto")]))
+    plan = load(path)
+    assert plan.formats == {"claude-ai": 1}
+    assert texts(plan) == ["User: Plan a week in Kyoto", "Claude: Day one: Fushimi Inari.", "User: Thanks"]
+    assert "TOOL" not in " ".join(texts(plan)) and "PRIVATE" not in " ".join(texts(plan))
+    assert plan.records[1].created_at == "2026-02-01T09:01:00Z"
+    assert plan.records[0].source == "claude-ai:k1" and plan.records[0].meta["title"] == "Kyoto"
+
+
+def test_claude_ai_follows_the_current_leaf(tmp_path):
+    conv = claude_ai_conversation("k2", [("human", "Q"), ("assistant", "first answer"), ("assistant", "kept answer")])
+    msgs = conv["chat_messages"]
+    msgs[1]["parent_message_uuid"] = msgs[2]["parent_message_uuid"] = msgs[0]["uuid"]
+    msgs[0]["parent_message_uuid"] = "00000000-0000-4000-8000-000000000000"
+    conv["current_leaf_message_uuid"] = msgs[2]["uuid"]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conv]))
+    assert texts(load(path)) == ["User: Q", "Claude: kept answer"]
+
+
+# -- Claude Code ------------------------------------------------------------------------------
+
+def test_claude_code_projects_folder(tmp_path):
+    projects = tmp_path / "projects"
+    write_jsonl(projects / "-home-sam-parser" / "s-1.jsonl", claude_code_session("s-1", "/home/sam/parser"))
+    write_jsonl(projects / "-home-sam-site" / "s-2.jsonl", claude_code_session("s-2", "/home/sam/site"))
+    plan = load(projects)
+    assert plan.formats == {"claude-code": 2}
+    one = [m for m in plan.records if m.source == "claude-code:s-1"]
+    assert [m.text for m in one] == ["User: The parser drops the last line", "Claude: Let me look.\n\nThe loop stops one line early.",
+                                     "User: Please fix it and add a test.", "Claude: Fixed; the test covers the last line."]
+    joined = " ".join(m.text for m in plan.records)
+    for hidden in ("TOOL", "PRIVATE", "REMINDER", "SIDECHAIN", "Caveat", "command-name"):
+        assert hidden not in joined
+    assert one[0].meta["scope"] == "/home/sam/parser" and one[0].meta["project"] == "-home-sam-parser"
+    if "scope" in {f.name for f in fields(Memory)}:
+        assert one[0].scope == "/home/sam/parser"
+    assert one[0].created_at == "2026-03-01T10:00:05Z"
+
+
+# -- llm --------------------------------------------------------------------------------------
+
+def test_llm_logs_new_schema(tmp_path):
+    plan = load(llm_db_new(tmp_path / "logs.db"))
+    assert plan.formats == {"llm": 1}
+    conv = [m for m in plan.records if m.source == "llm:01conv"]
+    assert [m.text for m in conv] == ["User: What should I pack for Oslo in March?", "gpt-4o-mini: Layers, a warm coat and boots.",
+                                      "User: And for a day hike?", "gpt-4o-mini: Add crampons and a thermos."]
+    assert conv[0].meta["title"] == "Packing list" and conv[0].created_at == "2026-03-10T08:00:00Z"
+    assert "Be brief" not in " ".join(texts(plan))
+    assert len(plan.records) == 6
+
+
+def test_llm_logs_old_schema(tmp_path):
+    plan = load(llm_db_old(tmp_path / "old.db"))
+    assert texts(plan) == ["User: Name a red fruit", "gpt-3.5-turbo: Cherry.", "User: Another one",
+                           "gpt-3.5-turbo: Strawberry."]
+    assert {m.source for m in plan.records} == {"llm:logs-1"}
+    assert plan.records[0].created_at == "2023-06-01T10:00:00Z"
+
+
+# -- MCP memory server ------------------------------------------------------------------------
+
+def test_mcp_memory_jsonl(tmp_path):
+    path = write_jsonl(tmp_path / "memory.jsonl", MCP_MEMORY)
+    plan = load(path)
+    assert plan.formats == {"mcp-memory": 1}
+    assert texts(plan) == ["Ada_Lovelace: Prefers tea to coffee", "Ada_Lovelace: Lives in Lisbon",
+                           "Ada_Lovelace works at Analytical_Engines_Ltd"]
+    assert {"ada_lovelace", "person", "mcp-memory"} <= set(plan.records[0].tags)
+    assert {"ada_lovelace", "analytical_engines_ltd"} <= set(plan.records[2].tags)
+    assert plan.kinds == {"observation": 2, "relation": 1}
+    assert plan.records[0].tier == "archival"
+
+
+# -- mem0 / OpenMemory ------------------------------------------------------------------------
+
+def test_mem0_get_all(tmp_path):
+    path = tmp_path / "mem0.json"
+    path.write_text(json.dumps(MEM0_GET_ALL))
+    plan = load(path)
+    assert plan.formats == {"mem0": 1}
+    first = plan.records[0]
+    assert first.text == "Is allergic to peanuts" and first.meta["user"] == "sam"
+    assert {"health", "food", "mem0"} <= set(first.tags)
+    assert first.created_at == "2025-07-26T17:29:36Z" and first.updated_at == "2025-08-01T16:00:00Z"
+    assert first.source == "mem0:sam"
+    # a bare list (mem0's older get_all) reads the same
+    path.write_text(json.dumps(MEM0_GET_ALL["results"]))
+    assert texts(load(path)) == texts(plan)
+
+
+def test_openmemory_backup_zip(tmp_path):
+    plan = load(openmemory_zip(tmp_path / "memories_export_sam.zip"))
+    assert texts(plan) == ["Plays the cello on Sundays"]  # the deleted one is not imported
+    m = plan.records[0]
+    assert "hobbies" in m.tags and m.meta["user"] == "sam" and m.created_at == "2025-05-01T12:00:00Z"
+    assert plan.duplicates == 1  # the .jsonl.gz repeats memories.json, same ids
+
+
+# -- Markdown ---------------------------------------------------------------------------------
+
+def test_front_matter_reader():
+    fm, body = front_matter(OBSIDIAN_NOTE)
+    assert fm["tags"] == ["garden", "home"] and fm["aliases"] == ["Allotment"] and fm["created"] == "2026-04-02"
+    assert body.startswith("# Garden plans")
+    assert front_matter("no front matter") == ({}, "no front matter")
+
+
+def test_markdown_vault(tmp_path):
+    vault = tmp_path / "vault"
+    (vault / "home").mkdir(parents=True)
+    (vault / ".obsidian").mkdir()
+    (vault / ".obsidian" / "workspace.md").write_text("# not a note\n\nhidden")
+    (vault / "home" / "garden.md").write_text(OBSIDIAN_NOTE)
+    (vault / "coffee.md").write_text(BASIC_MEMORY_NOTE)
+    plan = load(vault)
+    assert plan.formats == {"markdown": 2}
+    garden = [m for m in plan.records if m.meta["path"] == "home/garden.md"]
+    assert [m.text for m in garden] == ["Garden plans\n\nThe tomatoes go along the south fence this year.",
+                                        "Watering\n\nWater early in the morning, before eight.\n\n"
+                                        "Drip lines on the raised beds need new filters."]
+    assert all("title:" not in m.text for m in plan.records)  # front matter is not a memory
+    assert {"garden", "home", "vegetables", "markdown"} <= set(garden[0].tags)
+    assert garden[0].created_at == "2026-04-02T00:00:00Z"
+    assert garden[0].source == str((vault / "home" / "garden.md").resolve())
+    coffee = [m for m in plan.records if m.meta["path"] == "coffee.md"]
+    obs = [m for m in coffee if m.meta["kind"] == "observation"]
+    assert [m.text for m in obs] == ["Pour over gives more clarity than French press", "Water at 96 C extracts best"]
+    assert {"method", "coffee", "brewing"} <= set(obs[0].tags) and obs[1].meta["context"] == "tested at home"
+    rel = [m for m in coffee if m.meta["kind"] == "relation"]
+    assert [m.text for m in rel] == ["Coffee Brewing Methods relates to Coffee Bean Origins"]
+    assert coffee[0].meta["permalink"] == "coffee-brewing-methods"
+    assert any("a task, not an observation" in m.text for m in coffee)
+    assert not any("hidden" in m.text for m in plan.records)
+
+
+def test_markdown_long_section_splits_by_paragraph(tmp_path):
+    paras = [f"Paragraph {i} " + "text " * 80 for i in range(6)]
+    path = tmp_path / "long.md"
+    path.write_text("## Notes\n\n" + "\n\n".join(paras))
+    plan = load(path)
+    assert len(plan.records) == 6 and plan.records[0].text.startswith("Paragraph 0")
+    assert plan.records[0].meta["heading"] == "Notes"
+
+
+def test_pmem_markdown_export_still_reads_as_pmem(tmp_path):
+    path = tmp_path / "export.md"
+    path.write_text('# pmem export\n\n## archival\n\n- Likes rye bread #food <!-- pmem {"id": "ab12cd34"} -->\n')
+    plan = load(path)
+    assert plan.formats == {"md": 1} and plan.records[0].id == "ab12cd34" and plan.records[0].tags == ["food"]
+
+
+def test_pmem_jsonl_still_reads(tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"text": "hello", "tags": ["a"]}])
+    plan = load(path)
+    assert plan.formats == {"jsonl": 1} and texts(plan) == ["hello"]
+
+
+# -- detection --------------------------------------------------------------------------------
+
+def test_unknown_shape_names_the_known_formats(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(UsageError) as err:
+        load(path)
+    msg = str(err.value)
+    assert "not a format pmem knows" in msg and "chatgpt" in msg and "mcp-memory" in msg and "\n" not in msg
+
+
+def test_forced_format_and_unknown_format(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("---\ntags: [x]\n---\nA plain note.\n")
+    assert texts(load(path, "markdown")) == ["A plain note."]
+    with pytest.raises(UsageError, match="unknown format 'word'"):
+        load(path, "word")
+
+
+def test_stdin_bytes(tmp_path):
+    data = json.dumps([chatgpt_conversation("c9", TURNS)]).encode()
+    assert load_bytes("", data).formats == {"chatgpt": 1}
+    assert texts(load_bytes("", b'{"text": "one"}\n')) == ["one"]
+    assert load_bytes("", b"- an item\n").formats == {"md": 1}
+    zipped = chatgpt_zip(tmp_path / "x.zip", [chatgpt_conversation("c9", TURNS)]).read_bytes()
+    assert load_bytes("", zipped).formats == {"chatgpt": 1}
+
+
+def test_when_reads_epochs_and_iso():
+    assert when(1_767_225_600) == "2026-01-01T00:00:00Z"
+    assert when(1_767_225_600_000) == "2026-01-01T00:00:00Z"
+    assert when("2025-07-26T10:29:36.630547-07:00") == "2025-07-26T17:29:36Z"
+    assert when("garbage") is None and when(None) is None and when(True) is None
+
+
+def test_broken_json_is_a_usage_error(tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text('[{"title": "t", "mapping": {"n1": {"message": {"author": {"role": "user"')
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load(path)
+
+
+def test_zip_member_of_a_folder(tmp_path):
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    chatgpt_zip(folder / "chatgpt.zip", [chatgpt_conversation("z1", TURNS)])
+    (folder / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MCP_MEMORY))
+    plan = load(folder)
+    assert plan.formats == {"chatgpt": 1, "mcp-memory": 1}
+    assert zipfile.is_zipfile(folder / "chatgpt.zip")
