@@ -1,0 +1,139 @@
+"""Importing a chat export: a synthetic ChatGPT export, imported, then imported again.
+
+    PMEM_EMBED_MODEL=fake-384 python benchmarks/import_bench.py                  # 1,000 conversations, 30,000 messages
+    python benchmarks/import_bench.py --conversations 20 --messages 30 --model all-MiniLM-L6-v2   # the real model's rate
+
+Writes a ChatGPT export zip (`conversations.json` with a `mapping` tree per conversation, a
+regenerated answer, a hidden system message and a tool call in each, as in tests/export_fixtures.py),
+then times `pmem.integrations.importers.load` (parse) and `run_import` into a new database, with
+the time spent embedding measured inside it (the rest is SQLite: rows, FTS5, vec0, events). Then
+imports the same export again (nothing may be added) and reports its time as a share of the first.
+With `--via cli` both imports run as `pmem import` processes instead (whole-process times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+from export_fixtures import chatgpt_conversation, chatgpt_zip  # noqa: E402
+
+WORDS = ("the a my our this that next last new old small big early late good long short "
+         "trip train flight hotel dinner lunch recipe garden tomato bread coffee tea bike run swim "
+         "book film song guitar piano class lesson exam project deadline meeting report budget plan "
+         "sister brother mother father friend neighbour colleague doctor dentist teacher "
+         "Monday Tuesday Friday weekend morning evening week month year summer winter "
+         "Lisbon Oslo Kyoto Porto Berlin Denver Austin "
+         "want need like love try start finish book move buy cook visit call write read learn fix "
+         "because although when before after since until while and but so").split()
+
+
+def sentence(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+    return " ".join(words).capitalize() + rng.choice(".?!")
+
+
+def message(rng: random.Random) -> str:
+    return " ".join(sentence(rng) for _ in range(rng.randint(1, 4)))
+
+
+def build(path: Path, conversations: int, messages: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    convs = []
+    for c in range(conversations):
+        turns = [("user" if i % 2 == 0 else "assistant", message(rng)) for i in range(messages)]
+        convs.append(chatgpt_conversation(f"bench-{c:05d}", turns, title=f"Chat {c}",
+                                          start=1_735_689_600 + c * 3600))
+    chatgpt_zip(path, convs)
+    return conversations * messages
+
+
+def via_lib(export: Path, db: Path) -> dict:
+    from pmem.config import load as load_config
+    from pmem.integrations.importers import load, run_import
+    from pmem.store import MemoryStore
+
+    out: dict = {}
+    with MemoryStore(db, config=load_config()) as store:
+        store.embedder  # load the model before timing (a real one takes ~0.1-0.3 s)
+        embed_time = [0.0]
+        real_embed = store.embed
+
+        def timed_embed(texts, progress=None, batch=64):
+            t = time.perf_counter()
+            try:
+                return real_embed(texts, progress=progress, batch=batch)
+            finally:
+                embed_time[0] += time.perf_counter() - t
+
+        store.embed = timed_embed  # type: ignore[method-assign]
+        for round_ in ("first", "again"):
+            embed_time[0] = 0.0
+            t0 = time.perf_counter()
+            plan = load(export)
+            t1 = time.perf_counter()
+            result = run_import(store, plan.records, summary=f"import {export.name}")
+            t2 = time.perf_counter()
+            out[round_] = {"read": len(plan.records), "imported": result.imported,
+                           "skipped_existing": result.skipped_existing, "parse_s": round(t1 - t0, 3),
+                           "embed_s": round(embed_time[0], 3), "store_s": round(t2 - t1 - embed_time[0], 3),
+                           "total_s": round(t2 - t0, 3)}
+        out["model"] = store.embedder.name
+        out["stored"] = store.count(__import__("pmem").Filter.everything())
+    return out
+
+
+def via_cli(export: Path, db: Path) -> dict:
+    out: dict = {}
+    env = dict(os.environ, PMEM_DB=str(db), PYTHONPATH=str(ROOT))
+    for round_ in ("first", "again"):
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pmem", "import", str(export), "--json"], env=env,
+                              capture_output=True, text=True)
+        elapsed = time.perf_counter() - t
+        if proc.returncode:
+            raise SystemExit(f"pmem import failed: {proc.stderr.strip()}")
+        out[round_] = {**json.loads(proc.stdout), "total_s": round(elapsed, 3)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conversations", type=int, default=1000)
+    ap.add_argument("--messages", type=int, default=30, help="visible messages per conversation")
+    ap.add_argument("--model", help="embedding model (default: PMEM_EMBED_MODEL or the configured one)")
+    ap.add_argument("--via", choices=("lib", "cli"), default="lib")
+    args = ap.parse_args()
+    if args.model:
+        os.environ["PMEM_EMBED_MODEL"] = args.model
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        export = Path(tmp) / "chatgpt-export.zip"
+        t = time.perf_counter()
+        n = build(export, args.conversations, args.messages)
+        built = time.perf_counter() - t
+        result = (via_lib if args.via == "lib" else via_cli)(export, Path(tmp) / "bench.db")
+        first, again = result["first"], result["again"]
+        report = {"conversations": args.conversations, "messages": n, "export_bytes": export.stat().st_size,
+                  "build_s": round(built, 2), "via": args.via, **result,
+                  "again_share_of_first": round(again["total_s"] / first["total_s"], 4)}
+        if args.via == "lib":
+            per_k = 1000 / max(first["imported"], 1)
+            report["per_1000_messages_s"] = {k: round(first[f"{k}_s"] * per_k, 3) for k in ("parse", "embed", "store")}
+            report["messages_per_s"] = round(first["imported"] / first["total_s"], 1)
+        assert again.get("imported", 0) == 0, "a re-import added memories"
+        print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
