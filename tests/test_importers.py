@@ -346,3 +346,33 @@ def test_zip_member_of_a_folder(tmp_path):
     plan = load(folder)
     assert plan.formats == {"chatgpt": 1, "mcp-memory": 1}
     assert zipfile.is_zipfile(folder / "chatgpt.zip")
+
+
+# -- --extract --------------------------------------------------------------------------------
+
+def test_extract_from_imported_conversations_resolves_relative_dates(store, tmp_path):
+    from test_extract import FakeGenerator
+
+    from pmem.integrations.importers.facts import extract_conversations
+
+    said = 1_794_499_200  # 2026-11-12T16:00:00Z
+    turns = [("user", "I started a new job at the bakery last month."), ("assistant", "Congratulations on the job!"),
+             ("user", "My sister visits us next year.")]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("x1", turns, start=said, extras=False, branch=False)]))
+    records = load(path).records
+    run_import(store, records)
+    summary = extract_conversations(store, records, generator=FakeGenerator())
+    facts = [m for m in store.list(Filter(), limit=None) if (m.meta.get("extract") or {}).get("role") != "source"]
+    texts_ = sorted(m.text for m in facts)
+    assert "I started a new job at the bakery in October 2026." in texts_
+    assert any("in 2027" in t for t in texts_)
+    assert not any("Congratulations" in t for t in texts_)  # the assistant's words are not the person's facts
+    assert summary["dates_resolved"] == 2 and summary["counts"]["conversations"] == 1
+    assert {r["resolved"] for r in summary["resolved"]} == {"in October 2026", "in 2027"}
+    job = next(m for m in facts if "bakery" in m.text)
+    assert job.source == "chatgpt:x1" and job.created_at.startswith("2026-11-12")
+    assert job.derived_from  # linked to its source, so `pmem why` can walk back
+    # a second run finds the conversation extracted and does nothing
+    again = extract_conversations(store, records, generator=FakeGenerator())
+    assert again["counts"] == {"conversations_skipped": 1} and again["dates_resolved"] == 0
