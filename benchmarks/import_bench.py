@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,13 +108,83 @@ def via_cli(export: Path, db: Path) -> dict:
     return out
 
 
+def _answer_forms(answer: str) -> list[str] | None:
+    """What a resolved sentence must contain to answer a LoCoMo temporal question, in pmem.dates'
+    wording; None when the answer is not a date (a duration, "10 years ago")."""
+    import calendar
+    from datetime import datetime, timedelta
+
+    a = " ".join(str(answer).split()).rstrip(".")
+    day = r"(\d{1,2} [A-Z][a-z]+,? \d{4})"
+    m = re.fullmatch(r"(?i)the (week|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday) before " + day, a)
+    if m:
+        d = datetime.strptime(m.group(2).replace(",", ""), "%d %B %Y").date()
+        unit = m.group(1).lower()
+        if unit == "week":
+            monday = d - timedelta(days=d.weekday()) - timedelta(weeks=1)
+            return [f"the week of {monday.day} {calendar.month_name[monday.month]} {monday.year}"]
+        if unit == "weekend":
+            sat = d - timedelta(days=(d.weekday() - 5) % 7 or 7)
+            return [f"the weekend of {sat.day} {calendar.month_name[sat.month]} {sat.year}"]
+        target = list(calendar.day_name).index(unit.capitalize())
+        x = d - timedelta(days=(d.weekday() - target) % 7 or 7)
+        return [f"{x.day} {calendar.month_name[x.month]} {x.year}"]
+    if re.fullmatch(day, a):
+        d = datetime.strptime(a.replace(",", ""), "%d %B %Y").date()
+        return [f"{d.day} {calendar.month_name[d.month]} {d.year}"]
+    if re.fullmatch(r"[A-Z][a-z]+,? \d{4}", a) and a.split()[0].rstrip(",") in calendar.month_name[1:]:
+        return [a.replace(",", "")]
+    if re.fullmatch(r"\d{4}", a):
+        return [a]
+    return None
+
+
+def temporal() -> dict:
+    """pmem.dates on LoCoMo's temporal questions (category 2): does the evidence sentence, with its
+    relative dates resolved against its session's date, state the answer's date?"""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomo
+
+    from pmem.dates import resolve_relative
+
+    total = dated = raw_hits = resolved_hits = changed = 0
+    samples: list[dict] = []
+    for conv in locomo.load():
+        turns = {t["dia_id"]: (date, t["text"]) for _, date, ts in locomo.sessions(conv) for t in ts}
+        for q in locomo.questions(conv, (2,)):
+            total += 1
+            forms = _answer_forms(q["answer"])
+            evidence = [turns[e] for e in q["evidence"] if e in turns]
+            if forms is None or not evidence:
+                continue
+            dated += 1
+            raw = " ".join(text for _, text in evidence)
+            resolved = []
+            for date, text in evidence:
+                new, changes = resolve_relative(text, date)
+                changed += len(changes)
+                resolved.append(new)
+                if changes and len(samples) < 8:
+                    samples.append({"said": date[:10], "answer": q["answer"],
+                                    "changes": [(c.phrase, c.text) for c in changes]})
+            raw_hits += any(f in raw for f in forms)
+            resolved_hits += any(f in " ".join(resolved) for f in forms)
+    return {"temporal_questions": total, "with_a_date_answer": dated, "answer_stated_in_evidence_as_said": raw_hits,
+            "answer_stated_after_resolution": resolved_hits, "phrases_resolved": changed, "sample": samples}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=1000)
     ap.add_argument("--messages", type=int, default=30, help="visible messages per conversation")
     ap.add_argument("--model", help="embedding model (default: PMEM_EMBED_MODEL or the configured one)")
     ap.add_argument("--via", choices=("lib", "cli"), default="lib")
+    ap.add_argument("--temporal", action="store_true",
+                    help="instead: relative dates resolved on LoCoMo's temporal questions (no database)")
     args = ap.parse_args()
+    if args.temporal:
+        print(json.dumps(temporal(), indent=2))
+        return
     if args.model:
         os.environ["PMEM_EMBED_MODEL"] = args.model
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,6 +16,9 @@ from datetime import date, datetime, timedelta
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2}
 _WEEKDAYS = [d.lower() for d in calendar.day_name]
+_WEEKDAY_NAMES = {**{d: i for i, d in enumerate(_WEEKDAYS)},
+                  **{a: i for i, names in enumerate([("mon",), ("tue", "tues"), ("wed",), ("thu", "thur", "thurs"),
+                                                      ("fri",), ("sat",), ("sun",)]) for a in names}}
 # A preposition already in the sentence takes the place of our "in"/"on": "since last month" ->
 # "since October 2026", not "since in October 2026".
 _PREPOSITIONS = ("since", "until", "till", "from", "by", "before", "after", "during", "in", "on", "of",
@@ -25,8 +28,8 @@ _NUM = r"(\d+|a couple of|couple of|an?|one|two|three|four|five|six|seven|eight|
 _PATTERN = re.compile(
     r"\b(?:(?P<prep>" + "|".join(p.replace(" ", r"\s+") for p in _PREPOSITIONS) + r")\s+)?(?:"
     r"(?P<day>yesterday|today|tomorrow|the day before yesterday|the day after tomorrow)"
-    r"|(?P<rel>last|next|this) (?P<unit>week|weekend|month|year)"
-    r"|(?P<rel2>last|next) (?P<weekday>" + "|".join(_WEEKDAYS) + r")"
+    r"|(?P<rel>last|next|this past|this) (?P<unit>week|weekend|month|year)"
+    r"|(?P<rel2>last|next) (?P<weekday>" + "|".join(sorted(_WEEKDAY_NAMES, key=len, reverse=True)) + r")"
     r"|(?P<n>" + _NUM[1:-1] + r") (?P<unit2>days?|weeks?|months?|years?) (?P<dir>ago|later|from now)"
     r"|in (?P<n3>" + _NUM[1:-1] + r") (?P<unit3>days?|weeks?|months?|years?)"
     r")\b", re.I)
@@ -34,6 +37,7 @@ _PATTERN = re.compile(
 
 _DETERMINER = re.compile(r"\b(?:the|a|an|this|that|my|your|his|her|its|our|their|every|each)\s+$", re.I)
 _OF = re.compile(r"\s+of\b", re.I)
+_SENTENCE_START = re.compile(r"(?:\A|[.!?:;]\s*|\n)\s*$")
 _SUBJECT = re.compile(r"\s+(?:is|was|were|has|had|will|would|looks|looked|seems|seemed|feels|felt)\b", re.I)
 
 
@@ -87,8 +91,8 @@ def _resolve(m: re.Match, said: date) -> tuple[str, str] | None:
                   "the day after tomorrow": 2}[" ".join(g["day"].lower().split())]
         return _phrase("day", said + timedelta(days=offset))
     if g["rel"]:
-        rel, unit = g["rel"].lower(), g["unit"].lower()
-        step = {"last": -1, "next": 1, "this": 0}[rel]
+        rel, unit = " ".join(g["rel"].lower().split()), g["unit"].lower()
+        step = {"last": -1, "next": 1, "this": 0, "this past": -1}[rel]
         if unit == "weekend" and rel == "this":
             return None  # the one just past, or the one coming? it depends on the day
         if unit in ("week", "weekend"):
@@ -97,7 +101,7 @@ def _resolve(m: re.Match, said: date) -> tuple[str, str] | None:
             return _phrase("month", _add_months(said.replace(day=1), step))
         return _phrase("year", said.replace(year=said.year + step, day=1))
     if g["rel2"]:
-        target = _WEEKDAYS.index(g["weekday"].lower())
+        target = _WEEKDAY_NAMES[g["weekday"].lower()]
         if g["rel2"].lower() == "last":
             back = (said.weekday() - target) % 7 or 7
             return _phrase("weekday", said - timedelta(days=back))
@@ -144,7 +148,7 @@ def resolve_relative(text: str, said: str | date | datetime) -> tuple[str, list[
             replacement = f"{given} {value}"
         else:
             replacement = f"{prep} {value}"
-        if not given and _SUBJECT.match(text, m.end()):
+        if not given and _SUBJECT.match(text, m.end()) and _SENTENCE_START.search(text, 0, m.start()):
             replacement = value  # the phrase is the subject: "last Friday was fun"
         if m.group(0)[:1].isupper():
             replacement = replacement[0].upper() + replacement[1:]

@@ -28,6 +28,9 @@ SAID = "2026-11-12T15:00:00Z"  # a Thursday
     ("next month we fly", "in December 2026 we fly"),
     ("The exam is the day after tomorrow", "The exam is on 14 November 2026"),
     ("I bought it last week", "I bought it in the week of 2 November 2026"),
+    ("Last Fri I took the kids to a workshop", "On Friday 6 November 2026 I took the kids to a workshop"),
+    ("I joined a group last Tues. It was fun", "I joined a group on Tuesday 10 November 2026. It was fun"),
+    ("that roadtrip this past weekend was wild", "that roadtrip on the weekend of 7 November 2026 was wild"),
 ])
 def test_resolves(text, expected):
     assert resolve_relative(text, SAID)[0] == expected
