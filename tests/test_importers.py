@@ -257,8 +257,8 @@ def test_markdown_vault(tmp_path):
     assert plan.formats == {"markdown": 2}
     garden = [m for m in plan.records if m.meta["path"] == "home/garden.md"]
     assert [m.text for m in garden] == ["Garden plans\n\nThe tomatoes go along the south fence this year.",
-                                        "Watering\n\nWater early in the morning, before eight.\n\n"
-                                        "Drip lines on the raised beds need new filters."]
+                                        ("Watering\n\nWater early in the morning, before eight.\n\n"
+                                         "Drip lines on the raised beds need new filters.")]
     assert all("title:" not in m.text for m in plan.records)  # front matter is not a memory
     assert {"garden", "home", "vegetables", "markdown"} <= set(garden[0].tags)
     assert garden[0].created_at == "2026-04-02T00:00:00Z"
