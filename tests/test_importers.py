@@ -278,7 +278,7 @@ def test_markdown_long_section_splits_by_paragraph(tmp_path):
     paras = [f"Paragraph {i} " + "text " * 80 for i in range(6)]
     path = tmp_path / "long.md"
     path.write_text("## Notes\n\n" + "\n\n".join(paras))
-    plan = load(path)
+    plan = load(path, "markdown")
     assert len(plan.records) == 6 and plan.records[0].text.startswith("Paragraph 0")
     assert plan.records[0].meta["heading"] == "Notes"
 
@@ -288,6 +288,18 @@ def test_pmem_markdown_export_still_reads_as_pmem(tmp_path):
     path.write_text('# pmem export\n\n## archival\n\n- Likes rye bread #food <!-- pmem {"id": "ab12cd34"} -->\n')
     plan = load(path)
     assert plan.formats == {"md": 1} and plan.records[0].id == "ab12cd34" and plan.records[0].tags == ["food"]
+
+
+def test_one_plain_markdown_file_is_read_item_by_item_a_note_by_sections(tmp_path):
+    plain = tmp_path / "todo.md"
+    plain.write_text("## Travel\n\n- Lisbon trip in May\n- Pack the adapter\n")
+    plan = load(plain)
+    assert plan.formats == {"md": 1} and texts(plan) == ["Lisbon trip in May", "Pack the adapter"]
+    note = tmp_path / "note.md"
+    note.write_text("---\ntags: [trip]\n---\n## Travel\n\n- Lisbon trip in May\n- Pack the adapter\n")
+    plan = load(note)
+    assert plan.formats == {"markdown": 1} and texts(plan) == ["Travel\n\n- Lisbon trip in May\n- Pack the adapter"]
+    assert "trip" in plan.records[0].tags
 
 
 def test_pmem_jsonl_still_reads(tmp_path):
@@ -376,3 +388,66 @@ def test_extract_from_imported_conversations_resolves_relative_dates(store, tmp_
     # a second run finds the conversation extracted and does nothing
     again = extract_conversations(store, records, generator=FakeGenerator())
     assert again["counts"] == {"conversations_skipped": 1} and again["dates_resolved"] == 0
+
+
+# -- the command ------------------------------------------------------------------------------
+
+def _cli(*args, input=None):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    return CliRunner().invoke(app, list(args), input=input)
+
+
+@pytest.fixture
+def fake_embedder(monkeypatch, pmem_home):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+
+
+def test_cli_import_reimport_undo(fake_embedder, tmp_path):
+    path = chatgpt_zip(tmp_path / "export.zip", [chatgpt_conversation(f"c{i}", TURNS) for i in range(3)])
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    first = json.loads(r.stdout)
+    assert first["imported"] == 12 and first["formats"] == {"chatgpt": 1} and first["kinds"] == {"turn": 12}
+    again = json.loads(_cli("import", str(path), "--json").stdout)
+    assert again["imported"] == 0 and again["skipped_existing"] == 12
+    listed = json.loads(_cli("list", "--tier", "episodic", "--json", "--limit", "100").stdout)
+    assert len(listed) == 12 and {m["source"] for m in listed} == {"chatgpt:c0", "chatgpt:c1", "chatgpt:c2"}
+    assert _cli("undo").exit_code == 0
+    assert json.loads(_cli("list", "--tier", "episodic", "--json").stdout) == []
+
+
+def test_cli_dry_run_counts_and_samples_without_storing(fake_embedder, tmp_path):
+    path = write_jsonl(tmp_path / "memory.jsonl", MCP_MEMORY)
+    r = _cli("import", str(path), "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["would_import"] == 3 and data["kinds"] == {"observation": 2, "relation": 1}
+    assert data["sample"][0]["text"] == "Ada_Lovelace: Prefers tea to coffee"
+    human = _cli("import", str(path), "--dry-run")
+    assert human.exit_code == 0 and "would import 3 memories from mcp-memory" in human.stderr
+    assert "Ada_Lovelace works at Analytical_Engines_Ltd" in human.stdout
+    assert json.loads(_cli("list", "--json").stdout) == []
+
+
+def test_cli_unknown_shape_is_a_usage_error(fake_embedder, tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("a,b\n1,2\n")
+    r = _cli("import", str(path))
+    assert r.exit_code == 2
+    assert r.stderr.startswith("pmem: error:") and "chatgpt" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _cli("import", str(tmp_path / "missing.json"))
+    assert r.exit_code == 2 and "no such file or folder" in r.stderr
+
+
+def test_cli_folder_with_format_and_dates(fake_embedder, tmp_path):
+    projects = tmp_path / "projects"
+    write_jsonl(projects / "-home-sam-parser" / "s-1.jsonl", claude_code_session("s-1", "/home/sam/parser"))
+    r = _cli("import", str(projects), "--format", "claude-code", "--since", "2026-03-01", "--until", "2026-03-01",
+             "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["imported"] == 4
+    r = _cli("import", str(projects), "--until", "2026-02-28", "--json")
+    assert json.loads(r.stdout)["imported"] == 0 and json.loads(r.stdout)["outside_dates"] == 4

@@ -17,62 +17,117 @@ def register(app: typer.Typer) -> None:
 
 
 def import_(
-    file: str = typer.Argument(..., metavar="FILE|-", help="JSONL or Markdown file; '-' reads stdin."),
-    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="jsonl or md (default: guessed)."),
+    file: str = typer.Argument(..., metavar="PATH|-", help="A file, folder or zip archive; '-' reads stdin."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", "-f",
+        help="chatgpt, claude-ai, claude-code, llm, mcp-memory, mem0, markdown, jsonl or md "
+             "(default: told by each file's shape)."),
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag to every imported memory."),
     tier: Optional[str] = typer.Option(None, "--tier", help="Tier for records that do not name one."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check the file and count, store nothing."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only what was said or written from DATE on."),
+    until: Optional[str] = typer.Option(None, "--until", help="Only what was said or written up to DATE."),
+    extract: bool = typer.Option(False, "--extract",
+                                 help="Also extract facts from imported conversations (local chat model); "
+                                      "relative dates are resolved against each message's date."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Read and count (per kind, with a sample); store nothing."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Import records that hold what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Import memories from JSONL (fields: text, created_at, tags, tier, pinned, expires_at, source,
-    meta, thread, thread_pos) or Markdown (one memory per list item or paragraph). A record with a
-    thread and no thread_pos is appended to that thread. One `pmem undo` reverts it. A file
-    with a machine secret in any record imports nothing unless --allow-secret.
+    """Import memories: pmem's JSONL or Markdown, or what other tools keep: ChatGPT and Claude.ai
+    exports, Claude Code transcripts, llm's logs.db, the MCP memory server's memory.jsonl, mem0 and
+    OpenMemory exports, Markdown notes (a folder is read recursively, a zip as its files).
+    pmem JSONL carries every field (thread and thread_pos too; a record with a thread and no
+    thread_pos is appended to that thread). Conversations become episodic memories, one per turn,
+    threaded by conversation. Importing again adds only what is new;
+    an interrupted import resumes; one `pmem undo` reverts one import. A pmem JSONL or Markdown file
+    with a machine secret in any record imports nothing unless --allow-secret; from other tools'
+    files, the messages holding one are left out (and counted) unless --allow-secret.
 
     \b
     Examples:
-      pmem import notes.jsonl
+      pmem import ~/Downloads/chatgpt-export.zip
+      pmem import ~/.claude/projects/ --format claude-code --since 2025-01-01
+      pmem import "$(llm logs path)" --dry-run
       pmem export | pmem --db other.db import -
     """
-    import io
-
-    from .. import transfer
-
-    if file == "-":
-        stream = io.StringIO(read_stdin(500_000_000))
-        name = ""
-    else:
-        path = Path(file)
-        if not path.is_file():
-            raise UsageError(f"no such file: {file}")
-        stream = open(path, encoding="utf-8", errors="strict")
-        name = path.name
-    with stream:
-        records = transfer.parse(stream, fmt, name)
     from dataclasses import replace
 
+    from .. import secretscan, timeutil
+    from ..integrations import importers
+    from ..integrations.importers.registry import existing as existing_ids
+    from ..integrations.importers.registry import secrets_policy
+
+    since_at = timeutil.parse_when(since) if since else None
+    until_at = timeutil.parse_when(until) if until else None
+    if until_at and until and len(until.strip()) == 10:  # a day: up to its end
+        until_at = until_at[:11] + "23:59:59Z"
+    if file == "-":
+        plan = importers.load_bytes("", read_stdin(500_000_000).encode("utf-8"), fmt, since=since_at, until=until_at)
+        name = "stdin"
+    else:
+        with out.Progress("reading") as progress:
+            plan = importers.load(file, fmt, since=since_at, until=until_at, progress=progress)
+        name = Path(file).name or file
+    records = plan.records
     if tag or tier:
         records = [replace(r, tags=list(r.tags) + list(tag or []), tier=r.tier if tier is None or
                            r.tier != "archival" else tier) for r in records]
+    formats = ", ".join(sorted(plan.formats))
+    secrets = secrets_policy(list(plan.formats), allow_secret)
+    result: dict = {"read": len(records), "imported": 0, "skipped_existing": 0, "dry_run": dry_run,
+                    "formats": dict(plan.formats), "kinds": dict(plan.kinds),
+                    "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered}
     with open_store() as store:
-        existing = store.existing_ids(r.id for r in records if r.id)
-        todo = [r for r in records if r.id not in existing]
         if dry_run:
-            stored = []
+            present = existing_ids(store, records)
+            todo = [r for r in records if r.id not in present]
+            if secrets != "allow":  # count them, and never show one in the sample
+                held = [r for r in todo if secretscan.first_secret(r.text)]
+                marked = {id(r) for r in held}
+                shown = [r for r in todo if id(r) not in marked][:5]
+            else:
+                held, shown = [], todo[:5]
+            result.update(skipped_existing=len(records) - len(todo), would_import=len(todo), secrets=len(held),
+                          sample=[r.to_dict() for r in shown])
         else:
             with out.Progress("importing") as progress:
-                stored = store.insert(todo, kind="import", summary=f"import {name or 'stdin'}: {len(todo)}",
-                                      progress=progress, allow_secret=allow_secret)
-    result = {"read": len(records), "imported": len(stored), "skipped_existing": len(existing),
-              "dry_run": dry_run}
+                done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
+                                            progress=progress, secrets=secrets)
+            result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
+                          skipped_secrets=done.skipped_secrets)
+            if extract:
+                from ..integrations.importers.facts import extract_conversations
+
+                kept = records if secrets == "allow" else [r for r in records if not secretscan.first_secret(r.text)]
+                with out.Progress("extracting") as progress:
+                    facts = extract_conversations(store, kept, progress=progress, allow_secret=secrets == "allow")
+                result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
     if as_json:
         out.print_json(result)
-    else:
-        verb = "would import" if dry_run else "imported"
-        count = len(todo) if dry_run else len(stored)
-        out.note(f"{verb} {count} memories" + (f"; {len(existing)} already present" if existing else ""))
+        return
+    if dry_run:
+        out.note(f"would import {result['would_import']} memories from {formats}"
+                 + (f"; {result['skipped_existing']} already present" if result["skipped_existing"] else ""))
+        for kind, n in sorted(plan.kinds.items()):
+            out.note(f"  {kind}: {n}")
+        if plan.skipped_files:
+            out.note(f"  files of no known format, skipped: {len(plan.skipped_files)}")
+        if result["secrets"]:
+            out.note(f"  holding what looks like a machine secret: {result['secrets']} "
+                     + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))
+        for r in shown:
+            out.echo(out.visible(f"{r.created_at[:10] or '-':<10}  {r.source or '-'}  {out.one_line(r.text)[:100]}"))
+        return
+    out.note(f"imported {result['imported']} memories from {formats}"
+             + (f"; {result['skipped_existing']} already present" if result["skipped_existing"] else ""))
+    if result.get("skipped_secrets"):
+        out.note(f"left out {result['skipped_secrets']} messages holding what looks like a machine secret "
+                 "(--allow-secret keeps them)")
+    if extract:
+        x = result["extract"]
+        out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
+                 f"({x.get('dates_resolved', 0)} relative dates resolved)")
 
 
 def export(

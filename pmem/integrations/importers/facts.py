@@ -64,7 +64,7 @@ def extracted_already(store: "MemoryStore", thread: str) -> bool:
 
 
 def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, generator=None,
-                          progress: Progress | None = None) -> dict[str, Any]:
+                          progress: Progress | None = None, allow_secret: bool = False) -> dict[str, Any]:
     """Extract facts from each imported conversation not extracted yet; returns counts and the
     relative dates resolved (each with the phrase, its replacement and the fact)."""
     from ... import extract as ex
@@ -97,7 +97,7 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
 
         fmt = str(turns[0].meta.get("format") or thread.split(":", 1)[0])
         result = ex.extract(store, json.dumps(messages, ensure_ascii=False), generator=generator,
-                            tags=[fmt, "imported"], at=at, source=thread, review=review)
+                            tags=[fmt, "imported"], at=at, source=thread, review=review, allow_secret=allow_secret)
         counts["conversations"] += 1
         for key, value in result.counts().items():
             counts[key] += value

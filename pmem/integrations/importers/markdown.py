@@ -41,6 +41,15 @@ def sniff(name: str, head: bytes) -> bool:
     return accepts(name)
 
 
+def looks_like_note(head: bytes) -> bool:
+    """Front matter, a basic-memory observation or relation, or a [[wiki link]]: a note from a notes
+    app, rather than a plain list that pmem's own Markdown reader takes item by item."""
+    text = head.decode("utf-8", "replace")
+    if _FRONT.match(text) or "[[" in text:
+        return True
+    return any(_OBSERVATION.match(line) or _RELATION.match(line) for line in text.splitlines())
+
+
 # -- front matter -----------------------------------------------------------------------------
 
 def _scalar(value: str) -> Any:

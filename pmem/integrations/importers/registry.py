@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
@@ -46,8 +46,7 @@ class _Native:
         return text.startswith(b"# pmem export") or b"<!-- pmem {" in head
 
     def read(self, entry: Entry) -> Iterator[Memory]:
-        for m in transfer.parse(io.StringIO(entry.read_text()), self.NAME, entry.name):
-            yield replace(m, meta={"kind": "memory", **m.meta}) if "kind" not in m.meta else m
+        yield from transfer.parse(io.StringIO(entry.read_text()), self.NAME, entry.name)  # lossless: as written
 
 
 JSONL = _Native("jsonl", "pmem JSONL (pmem export; one {\"text\": ...} per line)", (".jsonl", ".json", ".ndjson"))
@@ -163,6 +162,8 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
             imp = forced if single or (forced.accepts(entry.name) and forced.sniff(entry.name, entry.head())) else None
         else:
             imp = detect(entry)
+            if imp is markdown and single and not markdown.looks_like_note(entry.head()):
+                imp = MD  # one plain Markdown file: pmem's reader (an item a memory, headings as tags)
         if imp is None:
             plan.skipped_files.append(entry.name)
             continue
@@ -210,10 +211,11 @@ class ImportResult:
     imported: int
     skipped_existing: int
     operation: str | None
+    skipped_secrets: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": self.read, "imported": self.imported, "skipped_existing": self.skipped_existing,
-                "operation": self.operation}
+                "operation": self.operation, "skipped_secrets": self.skipped_secrets}
 
 
 def existing(store, records: Sequence[Memory]) -> set[str]:
@@ -224,14 +226,42 @@ def existing(store, records: Sequence[Memory]) -> set[str]:
     return found
 
 
+SECRET_POLICIES = ("refuse", "skip", "allow")
+
+
+def secrets_policy(formats: Sequence[str], allow: bool) -> str:
+    """pmem's own files are refused whole when a record holds a machine secret (as `pmem add`
+    would); other tools' histories, where a pasted key is common, lose only those messages."""
+    if allow:
+        return "allow"
+    return "refuse" if set(formats) <= {JSONL.NAME, MD.NAME} else "skip"
+
+
 def run_import(store, records: Sequence[Memory], *, summary: str = "import", batch: int = 512,
-               progress: Progress | None = None) -> ImportResult:
+               progress: Progress | None = None, secrets: str = "refuse") -> ImportResult:
     """Store what is not stored yet, `batch` memories per transaction, all in one operation.
 
     One `pmem undo` takes the whole import back. An interrupted import keeps the batches it
-    committed, and running it again stores only the rest (ids come from the source)."""
+    committed, and running it again stores only the rest (ids come from the source). A machine
+    secret (pmem.secretscan) in a record refuses the whole import before anything is stored
+    (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`)."""
+    from ... import secretscan
+
+    if secrets not in SECRET_POLICIES:
+        raise ValueError(f"secrets must be one of {SECRET_POLICIES}")
     present = existing(store, records)
     todo = [m for m in records if not m.id or m.id not in present]
+    skipped_secrets = 0
+    if secrets != "allow":
+        clean = []
+        for m in todo:
+            if secretscan.first_secret(m.text) is None:
+                clean.append(m)
+            elif secrets == "refuse":
+                secretscan.refuse(m.text, what=f"{m.source or 'a record'}" + (f" (id {m.id})" if m.id else ""))
+            else:
+                skipped_secrets += 1
+        todo = clean
     op_id: str | None = None
     stored = 0
     if progress:
@@ -244,8 +274,8 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
             keep = [(m, b) for m, b in zip(chunk, blobs) if not m.id or m.id not in again]
             if keep:
                 stored += len(store.insert([m for m, _ in keep], kind="import", summary=summary,
-                                           vectors=[b for _, b in keep]))
+                                           vectors=[b for _, b in keep], allow_secret=True))  # scanned above
         if progress:
             progress(min(start + batch, len(todo)), len(todo))
-    return ImportResult(read=len(records), imported=stored, skipped_existing=len(records) - len(todo),
-                        operation=op_id if stored else None)
+    return ImportResult(read=len(records), imported=stored, skipped_existing=len(present & {m.id for m in records}),
+                        operation=op_id if stored else None, skipped_secrets=skipped_secrets)
