@@ -173,6 +173,62 @@ def temporal() -> dict:
             "answer_stated_after_resolution": resolved_hits, "phrases_resolved": changed, "sample": samples}
 
 
+def extract_locomo(conv_id: str, sessions: int, chat: str | None = None) -> dict:
+    """`pmem import --extract` on LoCoMo sessions written as a Claude.ai export (one conversation per
+    session, the first speaker as the person, the second as the assistant): facts stored, the
+    gate's refusals, an audit of every stored fact against its (date-resolved) source sentence, and
+    the relative dates resolved."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomo
+
+    from pmem.config import load as load_config
+    from pmem.dates import resolve_relative
+    from pmem.extract import check_grounding
+    from pmem.integrations.importers import load, run_import
+    from pmem.integrations.importers.facts import extract_conversations
+    from pmem.store import Filter, MemoryStore
+
+    conv = next(c for c in locomo.load() if c["sample_id"] == conv_id)
+    person = conv["conversation"]["speaker_a"]
+    export = []
+    for n, date, turns in locomo.sessions(conv)[:sessions]:
+        messages = [{"uuid": t["dia_id"], "sender": "human" if t["speaker"] == person else "assistant",
+                     "text": t["text"], "content": [{"type": "text", "text": t["text"]}],
+                     "created_at": date} for t in turns]
+        export.append({"uuid": f"{conv_id}-session-{n}", "name": f"session {n}", "created_at": date,
+                       "chat_messages": messages})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "conversations.json"
+        path.write_text(json.dumps(export))
+        records = load(path).records
+        with MemoryStore(Path(tmp) / "x.db", config=load_config()) as store:
+            t = time.perf_counter()
+            run_import(store, records)
+            t_import = time.perf_counter() - t
+            t = time.perf_counter()
+            generator = None
+            if chat == "rules":
+                from extract_bench import RulesOnly  # every candidate sentence, no model
+
+                generator = RulesOnly()
+            summary = extract_conversations(store, records, generator=generator)
+            t_extract = time.perf_counter() - t
+            facts = [m for m in store.list(Filter(), limit=None)
+                     if isinstance(m.meta.get("extract"), dict) and m.meta["extract"].get("role") != "source"]
+            ungrounded = []
+            for m in facts:
+                span = m.meta["extract"].get("span") or ""
+                source = resolve_relative(span, m.created_at)[0] if m.created_at else span
+                g = check_grounding(m.text, [source, span], store.embedder)
+                if not g.ok:
+                    ungrounded.append({"fact": m.text, "span": span, "why": g.reason})
+    return {"conversation": conv_id, "sessions": sessions, "chat": chat or "configured", "person": person, "turns_imported": len(records),
+            "person_turns": sum(1 for r in records if r.meta.get("role") == "user"),
+            "import_s": round(t_import, 1), "extract_s": round(t_extract, 1), "counts": summary["counts"],
+            "facts_stored": len(facts), "stored_ungrounded": len(ungrounded), "ungrounded": ungrounded[:5],
+            "dates_resolved": summary["dates_resolved"], "resolved_sample": summary["resolved"][:8]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=1000)
@@ -181,7 +237,14 @@ def main() -> None:
     ap.add_argument("--via", choices=("lib", "cli"), default="lib")
     ap.add_argument("--temporal", action="store_true",
                     help="instead: relative dates resolved on LoCoMo's temporal questions (no database)")
+    ap.add_argument("--extract-locomo", metavar="CONV", help="instead: import --extract on LoCoMo conversation "
+                                                             "CONV (e.g. conv-26) written as a Claude.ai export")
+    ap.add_argument("--sessions", type=int, default=4, help="with --extract-locomo: how many sessions")
+    ap.add_argument("--chat", help="with --extract-locomo: 'rules' for no chat model (default: the configured one)")
     args = ap.parse_args()
+    if args.extract_locomo:
+        print(json.dumps(extract_locomo(args.extract_locomo, args.sessions, args.chat), indent=2))
+        return
     if args.temporal:
         print(json.dumps(temporal(), indent=2))
         return
