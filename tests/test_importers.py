@@ -451,3 +451,22 @@ def test_cli_folder_with_format_and_dates(fake_embedder, tmp_path):
     assert json.loads(r.stdout)["imported"] == 4
     r = _cli("import", str(projects), "--until", "2026-02-28", "--json")
     assert json.loads(r.stdout)["imported"] == 0 and json.loads(r.stdout)["outside_dates"] == 4
+
+
+def test_cli_import_extract(fake_embedder, tmp_path, monkeypatch):
+    from test_extract import FakeGenerator
+
+    import pmem.generate
+
+    monkeypatch.setattr(pmem.generate, "load_generator", lambda *a, **kw: FakeGenerator())
+    turns = [("user", "I started a new job at the bakery last month."), ("assistant", "Congratulations!")]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("x1", turns, start=1_794_499_200, extras=False, branch=False)]))
+    r = _cli("import", str(path), "--extract", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["imported"] == 2 and data["extract"]["add"] == 1 and data["extract"]["dates_resolved"] == 1
+    facts = json.loads(_cli("list", "--json").stdout)
+    assert [m["text"] for m in facts] == ["I started a new job at the bakery in October 2026."]
+    human = _cli("import", str(path), "--extract")
+    assert human.exit_code == 0 and "already present" in human.stderr
