@@ -229,6 +229,46 @@ def extract_locomo(conv_id: str, sessions: int, chat: str | None = None) -> dict
             "dates_resolved": summary["dates_resolved"], "resolved_sample": summary["resolved"][:8]}
 
 
+def granularity(ks: tuple[int, ...] = (1, 2, 3)) -> dict:
+    """Sessions as memories (the alternative to one memory per turn): evidence recall@k of hybrid
+    search on LoCoMo when each session is one memory, and the text that k results hand over. The
+    turn figures to compare with are retrieval.py's (R@5 0.646, R@10 0.737)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomo
+
+    from pmem import Memory, MemoryStore
+    from pmem import search as lib_search
+    from pmem.config import load as load_config
+
+    hits = {k: 0 for k in ks}
+    chars = {k: 0 for k in ks}
+    total = turn_chars = turns = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for conv in locomo.load():
+            sessions = locomo.sessions(conv)
+            items = [Memory(id="", text="\n".join(f"{t['speaker']}: {t['text']}" for t in ts), created_at=date,
+                            tier="archival", meta={"dia_ids": [t["dia_id"] for t in ts]})
+                     for _, date, ts in sessions]
+            for _, _, ts in sessions:
+                turns += len(ts)
+                turn_chars += sum(len(f"{t['speaker']}: {t['text']}") for t in ts)
+            with MemoryStore(Path(tmp) / f"{conv['sample_id']}.db", config=load_config()) as store:
+                stored = store.insert(items)
+                dia = {m.id: set(m.meta["dia_ids"]) for m in stored}
+                size = {m.id: len(m.text) for m in stored}
+                for q in locomo.questions(conv):
+                    ranked = [h.memory.id for h in lib_search(store, q["question"], limit=max(ks))]
+                    total += 1
+                    for k in ks:
+                        chars[k] += sum(size[i] for i in ranked[:k])
+                        if any(set(q["evidence"]) & dia[i] for i in ranked[:k]):
+                            hits[k] += 1
+    mean_turn = turn_chars / turns
+    return {"questions": total, "sessions_R@k": {k: round(hits[k] / total, 3) for k in ks},
+            "sessions_chars_returned@k": {k: round(chars[k] / total) for k in ks},
+            "turns_chars_returned@10": round(10 * mean_turn), "turns_R@10_retrieval_py": 0.737}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=1000)
@@ -241,7 +281,12 @@ def main() -> None:
                                                              "CONV (e.g. conv-26) written as a Claude.ai export")
     ap.add_argument("--sessions", type=int, default=4, help="with --extract-locomo: how many sessions")
     ap.add_argument("--chat", help="with --extract-locomo: 'rules' for no chat model (default: the configured one)")
+    ap.add_argument("--granularity", action="store_true",
+                    help="instead: LoCoMo retrieval with one memory per session (compare with retrieval.py's turns)")
     args = ap.parse_args()
+    if args.granularity:
+        print(json.dumps(granularity(), indent=2))
+        return
     if args.extract_locomo:
         print(json.dumps(extract_locomo(args.extract_locomo, args.sessions, args.chat), indent=2))
         return
