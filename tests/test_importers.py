@@ -470,3 +470,15 @@ def test_cli_import_extract(fake_embedder, tmp_path, monkeypatch):
     assert [m["text"] for m in facts] == ["I started a new job at the bakery in October 2026."]
     human = _cli("import", str(path), "--extract")
     assert human.exit_code == 0 and "already present" in human.stderr
+
+
+def test_claude_ai_zip_skips_users_and_projects(tmp_path):
+    path = tmp_path / "data-2026-01-01.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("conversations.json", json.dumps([claude_ai_conversation("k1", [("human", "Hello there")])]))
+        zf.writestr("users.json", json.dumps([{"uuid": "u1", "full_name": "Sam", "email_address": "s@example.invalid"}]))
+        zf.writestr("projects.json", json.dumps([{"uuid": "p1", "name": "Notes", "created_at": "2026-01-01T00:00:00Z",
+                                                  "docs": [{"uuid": "d1", "filename": "a.md", "content": "DOC"}]}]))
+    plan = load(path)
+    assert plan.formats == {"claude-ai": 1} and texts(plan) == ["User: Hello there"]
+    assert sorted(plan.skipped_files) == ["projects.json", "users.json"]
