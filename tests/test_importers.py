@@ -482,3 +482,19 @@ def test_claude_ai_zip_skips_users_and_projects(tmp_path):
     plan = load(path)
     assert plan.formats == {"claude-ai": 1} and texts(plan) == ["User: Hello there"]
     assert sorted(plan.skipped_files) == ["projects.json", "users.json"]
+
+
+def test_a_folder_of_one_note_is_a_folder_and_an_empty_one_is_an_error(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    with pytest.raises(UsageError, match="no files to import"):
+        load(notes)
+    (notes / "plain.md").write_text("## Travel\n\n- Lisbon trip in May\n")
+    assert load(notes).formats == {"markdown": 1}  # a folder's notes, even without front matter
+    assert load(notes / "plain.md").formats == {"md": 1}
+
+
+def test_claude_code_single_transcript_names_its_project(tmp_path):
+    path = write_jsonl(tmp_path / "-home-sam-parser" / "s-1.jsonl", claude_code_session("s-1", "/home/sam/parser"))
+    plan = load(path)
+    assert plan.formats == {"claude-code": 1} and plan.records[0].meta["project"] == "-home-sam-parser"

@@ -36,6 +36,7 @@ class Entry:
     mtime: str | None = None         # ISO time of the file (or zip member)
     path: Path | None = None         # set when the entry is a real file (sqlite needs one)
     origin: str = ""                 # what the user named: the file, folder or zip, absolute
+    standalone: bool = False         # the user named this very file (not a folder or archive)
 
     @property
     def location(self) -> str:
@@ -88,11 +89,12 @@ def file_entry(path: Path, name: str | None = None, origin: str = "") -> Entry:
     st = path.stat()
     return Entry(name=name or path.name, opener=lambda: open(path, "rb"), size=st.st_size,
                  mtime=timeutil.iso(datetime.fromtimestamp(st.st_mtime, timezone.utc)), path=path,
-                 origin=origin or str(path.resolve()))
+                 origin=origin or str(path.resolve()), standalone=not origin)
 
 
 def bytes_entry(name: str, data: bytes, mtime: str | None = None, origin: str = "") -> Entry:
-    return Entry(name=name, opener=lambda: io.BytesIO(data), size=len(data), mtime=mtime, origin=origin)
+    return Entry(name=name, opener=lambda: io.BytesIO(data), size=len(data), mtime=mtime, origin=origin,
+                 standalone=True)
 
 
 def stable_id(*parts: Any) -> str:

@@ -81,7 +81,8 @@ def read(entry: Entry) -> Iterator[Memory]:
     if not turns:
         return
     session = str(session or entry.name.rsplit("/", 1)[-1].removesuffix(".jsonl"))
-    project = entry.name.rsplit("/", 2)[-2] if entry.name.count("/") >= 1 else None
+    parts = entry.location.rsplit("/", 2)
+    project = parts[-2] if len(parts) >= 2 and parts[-2] else None  # ~/.claude/projects/<project>/
     meta: dict[str, Any] = {}
     if project:
         meta["project"] = project

@@ -153,7 +153,9 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
     archive such files are skipped and counted (an export also holds images, HTML, settings)."""
     items = source if isinstance(source, list) else entries(source)
     forced = get(fmt) if fmt else None
-    single = len(items) == 1
+    if not items:
+        raise UsageError(f"{source}: no files to import (hidden folders are skipped)")
+    single = len(items) == 1 and items[0].standalone
     plan = ImportPlan()
     seen: set[str] = set()
     now = timeutil.now_iso()
@@ -183,7 +185,7 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
         if progress:
             progress(n + 1, len(items))
     if not plan.formats:
-        what = items[0].name if single else (str(source) if not isinstance(source, list) else "the input")
+        what = items[0].name if len(items) == 1 else (str(source) if not isinstance(source, list) else "the input")
         raise UsageError(f"{what}: not a format pmem knows; known formats: {known_formats()} "
                          "(--format forces one)")
     return plan
