@@ -498,3 +498,46 @@ def test_claude_code_single_transcript_names_its_project(tmp_path):
     path = write_jsonl(tmp_path / "-home-sam-parser" / "s-1.jsonl", claude_code_session("s-1", "/home/sam/parser"))
     plan = load(path)
     assert plan.formats == {"claude-code": 1} and plan.records[0].meta["project"] == "-home-sam-parser"
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+SECRET = "deploy with ghp_1234567890abcdefghijklmnopqrstuvwxyzAB"
+
+
+def test_a_pasted_secret_leaves_only_its_message_out_of_a_chat_import(fake_embedder, tmp_path):
+    turns = [("user", "My token is here: " + SECRET), ("assistant", "Please revoke it."), ("user", "Done, thanks.")]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("s1", turns, extras=False, branch=False)]))
+    dry = json.loads(_cli("import", str(path), "--dry-run", "--json").stdout)
+    assert dry["secrets"] == 1 and all("ghp_" not in m["text"] for m in dry["sample"])
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["imported"] == 2 and data["skipped_secrets"] == 1
+    stored = json.loads(_cli("list", "--tier", "episodic", "--json").stdout)
+    assert not any("ghp_" in m["text"] for m in stored)
+    human = _cli("import", str(path))
+    assert "left out 1 messages" in human.stderr and SECRET.split()[-1] not in human.stderr
+    kept = json.loads(_cli("import", str(path), "--allow-secret", "--json").stdout)
+    assert kept["imported"] == 1
+
+
+def test_a_secret_in_pmem_jsonl_refuses_the_whole_file(fake_embedder, tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"text": "fine"}, {"text": SECRET}])
+    r = _cli("import", str(path))
+    assert r.exit_code == 2 and "--allow-secret" in r.stderr and "record 2 of 2" in r.stderr
+    assert SECRET.split()[-1] not in r.stderr
+    assert json.loads(_cli("list", "--json").stdout) == []
+
+
+def test_run_import_secret_policies(store, tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"text": "fine", "id": "aa01"}, {"text": SECRET, "id": "aa02"}])
+    records = load(path).records
+    with pytest.raises(UsageError):
+        run_import(store, records, secrets="refuse")
+    assert store.count(Filter.everything()) == 0
+    assert run_import(store, records, secrets="skip").skipped_secrets == 1
+    assert run_import(store, records, secrets="allow").imported == 1
+    with pytest.raises(ValueError):
+        run_import(store, records, secrets="maybe")

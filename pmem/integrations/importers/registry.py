@@ -256,11 +256,12 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     skipped_secrets = 0
     if secrets != "allow":
         clean = []
-        for m in todo:
+        for i, m in enumerate(todo):
             if secretscan.first_secret(m.text) is None:
                 clean.append(m)
             elif secrets == "refuse":
-                secretscan.refuse(m.text, what=f"{m.source or 'a record'}" + (f" (id {m.id})" if m.id else ""))
+                where = f"record {i + 1} of {len(todo)}" + (f" ({m.source})" if m.source else "")
+                secretscan.refuse(m.text, what=where)
             else:
                 skipped_secrets += 1
         todo = clean
