@@ -541,3 +541,30 @@ def test_run_import_secret_policies(store, tmp_path):
     assert run_import(store, records, secrets="allow").imported == 1
     with pytest.raises(ValueError):
         run_import(store, records, secrets="maybe")
+
+
+def test_empty_file_imports_nothing_and_a_huge_folder_is_refused(tmp_path, monkeypatch):
+    from pmem.integrations.importers import registry
+
+    empty = tmp_path / "in.jsonl"
+    empty.write_text("\n")
+    plan = load(empty)
+    assert plan.records == [] and plan.formats == {"jsonl": 1}
+    assert load(empty, "chatgpt").records == []
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(4):
+        (big / f"{i}.txt").write_text("x")
+    monkeypatch.setattr(registry, "MAX_FILES", 3)
+    with pytest.raises(UsageError, match="more than 3 files"):
+        load(big)
+
+
+def test_unreadable_and_vanishing_files_in_a_folder_are_skipped(tmp_path, monkeypatch):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    write_jsonl(folder / "memory.jsonl", MCP_MEMORY)
+    (folder / "broken.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    (folder / "link").symlink_to(folder / "gone")
+    plan = load(folder)
+    assert plan.formats == {"mcp-memory": 1} and len(plan.records) == 3

@@ -5,7 +5,9 @@ is told by its shape (or forced), and the memories read are stored in resumable 
 from __future__ import annotations
 
 import io
+import os
 import zipfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -94,32 +96,55 @@ def _zip_entries(path: Path, data: bytes | None = None) -> list[Entry]:
     return out
 
 
+MAX_FILES = 20_000  # a folder with more is not an export or a notes folder (a home, /tmp): refused
+_SKIP_DIRS = {"node_modules", "__pycache__", "site-packages"}
+READ_ERRORS = (OSError, zipfile.BadZipFile, zlib.error, EOFError)
+
+
+def _folder_entries(p: Path) -> list[Entry]:
+    root = str(p.resolve())
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(p):  # unreadable folders are passed over
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+        for name in filenames:
+            if not name.startswith("."):
+                found.append(Path(dirpath) / name)
+                if len(found) > MAX_FILES:
+                    raise UsageError(f"{p} holds more than {MAX_FILES:,} files; name the export's or the notes' "
+                                     "own folder (or its zip)")
+    out: list[Entry] = []
+    for f in sorted(found):
+        try:
+            if not f.is_file():
+                continue  # sockets, pipes, broken links
+            if f.suffix.lower() == ".zip":
+                out.extend(_zip_entries(f))
+            else:
+                out.append(file_entry(f, f.relative_to(p).as_posix(), origin=root))
+        except (UsageError, *READ_ERRORS):
+            continue  # gone since the walk, unreadable, or a broken archive: not part of the import
+    return out
+
+
 def entries(path: str | Path) -> list[Entry]:
     """The files an input names: itself, a folder's files (recursively, hidden ones left out),
     or a zip's members."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        root = str(p.resolve())
-        out = []
-        for f in sorted(p.rglob("*")):
-            rel = f.relative_to(p)
-            if not f.is_file() or _hidden(rel.parts):
-                continue
-            if f.suffix.lower() == ".zip":
-                out.extend(_zip_entries(f))
-            else:
-                out.append(file_entry(f, rel.as_posix(), origin=root))
-        return out
-    if not p.is_file():
-        raise UsageError(f"no such file or folder: {path}")
-    if zipfile.is_zipfile(p) and p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
-        return _zip_entries(p)
-    return [file_entry(p)]
+    try:
+        if p.is_dir():
+            return _folder_entries(p)
+        if not p.is_file():
+            raise UsageError(f"no such file or folder: {path}")
+        if zipfile.is_zipfile(p) and p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
+            return _zip_entries(p)
+        return [file_entry(p)]
+    except READ_ERRORS as exc:
+        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def detect(entry: Entry, candidates: Sequence[Importer] = IMPORTERS) -> Importer | None:
+def detect(entry: Entry, candidates: Sequence[Importer] = IMPORTERS, head: bytes | None = None) -> Importer | None:
     """The first importer that takes this file's name and recognises its first bytes."""
-    head = entry.head()
+    head = entry.head() if head is None else head
     for imp in candidates:
         if imp.accepts(entry.name) and imp.sniff(entry.name, head):
             return imp
@@ -160,17 +185,31 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
     seen: set[str] = set()
     now = timeutil.now_iso()
     for n, entry in enumerate(items):
+        try:
+            head = entry.head()
+        except READ_ERRORS as exc:
+            if single:
+                raise UsageError(f"cannot read {entry.name}: {getattr(exc, 'strerror', None) or exc}") from None
+            plan.skipped_files.append(entry.name)
+            continue
+        if single and not head.strip():  # an empty file: valid, and nothing to import
+            plan.formats[(forced or (JSONL if entry.name.endswith(JSONL._suffixes) else MD)).NAME] += 1
+            continue
         if forced is not None:
-            imp = forced if single or (forced.accepts(entry.name) and forced.sniff(entry.name, entry.head())) else None
+            imp = forced if single or (forced.accepts(entry.name) and forced.sniff(entry.name, head)) else None
         else:
-            imp = detect(entry)
-            if imp is markdown and single and not markdown.looks_like_note(entry.head()):
+            imp = detect(entry, head=head)
+            if imp is markdown and single and not markdown.looks_like_note(head):
                 imp = MD  # one plain Markdown file: pmem's reader (an item a memory, headings as tags)
         if imp is None:
             plan.skipped_files.append(entry.name)
             continue
         plan.formats[imp.NAME] += 1
-        for m in imp.read(entry):
+        try:
+            memories = list(imp.read(entry))
+        except READ_ERRORS as exc:
+            raise UsageError(f"cannot read {entry.name}: {getattr(exc, 'strerror', None) or exc}") from None
+        for m in memories:
             if m.id and m.id in seen:
                 plan.duplicates += 1
                 continue
