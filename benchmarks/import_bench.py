@@ -143,9 +143,9 @@ def temporal() -> dict:
     """pmem.dates on LoCoMo's temporal questions (category 2): does the evidence sentence, with its
     relative dates resolved against its session's date, state the answer's date?"""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import locomo
-
     from pmem.dates import resolve_relative
+
+    import locomo
 
     total = dated = raw_hits = resolved_hits = changed = 0
     samples: list[dict] = []
@@ -179,14 +179,14 @@ def extract_locomo(conv_id: str, sessions: int, chat: str | None = None) -> dict
     gate's refusals, an audit of every stored fact against its (date-resolved) source sentence, and
     the relative dates resolved."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import locomo
-
     from pmem.config import load as load_config
     from pmem.dates import resolve_relative
     from pmem.extract import check_grounding
     from pmem.integrations.importers import load, run_import
     from pmem.integrations.importers.facts import extract_conversations
     from pmem.store import Filter, MemoryStore
+
+    import locomo
 
     conv = next(c for c in locomo.load() if c["sample_id"] == conv_id)
     person = conv["conversation"]["speaker_a"]
@@ -234,11 +234,11 @@ def granularity(ks: tuple[int, ...] = (1, 2, 3)) -> dict:
     search on LoCoMo when each session is one memory, and the text that k results hand over. The
     turn figures to compare with are retrieval.py's (R@5 0.646, R@10 0.737)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import locomo
-
     from pmem import Memory, MemoryStore
     from pmem import search as lib_search
     from pmem.config import load as load_config
+
+    import locomo
 
     hits = {k: 0 for k in ks}
     chars = {k: 0 for k in ks}

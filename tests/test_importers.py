@@ -7,10 +7,21 @@ import zipfile
 from dataclasses import fields
 
 import pytest
+from export_fixtures import (
+    BASIC_MEMORY_NOTE,
+    MCP_MEMORY,
+    MEM0_GET_ALL,
+    OBSIDIAN_NOTE,
+    chatgpt_conversation,
+    chatgpt_zip,
+    claude_ai_conversation,
+    claude_code_session,
+    llm_db_new,
+    llm_db_old,
+    openmemory_zip,
+    write_jsonl,
+)
 
-from export_fixtures import (BASIC_MEMORY_NOTE, MCP_MEMORY, MEM0_GET_ALL, OBSIDIAN_NOTE, chatgpt_conversation,
-                             chatgpt_zip, claude_ai_conversation, claude_code_session, llm_db_new, llm_db_old,
-                             openmemory_zip, write_jsonl)
 from pmem.errors import UsageError
 from pmem.integrations.importers import load, load_bytes, run_import
 from pmem.integrations.importers.base import split_text, when
@@ -166,8 +177,10 @@ def test_claude_code_projects_folder(tmp_path):
     plan = load(projects)
     assert plan.formats == {"claude-code": 2}
     one = [m for m in plan.records if m.source == "claude-code:s-1"]
-    assert [m.text for m in one] == ["User: The parser drops the last line", "Claude: Let me look.\n\nThe loop stops one line early.",
-                                     "User: Please fix it and add a test.", "Claude: Fixed; the test covers the last line."]
+    assert [m.text for m in one] == ["User: The parser drops the last line",
+                                     "Claude: Let me look.\n\nThe loop stops one line early.",
+                                     "User: Please fix it and add a test.",
+                                     "Claude: Fixed; the test covers the last line."]
     joined = " ".join(m.text for m in plan.records)
     for hidden in ("TOOL", "PRIVATE", "REMINDER", "SIDECHAIN", "Caveat", "command-name"):
         assert hidden not in joined
@@ -183,7 +196,8 @@ def test_llm_logs_new_schema(tmp_path):
     plan = load(llm_db_new(tmp_path / "logs.db"))
     assert plan.formats == {"llm": 1}
     conv = [m for m in plan.records if m.source == "llm:01conv"]
-    assert [m.text for m in conv] == ["User: What should I pack for Oslo in March?", "gpt-4o-mini: Layers, a warm coat and boots.",
+    assert [m.text for m in conv] == ["User: What should I pack for Oslo in March?",
+                                      "gpt-4o-mini: Layers, a warm coat and boots.",
                                       "User: And for a day hike?", "gpt-4o-mini: Add crampons and a thermos."]
     assert conv[0].meta["title"] == "Packing list" and conv[0].created_at == "2026-03-10T08:00:00Z"
     assert "Be brief" not in " ".join(texts(plan))
@@ -476,7 +490,8 @@ def test_claude_ai_zip_skips_users_and_projects(tmp_path):
     path = tmp_path / "data-2026-01-01.zip"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("conversations.json", json.dumps([claude_ai_conversation("k1", [("human", "Hello there")])]))
-        zf.writestr("users.json", json.dumps([{"uuid": "u1", "full_name": "Sam", "email_address": "s@example.invalid"}]))
+        zf.writestr("users.json", json.dumps([{"uuid": "u1", "full_name": "Sam",
+                                               "email_address": "s@example.invalid"}]))
         zf.writestr("projects.json", json.dumps([{"uuid": "p1", "name": "Notes", "created_at": "2026-01-01T00:00:00Z",
                                                   "docs": [{"uuid": "d1", "filename": "a.md", "content": "DOC"}]}]))
     plan = load(path)

@@ -10,8 +10,19 @@ the source's ids, so importing again adds only what is new.
 """
 
 from .base import Entry
-from .registry import (FORMATS, IMPORTERS, ImportPlan, ImportResult, detect, entries, get, known_formats,
-                       load, load_bytes, run_import)
+from .registry import (
+                       FORMATS,
+                       IMPORTERS,
+                       ImportPlan,
+                       ImportResult,
+                       detect,
+                       entries,
+                       get,
+                       known_formats,
+                       load,
+                       load_bytes,
+                       run_import,
+)
 
 __all__ = ["Entry", "FORMATS", "IMPORTERS", "ImportPlan", "ImportResult", "detect", "entries", "get",
            "known_formats", "load", "load_bytes", "run_import"]

@@ -75,8 +75,7 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
     if generator is None and threads:
         from ...generate import load_generator
 
-        generator = load_generator(store.config.chat_model, threads=store.config.threads,
-                                   mode=store.config.extract_mode)
+        generator = load_generator(settings=store.config)
     for n, (thread, turns) in enumerate(threads.items()):
         messages = _messages(turns)
         if not messages or extracted_already(store, thread):

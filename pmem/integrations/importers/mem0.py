@@ -74,7 +74,7 @@ def _records(entry: Entry) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def read(entry: Entry) -> Iterator[Memory]:
     items, context = _records(entry)
     cat_names = context.get("categories", {})
-    for n, item in enumerate(items):
+    for item in items:
         text = item.get("memory", item.get("content", item.get("text")))
         if not isinstance(text, str) or not text.strip():
             continue

@@ -4,6 +4,7 @@ is told by its shape (or forced), and the memories read are stored in resumable 
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import zipfile
@@ -91,7 +92,7 @@ def _zip_entries(path: Path, data: bytes | None = None) -> list[Entry]:
             mtime = timeutil.iso(datetime(*info.date_time, tzinfo=timezone.utc))
         except ValueError:
             mtime = None
-        out.append(Entry(name=info.filename, opener=lambda zf=zf, info=info: zf.open(info), size=info.file_size,
+        out.append(Entry(name=info.filename, opener=functools.partial(zf.open, info), size=info.file_size,
                          mtime=mtime, origin=origin))
     return out
 
