@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import fields
 
 import pytest
 from export_fixtures import (
@@ -26,10 +25,8 @@ from pmem.errors import UsageError
 from pmem.integrations.importers import load, load_bytes, run_import
 from pmem.integrations.importers.base import split_text, when
 from pmem.integrations.importers.markdown import front_matter
-from pmem.records import Memory
 from pmem.store import Filter
 
-HAS_THREAD = "thread" in {f.name for f in fields(Memory)}
 TURNS = [("user", "I moved to Lisbon in May."), ("assistant", "How are you finding it?"),
          ("user", "I love the trams."), ("assistant", "Tram 28 is a classic.")]
 
@@ -58,10 +55,8 @@ def test_chatgpt_kept_branch_only_without_system_tool_or_hidden(tmp_path):
     assert first.created_at == "2026-01-01T00:00:30Z" and second.created_at == "2026-01-01T00:01:00Z"
     assert first.meta["speaker"] == "User" and first.meta["title"] == "Moving"
     assert second.meta["model"] == "gpt-4o" and second.meta["role"] == "assistant"
-    assert [m.meta["thread_pos"] for m in plan.records] == [0, 1, 2, 3]
-    assert {m.meta["thread"] for m in plan.records} == {"chatgpt:c1"}
-    if HAS_THREAD:
-        assert [m.thread_pos for m in plan.records] == [0, 1, 2, 3]
+    assert [m.thread_pos for m in plan.records] == [0, 1, 2, 3]
+    assert {m.thread for m in plan.records} == {"chatgpt:c1"}
     assert "chatgpt" in first.tags
     # ids come from the export's ids: the same file gives the same ids
     assert [m.id for m in load(path).records] == [m.id for m in plan.records]
@@ -104,8 +99,8 @@ def test_import_reimport_newer_export_undo(store, tmp_path):
     path.write_text(json.dumps([chatgpt_conversation("c1", newer), chatgpt_conversation("c2", TURNS)]))
     third = run_import(store, load(path).records, batch=3)
     assert third.imported == 2 and store.count(Filter.everything()) == 10
-    added = store.get_many(m.id for m in load(path).records if m.meta["thread_pos"] >= 4)
-    assert [m.meta["thread_pos"] for m in added] == [4, 5]
+    added = store.get_many(m.id for m in load(path).records if m.thread_pos >= 4)
+    assert [(m.thread, m.thread_pos) for m in added] == [("chatgpt:c1", 4), ("chatgpt:c1", 5)]
     # one undo takes back one import, though it was stored in several batches
     op = store.undo()
     assert op.id == third.operation and store.count(Filter.everything()) == 8
@@ -184,9 +179,8 @@ def test_claude_code_projects_folder(tmp_path):
     joined = " ".join(m.text for m in plan.records)
     for hidden in ("TOOL", "PRIVATE", "REMINDER", "SIDECHAIN", "Caveat", "command-name"):
         assert hidden not in joined
-    assert one[0].meta["scope"] == "/home/sam/parser" and one[0].meta["project"] == "-home-sam-parser"
-    if "scope" in {f.name for f in fields(Memory)}:
-        assert one[0].scope == "/home/sam/parser"
+    assert one[0].scope == "/home/sam/parser" and one[0].meta["project"] == "-home-sam-parser"
+    assert [m.thread_pos for m in one] == [0, 1, 2, 3] and one[0].thread == "claude-code:s-1"
     assert one[0].created_at == "2026-03-01T10:00:05Z"
 
 

@@ -12,7 +12,7 @@ import hashlib
 import io
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
@@ -21,7 +21,6 @@ from ... import timeutil
 from ...errors import UsageError
 from ...records import Memory
 
-_MEMORY_FIELDS = {f.name for f in fields(Memory)}
 # A memory's text limit is store.MAX_TEXT; longer messages are split (never cut) below it.
 PART_LIMIT = 90_000
 
@@ -149,25 +148,11 @@ def make_memory(*, id: str, text: str, tier: str = "archival", tags: Iterable[st
                 created_at: str | None = None, updated_at: str | None = None,
                 thread: str | None = None, thread_pos: int | None = None,
                 scope: str | None = None) -> Memory:
-    """A Memory with the thread and scope fields set where this pmem has them.
-
-    The thread is also kept in meta (`thread`, `thread_pos`), so it survives on a pmem without
-    the fields and can be moved into them later."""
-    meta = dict(meta or {})
-    values: dict[str, Any] = {"id": id, "text": text, "tier": tier, "tags": sorted(set(tags)),
-                              "source": source, "meta": meta, "created_at": created_at or "",
-                              "updated_at": updated_at or created_at or ""}
-    if thread is not None:
-        meta["thread"] = thread
-        meta["thread_pos"] = thread_pos
-        if "thread" in _MEMORY_FIELDS:
-            values["thread"] = thread
-            values["thread_pos"] = thread_pos
-    if scope is not None:
-        meta.setdefault("scope", scope)
-        if "scope" in _MEMORY_FIELDS:
-            values["scope"] = scope
-    return Memory(**values)
+    """A Memory as an importer hands it over: unsorted tags sorted, dates defaulted, and the
+    conversation's thread and the project's scope in their fields."""
+    return Memory(id=id, text=text, tier=tier, tags=sorted(set(tags)), source=source, meta=dict(meta or {}),
+                  created_at=created_at or "", updated_at=updated_at or created_at or "",
+                  thread=thread, thread_pos=thread_pos if thread is not None else None, scope=scope)
 
 
 @dataclass

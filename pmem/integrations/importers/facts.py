@@ -30,10 +30,10 @@ def conversations(records: Sequence[Memory]) -> dict[str, list[Memory]]:
     """Imported turns grouped by conversation thread, in order."""
     threads: dict[str, list[Memory]] = defaultdict(list)
     for m in records:
-        if m.meta.get("kind") == "turn" and m.meta.get("thread"):
-            threads[m.meta["thread"]].append(m)
+        if m.meta.get("kind") == "turn" and m.thread:
+            threads[m.thread].append(m)
     for turns in threads.values():
-        turns.sort(key=lambda m: m.meta.get("thread_pos") or 0)
+        turns.sort(key=lambda m: m.thread_pos or 0)
     return dict(threads)
 
 
