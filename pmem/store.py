@@ -195,6 +195,7 @@ class MemoryStore:
     # -- plumbing -------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the database connection; the store cannot be used afterwards."""
         self.conn.close()
 
     def __enter__(self) -> "MemoryStore":
@@ -209,6 +210,8 @@ class MemoryStore:
         return DatabaseError(f"database {self.path}: {exc}")
 
     def setting(self, key: str) -> str | None:
+        """The value stored under `key` in the database's own settings table (the vector model and
+        dimension, the keyword window), or None when unset. Not config.toml: see `pmem.config`."""
         row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
@@ -277,6 +280,8 @@ class MemoryStore:
 
     @property
     def embedder(self) -> "Embedder":
+        """The embedding model named by the store's settings, loaded on first use (or a running
+        `pmem serve`). Raises ModelError when it cannot be found, fetched or loaded."""
         if self._embedder is None:
             from .embed import load_embedder
 
@@ -349,6 +354,8 @@ class MemoryStore:
         return {r[0]: r[1] for r in rows}
 
     def query_vector(self, text: str) -> bytes:
+        """The query embedding of `text` as little-endian float32 bytes (models with query and
+        passage prefixes get the query one). Raises ModelError."""
         return self.embed([text], query=True)[0]
 
     @contextmanager
@@ -445,16 +452,24 @@ class MemoryStore:
         return rows[0][0]
 
     def get(self, memory_id: str) -> Memory:
+        """The memory whose id is `memory_id` or starts with it, in any state.
+
+        Raises NotFound when no id matches, AmbiguousId when several do."""
         full = self.resolve(memory_id)
         return self._select("m.id = ?", [full])[0]
 
     def get_many(self, ids: Iterable[str]) -> list[Memory]:
+        """The memories with these full ids, in the order given; unknown ids are left out."""
         ids = list(ids)
         found = {m.id: m for m in self._select("m.id IN (SELECT value FROM json_each(?))", [json.dumps(ids)])}
         return [found[i] for i in ids if i in found]
 
     def list(self, flt: Filter | None = None, *, sort: str = "created", reverse: bool = False,
              limit: int | None = 50, offset: int = 0) -> list[Memory]:
+        """Memories passing `flt` (default: the active core and archival ones), newest first.
+
+        Args: `sort` is created, updated, accessed, expires or id; `reverse` flips the order; `limit` None
+        means all. Raises UsageError for an unknown sort or tier."""
         flt = flt or Filter()
         where, params = flt.where(self.clock())
         order = {"created": "m.created_at", "updated": "m.updated_at", "accessed": "m.last_accessed_at",
@@ -515,6 +530,7 @@ class MemoryStore:
         return total
 
     def iter_all(self, batch: int = 1000) -> Iterator[Memory]:
+        """Every memory in any state, in storage order, read `batch` rows at a time."""
         last = 0
         while True:
             rows = self.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE m.seq > ? "
@@ -539,6 +555,8 @@ class MemoryStore:
             pass  # a busy or read-only database must not fail a read
 
     def find_exact(self, text: str) -> Memory | None:
+        """The oldest live (not forgotten, not merged) memory whose text is exactly `text` (stripped),
+        or None."""
         rows = self._select("m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",
                             [text.strip()], "ORDER BY m.seq LIMIT 1")
         return rows[0] if rows else None
@@ -915,13 +933,19 @@ class MemoryStore:
         return self.set_fields(memory_id, "pin", pinned=True, tier="core")
 
     def unpin(self, memory_id: str) -> Memory:
+        """Unpin a memory (a core memory becomes archival); one undoable event. Returns the memory
+        after the change. Raises NotFound / AmbiguousId."""
         return self._update(memory_id, "unpin", lambda m: replace(
             m, pinned=False, tier="archival" if m.tier == "core" else m.tier))
 
     def expire(self, memory_id: str, at: str | None = None) -> Memory:
+        """Set when a memory expires (`at`, an ISO timestamp; now by default); one undoable event.
+        Returns the memory after the change. Raises NotFound / AmbiguousId."""
         return self.set_fields(memory_id, "expire", expires_at=at or self.clock())
 
     def forget(self, memory_id: str) -> Memory:
+        """Forget a memory (soft delete: hidden everywhere, `restore` or `undo` brings it back;
+        `purge` erases it). Returns the memory after the change. Raises NotFound / AmbiguousId."""
         now = self.clock()
         return self._update(memory_id, "forget", lambda m: m if m.forgotten_at else replace(m, forgotten_at=now))
 
@@ -1058,6 +1082,8 @@ class MemoryStore:
                      after=json.loads(row[5]) if row[5] else None, at=row[6])
 
     def history(self, memory_id: str) -> list[tuple[Event, Operation]]:
+        """Every event of one memory with its operation, oldest first. Takes an id prefix, or the full
+        id of a memory that no longer exists (an undone add leaves its history)."""
         try:
             full = self.resolve(memory_id)
         except NotFound:
@@ -1071,6 +1097,7 @@ class MemoryStore:
         return [(self._event(r[:7]), Operation(*r[7:])) for r in rows]
 
     def operations(self, limit: int = 20) -> list[Operation]:
+        """The latest `limit` operations, newest first, with their event counts."""
         rows = self.conn.execute(
             "SELECT o.id, o.kind, o.summary, o.at, o.undone_at, "
             "(SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o "
@@ -1078,6 +1105,7 @@ class MemoryStore:
         return [Operation(*r) for r in rows]
 
     def get_operation(self, op_id: str) -> Operation | None:
+        """The operation with this exact id, or None."""
         row = self.conn.execute(
             "SELECT o.id, o.kind, o.summary, o.at, o.undone_at, "
             "(SELECT count(*) FROM events e WHERE e.op_id = o.id) FROM operations o WHERE o.id = ?",
@@ -1085,6 +1113,7 @@ class MemoryStore:
         return Operation(*row) if row else None
 
     def events(self, op_id: str) -> list[Event]:
+        """The events of one operation, in the order they were recorded."""
         rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at FROM events "
                                  "WHERE op_id = ? ORDER BY seq", (op_id,)).fetchall()
         return [self._event(r) for r in rows]
