@@ -116,6 +116,6 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
     return conn
 
 
-def errors() -> tuple[type[BaseException], ...]:
+def errors() -> tuple[type[Exception], ...]:
     """The driver's exception classes, for callers that translate them."""
     return (driver().Error,)

@@ -7,12 +7,13 @@ backwards. Models are loaded only when a vector is needed.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
 import struct
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
@@ -180,6 +181,7 @@ class MemoryStore:
         self._center_blob: bytes | None = None  # the mean vector subtracted before taking signs
         self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
         self._sqlite_errors = db.errors()
+        self._forgiven: tuple[type[Exception], ...] = (DatabaseError, *self._sqlite_errors)  # best-effort writes
         self.conn = db.connect(self.path)
         try:
             migrations.migrate(self.conn)
@@ -189,7 +191,7 @@ class MemoryStore:
         if self.setting("purge_pending"):  # a purge was killed before it rewrote the file
             try:
                 self._finish_purge()
-            except (DatabaseError, *self._sqlite_errors):
+            except self._forgiven:
                 pass  # busy or read-only: the next open tries again
 
     # -- plumbing -------------------------------------------------------------------------
@@ -335,7 +337,7 @@ class MemoryStore:
         embedder = self.embedder
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
         if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
-            embedder = embedder.local()  # `pmem serve` is for short requests; bulk work runs here
+            embedder = embedder.local()  # type: ignore[attr-defined]  # `pmem serve` is for short requests; bulk work runs here
         out: list[bytes] = []
         for start in range(0, len(texts), batch):
             chunk = texts[start:start + batch]
@@ -551,7 +553,7 @@ class MemoryStore:
                 self.conn.execute(
                     "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? "
                     "WHERE id IN (SELECT value FROM json_each(?))", (self.clock(), json.dumps(ids)))
-        except (DatabaseError, *self._sqlite_errors):
+        except self._forgiven:
             pass  # a busy or read-only database must not fail a read
 
     def find_exact(self, text: str) -> Memory | None:
@@ -567,7 +569,8 @@ class MemoryStore:
         """Whether any memory has been embedded yet (the vec0 table exists)."""
         return self._has_vec_table()
 
-    def keyword_ranks(self, match: str, flt: Filter, n: int, context_weight: float = 1.0) -> list[tuple[int, float]]:
+    def keyword_ranks(self, match: str, flt: Filter, n: int,
+                      context_weight: float = 1.0) -> builtins.list[tuple[int, float]]:
         """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better.
         A threaded memory's neighbours' words (the `context` column) count `context_weight`."""
         where, params = flt.where(self.clock())
@@ -591,8 +594,9 @@ class MemoryStore:
                 if len(rows) >= n or len(rare) == len(terms):
                     return rows
             else:
-                recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, 1.0, {float(context_weight)!r}) "
-                          f"AS rank FROM memories_fts "
+                weights = f"1.0, {float(context_weight)!r}"
+                recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
+                          f"FROM memories_fts "
                           f"WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f "
                           f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
                 rows = [(r[0], r[1]) for r in self.conn.execute(recent, [match, COMMON_RECENT, *params, int(n)])]
@@ -600,7 +604,7 @@ class MemoryStore:
                     return rows
         return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
 
-    def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> list[tuple[int, float]]:
+    def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> builtins.list[tuple[int, float]]:
         """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
 
         Below `exact_below` vectors, or when the filter keeps few memories, the distance is
@@ -622,7 +626,7 @@ class MemoryStore:
         return [(r[0], r[1]) for r in self.conn.execute(sql, [vector, *params, int(n)])]
 
     def _bit_ranks(self, vector: bytes, flt: Filter, n: int, where: str,
-                   params: list[Any]) -> list[tuple[int, float]] | None:
+                   params: builtins.list[Any]) -> builtins.list[tuple[int, float]] | None:
         """The approximate path of `semantic_ranks`; None when the exact scan should answer."""
         live = not (flt.include_forgotten or flt.include_merged)
         in_knn = self._estimate(Filter(tiers=flt.tiers, include_expired=True, include_superseded=True,
@@ -664,7 +668,7 @@ class MemoryStore:
         return {r[0]: Memory.from_row(r[1:]) for r in rows}
 
     def thread_neighbours(self, memory: Memory, before: int = 1, after: int = 1,
-                          flt: Filter | None = None) -> tuple[list[Memory], list[Memory]]:
+                          flt: Filter | None = None) -> tuple[builtins.list[Memory], builtins.list[Memory]]:
         """Up to `before` and `after` members of `memory`'s thread next to it that pass `flt`
         (default: active ones), each list in thread order. ([], []) for a memory with no thread."""
         if memory.thread is None or (before <= 0 and after <= 0):
@@ -815,7 +819,7 @@ class MemoryStore:
 
     def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
                progress: Progress | None = None, keep_ids: bool = True,
-               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]:
+               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> builtins.list[Memory]:
         """Store many memories as one operation (one `undo` takes them all back).
 
         Memories are validated first (a machine secret in any raises SecretFound unless
@@ -1081,7 +1085,7 @@ class MemoryStore:
                      before=json.loads(row[4]) if row[4] else None,
                      after=json.loads(row[5]) if row[5] else None, at=row[6])
 
-    def history(self, memory_id: str) -> list[tuple[Event, Operation]]:
+    def history(self, memory_id: str) -> builtins.list[tuple[Event, Operation]]:
         """Every event of one memory with its operation, oldest first. Takes an id prefix, or the full
         id of a memory that no longer exists (an undone add leaves its history)."""
         try:
@@ -1096,7 +1100,7 @@ class MemoryStore:
             raise NotFound(f"no memory with id {memory_id!r}")
         return [(self._event(r[:7]), Operation(*r[7:])) for r in rows]
 
-    def operations(self, limit: int = 20) -> list[Operation]:
+    def operations(self, limit: int = 20) -> builtins.list[Operation]:
         """The latest `limit` operations, newest first, with their event counts."""
         rows = self.conn.execute(
             "SELECT o.id, o.kind, o.summary, o.at, o.undone_at, "
@@ -1112,7 +1116,7 @@ class MemoryStore:
             (op_id,)).fetchone()
         return Operation(*row) if row else None
 
-    def events(self, op_id: str) -> list[Event]:
+    def events(self, op_id: str) -> builtins.list[Event]:
         """The events of one operation, in the order they were recorded."""
         rows = self.conn.execute("SELECT seq, op_id, memory_id, action, before, after, at FROM events "
                                  "WHERE op_id = ? ORDER BY seq", (op_id,)).fetchall()
