@@ -171,7 +171,7 @@ def via_cli(tmp: Path, budget: int | None) -> dict:
         db = tmp / f"{conv['sample_id']}-cli.db"
         records = locomo.turn_records(conv, "session")
 
-        def pmem(*args: str, input: str | None = None) -> str:
+        def pmem(*args: str, input: str | None = None, db: Path = db) -> str:
             return subprocess.run([sys.executable, "-m", "pmem", "--db", str(db), *args], input=input, text=True,
                                   capture_output=True, check=True).stdout
 

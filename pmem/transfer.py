@@ -156,7 +156,8 @@ def parse_markdown(lines: Iterable[str]) -> list[Memory]:
             try:
                 heading_date, heading_tag = timeutil.parse_when(title), None
             except UsageError:
-                heading_tag = None if stripped.startswith("# ") else re.sub(r"\W+", "-", title.lower()).strip("-") or None
+                heading_tag = (None if stripped.startswith("# ")
+                               else re.sub(r"\W+", "-", title.lower()).strip("-") or None)
             continue
         item = re.match(r"^\s*(?:[-*+]|\d+\.)\s+(?:\[[ xX]\]\s+)?(.*)$", line)
         if item:

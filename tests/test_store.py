@@ -24,7 +24,8 @@ def test_add_get_roundtrip_and_permissions(store):
     # the vector and FTS rows exist for it
     seq = store._seq(m.id)
     assert store.conn.execute("SELECT count(*) FROM memory_vec WHERE seq = ?", (seq,)).fetchone()[0] == 1
-    assert store.conn.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH 'vegetarian'").fetchone()[0] == seq
+    match = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH 'vegetarian'"
+    assert store.conn.execute(match).fetchone()[0] == seq
 
 
 def test_exact_duplicate_not_stored_twice(store):
@@ -130,7 +131,8 @@ def test_import_is_one_operation_and_undo_removes_all(store):
     store.undo()
     assert store.count(Filter.everything()) == 0
     assert store.conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0] == 0
-    assert store.conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'imported'").fetchone()[0] == 0
+    match = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'imported'"
+    assert store.conn.execute(match).fetchone()[0] == 0
 
 
 def test_insert_validates_before_writing(store):

@@ -9,8 +9,7 @@ import random
 
 import pytest
 
-from pmem import Memory, estimate_tokens, recall, render, search, transfer
-from pmem import db, dream, migrations
+from pmem import Memory, db, dream, estimate_tokens, migrations, recall, render, search, transfer
 from pmem.errors import UsageError
 from pmem.records import TIERS
 from pmem.search import Tuning

@@ -60,7 +60,8 @@ def add(
                                       "machine secret (an API key, a token, a private key)."),
     scope: str = typer.Option("global", "--scope", help="global (default), auto (the current project: "
                               "its git root or directory), or a project directory."),
-    thread: Optional[str] = typer.Option(None, "--thread", help="Append it to this thread (a conversation, a chat, a notebook)."),
+    thread: Optional[str] = typer.Option(
+        None, "--thread", help="Append it to this thread (a conversation, a chat, a notebook)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Store a memory. Text holding a machine secret (an API key, a token, a private key) is
