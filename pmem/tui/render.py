@@ -120,21 +120,24 @@ def thread_place(m: Memory) -> str:
 
 
 def thread_rows(m: Memory, before: Iterable[Memory], after: Iterable[Memory], text_width: int = 60,
-                wrap: bool = False) -> Table:
+                wrap: bool = False) -> RenderableType:
     """`m` among its thread neighbours, in thread order, `m` marked: one literal line each (or
-    wrapped, with `wrap`)."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True, justify="right", style="dim")
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
-    for member in [*before, m, *after]:
+    wrapped, with `wrap`). Plain `Text` lines, not a table: the pane renders them in well under a
+    millisecond."""
+    members = [*before, m, *after]
+    places = ["" if x.thread_pos is None else f"#{x.thread_pos + 1}" for x in members]
+    ids = [visible(x.id) for x in members]
+    place_width = max(map(len, places))
+    id_width = max(map(len, ids))
+    lines = []
+    for member, place, mid in zip(members, places, ids):
         me = member.id == m.id
-        pos = "" if member.thread_pos is None else f"#{member.thread_pos + 1}"
-        grid.add_row(Text("▸" if me else " ", style="bold"), Text(pos),
-                     Text(visible(member.id), style="bold" if me else ""),
-                     Text(one_line(member.text, text_width), style="bold" if me else ""))
-    return grid
+        style = "bold" if me else ""
+        line = Text.assemble(("▸ " if me else "  ", "bold"), (place.rjust(place_width), "dim"), " ",
+                             (mid.ljust(id_width), style), " ", (one_line(member.text, text_width), style),
+                             no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+        lines.append(line)
+    return Group(*lines)
 
 
 def thread_listing(m: Memory, before: Iterable[Memory], after: Iterable[Memory]) -> RenderableType:
