@@ -96,6 +96,133 @@ async def test_enter_opens_details_with_provenance_and_history(tstore):
         assert not isinstance(app.screen, DetailScreen)
 
 
+def seed_thread(store) -> None:
+    """Six turns of one thread (t0..t5, inserted out of order) plus one with markup and escapes."""
+    turns = [Memory(id=f"t{i}", text=f"turn number {i} of the trip chat", tier="episodic", thread="trip chat",
+                    thread_pos=i, source="mcp:claude-code",
+                    created_at=f"2025-02-0{i + 1}T09:00:00Z", updated_at=f"2025-02-0{i + 1}T09:00:00Z")
+             for i in (3, 0, 5, 1, 4, 2)]
+    store.insert(turns, kind="import", summary="thread")
+
+
+def thread_id(line: str) -> str:
+    """The id in a row of the thread section: `▸ #4 t3 turn number…`."""
+    return line.replace("▸", " ").split()[1]
+
+
+async def test_detail_shows_the_thread_around_a_memory(tstore):
+    seed_thread(tstore)
+    app = make(tstore)
+    app.flt = Filter(tiers=("core", "archival", "episodic"))
+    async with app.run_test(size=(140, 50)) as pilot:
+        await pilot.pause()
+        select(app, "t3")
+        await pilot.pause()
+        pane = app.query_one("#detail").text()
+        lines = pane.splitlines()
+        assert any("thread" in line and "trip chat · #4" in line for line in lines)
+        assert "mcp:claude-code" in pane and "scope" in pane and "global" in pane
+        rows = [line for line in lines[lines.index("Thread"):] if "turn number" in line]
+        # two before and two after, in thread order, the memory itself marked
+        assert [thread_id(line) for line in rows] == ["t1", "t2", "t3", "t4", "t5"]
+        assert [line.lstrip().startswith("▸") for line in rows] == [False, False, True, False, False]
+        select(app, "t0")  # at the start of the thread: nothing before it
+        await pilot.pause()
+        lines = app.query_one("#detail").text().splitlines()
+        rows = [line for line in lines[lines.index("Thread"):] if "turn number" in line]
+        assert [thread_id(line) for line in rows] == ["t0", "t1", "t2"]
+        select(app, "a3")  # no thread: no thread section
+        await pilot.pause()
+        assert "Thread" not in app.query_one("#detail").text().splitlines()
+
+
+async def test_thread_neighbours_are_shown_literally(tstore):
+    tstore.insert([Memory(id="m0", text="[bold]x[/] \x1b[31mred\x1b[0m", thread="[red]t[/]", thread_pos=0,
+                          created_at="2025-02-01T09:00:00Z", updated_at="2025-02-01T09:00:00Z"),
+                   Memory(id="m1", text="plain", thread="[red]t[/]", thread_pos=1,
+                          created_at="2025-02-02T09:00:00Z", updated_at="2025-02-02T09:00:00Z")], kind="import")
+    app = make(tstore)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        select(app, "m1")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "[bold]x[/]" in text and "[red]t[/] · #2" in text
+        assert "\x1b" not in text and "\\x1b[31mred" in text
+
+
+async def test_T_lists_the_whole_thread(tstore):
+    seed_thread(tstore)
+    app = make(tstore)
+    app.flt = Filter(tiers=("episodic",))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        select(app, "t2")
+        await pilot.press("T")
+        await pilot.pause()
+        from pmem.tui.screens import DetailScreen
+
+        assert isinstance(app.screen, DetailScreen)
+        text = screen_text(app)
+        assert "6 shown" in text
+        order = [text.index(f"turn number {i} ") for i in range(6)]
+        assert order == sorted(order)
+        await pilot.press("escape")
+        await pilot.pause()
+        app.flt = Filter()
+        app.reload()
+        await pilot.pause()
+        select(app, "a3")  # not in a thread: a note, no screen
+        await pilot.press("T")
+        await pilot.pause()
+        assert not isinstance(app.screen, DetailScreen)
+
+
+async def test_S_limits_list_and_search_to_global_and_this_project(tstore, tmp_path):
+    project = str(tmp_path / "proj")
+    other = str(tmp_path / "other")
+    tstore.insert([Memory(id="p1", text="cabin rules for this project", scope=project,
+                          created_at="2025-03-01T09:00:00Z", updated_at="2025-03-01T09:00:00Z"),
+                   Memory(id="o1", text="cabin rules elsewhere", scope=other,
+                          created_at="2025-03-01T10:00:00Z", updated_at="2025-03-01T10:00:00Z")], kind="import")
+    app = make(tstore, project=project, search_mode="keyword")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        assert set(app.table.ids()) == {"a1", "a2", "a3", "a4", "a5", "p1", "o1"}
+        assert "scope" not in app.query_one("#status").render().plain
+        await pilot.press("S")
+        await pilot.pause()
+        assert set(app.table.ids()) == {"a1", "a2", "a3", "a4", "a5", "p1"}
+        assert "scope: global + proj" in app.query_one("#status").render().plain
+        select(app, "p1")
+        await pilot.pause()
+        assert project in "".join(app.query_one("#detail").text().split())  # the path may wrap
+        await pilot.press("slash", *"rules")
+        await settle(app, pilot)
+        assert app.table.ids() == ["p1"]
+        await pilot.press("escape", "S")
+        await pilot.pause()
+        assert set(app.table.ids()) == {"a1", "a2", "a3", "a4", "a5", "p1", "o1"}
+        await pilot.press("S", "f")  # the filter dialog keeps the scope
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.flt.scope == project
+
+
+async def test_S_outside_a_project_shows_global_only(tstore):
+    tstore.insert([Memory(id="p1", text="somewhere", scope="/some/project",
+                          created_at="2025-03-01T09:00:00Z", updated_at="2025-03-01T09:00:00Z")], kind="import")
+    app = make(tstore, project=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "p1" in app.table.ids()
+        await pilot.press("S")
+        await pilot.pause()
+        assert "p1" not in app.table.ids() and app.total == 5
+        assert "scope: global only" in app.query_one("#status").render().plain
+
+
 # -- actions -----------------------------------------------------------------------------------
 
 async def test_pin_and_unpin(tstore):
@@ -736,7 +863,8 @@ async def test_help_lists_every_key(tstore):
         await pilot.press("question_mark")
         await pilot.pause()
         text = screen_text(app)
-        for word in ("pin", "expire", "$EDITOR", "tags", "forget", "restore", "undo", "details", "quit"):
+        for word in ("pin", "expire", "$EDITOR", "tags", "forget", "restore", "undo", "details", "thread",
+                     "scope", "quit"):
             assert word in text
         await pilot.press("escape")
         await pilot.pause()

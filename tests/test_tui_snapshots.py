@@ -72,3 +72,21 @@ def test_dream_review(snap_compare, tstore):
 
 def test_expire_dialog(snap_compare, tstore):
     assert snap_compare(app_for(tstore), press=["x"], terminal_size=(80, 24))
+
+
+def test_thread_detail_wide(snap_compare, tstore):
+    from pmem.records import Memory
+    from pmem.store import Filter
+
+    tstore.insert([Memory(id=f"t{i}", text=f"turn {i}: " + ("we could go to the lake" if i % 2 else "[b]sure[/b]"),
+                          tier="episodic", thread="trip chat", thread_pos=i, source="mcp:claude-code",
+                          created_at=f"2025-02-0{i + 1}T09:00:00Z", updated_at=f"2025-02-0{i + 1}T09:00:00Z")
+                   for i in range(6)], kind="import", summary="thread")
+    app = app_for(tstore)
+    app.flt = Filter(tiers=("episodic",))
+
+    async def pick(pilot):
+        pilot.app.table.move_cursor(row=pilot.app.table.index_of("t3"))
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(130, 34), run_before=pick)

@@ -35,6 +35,7 @@ from .. import notices, timeutil
 from ..display import visible
 from ..errors import NotFound, PmemError
 from ..records import Memory
+from ..scope import auto_scope, read_filter
 from ..search import MODES
 from ..search import search as library_search
 from ..store import Filter, MemoryStore
@@ -48,6 +49,13 @@ def screens():
     from . import screens as module
 
     return module
+
+
+_AUTO = object()  # `project` not given: the project of the working directory
+
+# Neighbours the detail pane shows on each side of a threaded memory, and the most `T` lists.
+THREAD_CONTEXT = 2
+THREAD_LISTING = 500
 
 
 class PmemApp(App[None]):
@@ -71,6 +79,8 @@ class PmemApp(App[None]):
         Binding("f", "filters", "Filter"),
         Binding("D", "dream", "Dream", show=False),
         Binding("M", "cycle_mode", "Search mode", show=False),
+        Binding("T", "thread", "Thread", show=False),
+        Binding("S", "toggle_scope", "Scope", show=False),
         Binding("ctrl+r", "reload", "Reload", show=False),
         Binding("escape", "clear_search", "Clear search", show=False),
         Binding("q", "quit", "Quit"),
@@ -81,7 +91,8 @@ class PmemApp(App[None]):
                  search_limit: int = 50, dream: Any = None,
                  search_fn: Callable[..., list] | None = None,
                  on_ready: Callable[["PmemApp"], None] | None = None,
-                 initial_query: str | None = None, detail_throttle: float = 0.08) -> None:
+                 initial_query: str | None = None, detail_throttle: float = 0.08,
+                 project: str | None | object = _AUTO, project_only: bool = False) -> None:
         super().__init__()
         self.store = store
         self.owns_store = owns_store
@@ -91,7 +102,9 @@ class PmemApp(App[None]):
         self.page_size = page_size
         self.search_limit = search_limit
         self.search_fn = search_fn or library_search
-        self.flt = Filter()
+        # The project `S` narrows to (global memories plus its own); None outside any project.
+        self.project: str | None = auto_scope() if project is _AUTO else project  # type: ignore[assignment]
+        self.flt = read_filter(self.project) if project_only else Filter()
         self.query_text = ""
         self.search_gen = 0
         self.shown_gen = 0
@@ -166,7 +179,8 @@ class PmemApp(App[None]):
         return True
 
     _MAIN_ACTIONS = frozenset({"search", "help", "pin", "expire", "edit", "external_edit", "tags", "forget",
-                               "purge", "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search"})
+                               "purge", "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search",
+                               "thread", "toggle_scope"})
 
     # -- time -----------------------------------------------------------------------------
 
@@ -253,11 +267,21 @@ class PmemApp(App[None]):
             table = self.table
             rows = table.row_count
             parts.append(f"{table.cursor_row + 1 if rows else 0:,} of {rows:,} memories")
+        parts.append(self.describe_scope())
         parts.append(self.describe_filter())
         text = " · ".join(p for p in parts if p)
         if text != self._status_text:
             self._status_text = text
             self.query_one("#status", Static).update(Text(text), layout=False)  # one line, fixed size
+
+    def describe_scope(self) -> str:
+        """Empty when every scope is shown (the default), else what `S` narrowed the list to."""
+        scope = self.flt.scope
+        if scope is None:
+            return ""
+        if self.project is None or scope == "global":
+            return "scope: global only"
+        return "scope: global + " + render.one_line(Path(scope).name or scope, 30)
 
     def describe_filter(self) -> str:
         f = self.flt
@@ -289,7 +313,10 @@ class PmemApp(App[None]):
         except NotFound:
             history = []
         derived = self.store.get_many(m.derived_from) if m.derived_from else []
-        return render.detail(m, self.now_iso(), self.now_dt(), history, derived)
+        thread = None
+        if m.thread is not None:  # one indexed read each side, only for a threaded memory
+            thread = self.store.thread_neighbours(m, THREAD_CONTEXT, THREAD_CONTEXT)
+        return render.detail(m, self.now_iso(), self.now_dt(), history, derived, thread)
 
     def show_detail(self) -> None:
         pane = self.query_one("#detail", DetailPane)
@@ -326,6 +353,26 @@ class PmemApp(App[None]):
         m = self.current()
         if m is not None:
             self.push_screen(screens().DetailScreen(self.detail_renderable(m)))
+
+    def action_thread(self) -> None:
+        """The whole thread of the highlighted memory, in thread order, full screen."""
+        m = self.current()
+        if m is None:
+            return
+        if m.thread is None:
+            self.notify(f"{m.id} is not in a thread", timeout=3)
+            return
+        before, after = self.store.thread_neighbours(m, THREAD_LISTING, THREAD_LISTING)
+        self.push_screen(screens().DetailScreen(render.thread_listing(m, before, after)))
+
+    def action_toggle_scope(self) -> None:
+        """All memories, or the global ones plus this project's (what search inside it sees)."""
+        if self.flt.scope is None:
+            self.flt = read_filter(self.project, base=self.flt)
+        else:
+            self.flt = replace(self.flt, scope=None)
+        self.notify(self.describe_scope() or "scope: all", timeout=2)
+        self.reload()
 
     # -- refreshing after a change --------------------------------------------------------
 
@@ -542,7 +589,7 @@ class PmemApp(App[None]):
     def action_filters(self) -> None:
         def chosen(flt: Filter | None) -> None:
             if flt is not None:
-                self.flt = flt
+                self.flt = replace(flt, scope=self.flt.scope)  # scope has its own key (S)
                 self.reload()
 
         self.push_screen(screens().FilterScreen(self.flt), chosen)
@@ -686,7 +733,8 @@ def make_app(store_or_path: MemoryStore | str | Path | None = None, **options: A
     default database), which the app opens and closes. Options: now (fixed ISO time for ages and
     expiry, for tests), search_debounce (seconds), search_mode, page_size, search_limit, dream (a
     stand-in for `pmem.dream`), search_fn, on_ready (called after the first page is painted),
-    initial_query, detail_throttle (seconds between detail redraws while the cursor moves).
+    initial_query, detail_throttle (seconds between detail redraws while the cursor moves), project
+    (the project `S` narrows to; default: the working directory's), project_only (start narrowed).
     """
     if isinstance(store_or_path, MemoryStore):
         return PmemApp(store_or_path, owns_store=False, **options)

@@ -21,6 +21,8 @@ KEYS = [
     ("/", "search as you type (esc clears, enter goes to the list)"),
     ("f", "filters: tier, tag, expired, forgotten"),
     ("enter", "details of the highlighted memory"),
+    ("T", "the whole thread of the highlighted memory"),
+    ("S", "scope: all memories / global + this project's"),
     ("p", "pin / unpin"),
     ("x", "expire: now, 1d, 1w or a date"),
     ("e", "edit the text here (ctrl+s saves)"),
