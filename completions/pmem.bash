@@ -40,7 +40,7 @@ _pmem_words() {
         "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --thread --json --help" ;;
         "why") words="--json --help" ;;
         "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;
-        "tui") words="--search -s --help" ;;
+        "tui") words="--search -s --project --help" ;;
         "mcp") words="--print-config --scope --help" ;;
         "context") words="--write -w --budget --scope --help" ;;
         "hook") words="claude-code codex gemini install --help" ;;

@@ -164,6 +164,7 @@ complete -c pmem -n '__fish_seen_subcommand_from serve' -l status -d 'Say whethe
 complete -c pmem -n '__fish_seen_subcommand_from serve' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from serve' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from tui' -l search -s s -r -d 'Start with this search.'
+complete -c pmem -n '__fish_seen_subcommand_from tui' -l project -d 'Start with global memories and this project\'s only (the S key switches back).'
 complete -c pmem -n '__fish_seen_subcommand_from tui' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from mcp' -l print-config -r -d 'Print the config snippet for claude-code, claude-desktop, cursor, vscode or codex, and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from mcp' -l scope -r -d 'Project scope: auto (the project of the current directory), global, or a directory. Reads see global memories plus this project\'s; remember(project=true) stores into it.'

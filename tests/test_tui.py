@@ -922,3 +922,51 @@ def _sync(fn):
 for _name, _fn in list(globals().items()):
     if _name.startswith("test_") and inspect.iscoroutinefunction(_fn):
         globals()[_name] = _sync(_fn)
+
+
+def test_pmem_tui_project_starts_narrowed_to_this_project(tmp_path):
+    """`pmem tui --project` on a real terminal: the status line names the project scope at once."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    db = tmp_path / "t.db"
+    env = {**os.environ, "PMEM_EMBED_MODEL": "fake-64", "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"}
+    subprocess.run([sys.executable, "-m", "pmem", "--db", str(db), "add", "a global memory"], env=env, check=True,
+                   capture_output=True, cwd=project)
+
+    def screen(*args: str) -> str:
+        main, child = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "pmem", "--db", str(db), "tui", *args], env=env,
+                                stdin=child, stdout=child, stderr=child, close_fds=True, cwd=project)
+        os.close(child)
+        seen = b""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and b"global memory" not in seen:
+            if select.select([main], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(main, 1 << 16)
+                except OSError:
+                    break
+        time.sleep(0.5)
+        while select.select([main], [], [], 0.2)[0]:
+            try:
+                seen += os.read(main, 1 << 16)
+            except OSError:
+                break
+        os.write(main, b"q")
+        try:
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(main)
+        return seen.decode("utf-8", "replace")
+
+    assert "scope: global + proj" in screen("--project")
+    assert "scope: global" not in screen()

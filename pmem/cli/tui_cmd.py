@@ -15,6 +15,8 @@ def register(app: typer.Typer) -> None:
 
 def tui(
     query: Optional[str] = typer.Option(None, "--search", "-s", help="Start with this search."),
+    project_only: bool = typer.Option(False, "--project", help="Start with global memories and this "
+                                      "project's only (the S key switches back)."),
 ) -> None:
     """Browse, search and fix memories in a full-screen terminal UI (press ? for keys).
 
@@ -22,6 +24,7 @@ def tui(
     Examples:
       pmem tui
       pmem tui --search "cabin"
+      pmem tui --project
       PMEM_DB=~/other.db pmem tui
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -29,7 +32,7 @@ def tui(
     from ..tui import make_app  # textual loads only for this command
 
     with open_store() as store:
-        tui_app = make_app(store, initial_query=query)
+        tui_app = make_app(store, initial_query=query, project_only=project_only)
         tui_app.run()
     if tui_app.return_code:  # textual has shown what went wrong; the exit status must say so too
         raise typer.Exit(1)
