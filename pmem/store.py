@@ -25,6 +25,7 @@ from .records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 
 if TYPE_CHECKING:
     from .embed import Embedder
+    from .thresholds import Thresholds
 
 _COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 _ID = re.compile(r"^[0-9a-z]{1,32}$")
@@ -1235,6 +1236,13 @@ class MemoryStore:
         }
 
     # -- added for pmem.dream (kept at the end of the class: other branches edit above) ----------
+
+    def thresholds(self) -> "Thresholds":
+        """The cosine thresholds of the model the stored vectors come from (the configured one
+        before the first vector), with the user's dedup/merge settings (pmem.thresholds)."""
+        from .thresholds import effective
+
+        return effective(self.vector_model()[0] or self.config.embed_model, self.config)
 
     def storage_order(self, ids: Iterable[str]) -> dict[str, int]:
         """The order memories were stored in, for breaking ties between equal `created_at`.
