@@ -30,18 +30,22 @@ class Thresholds:
     change: float          # reconciliation: a changed fact this close supersedes
     judge: float           # reconciliation: pairs a strong model judges
     recall_cutoff: float   # recall: meaning-only matches below this are noise
+    hook: float            # agent hooks: a memory this close to the prompt is relevant
+    hook_words: float      # agent hooks: one of the best keyword matches is relevant from this cosine
 
 
 # The values every cosine rule was tuned with (dream_bench.py, extract_bench.py on LoCoMo).
 MINILM = Thresholds(dedup=0.92, merge=0.80, supersede=0.85, compress_topic=0.35, grounding=0.5,
-                    noop=0.95, contained=0.85, change=0.6, judge=0.75, recall_cutoff=0.2)
+                    noop=0.95, contained=0.85, change=0.6, judge=0.75, recall_cutoff=0.2,
+                    hook=0.3, hook_words=0.15)
 
 # Each MiniLM value moved to the e5 cosine that the same share of LoCoMo turn pairs reaches
 # (benchmarks/multilingual.py `map_thresholds`, 300 turns of the dev conversations), except dedup:
 # 0.95 keeps 6 of 8 paraphrase pairs (MiniLM at 0.92: 4 of 8), and dream's word-overlap test still
 # applies. noop: no MiniLM turn pair reaches 0.95, so it sits at the highest e5 pair (0.975).
 E5_SMALL = Thresholds(dedup=0.95, merge=0.946, supersede=0.955, compress_topic=0.841, grounding=0.876,
-                      noop=0.975, contained=0.955, change=0.9, judge=0.933, recall_cutoff=0.806)
+                      noop=0.975, contained=0.955, change=0.9, judge=0.933, recall_cutoff=0.806,
+                      hook=0.829, hook_words=0.794)
 
 # By model name, lower case. A stored model name is the embedder's: a known model's name, or the
 # stem of its file ("all-MiniLM-L6-v2.f16", "multilingual-e5-small.q4"), matched up to the first dot.

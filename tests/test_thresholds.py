@@ -113,3 +113,17 @@ def test_recall_cuts_meaning_only_matches_at_the_models_cutoff(tmp_path, monkeyp
             got[name] = len(recall(store, "wifipassword cabinfridge").relevant)
             assert len(recall(store, "wifipassword cabinfridge", min_similarity=0.0).relevant) == 1  # explicit wins
     assert got["fake-strict"] == 0 and got["all-MiniLM-L6-v2.f16"] == 1
+
+
+def test_agent_hooks_use_the_models_cutoffs(tmp_path, monkeypatch):
+    from pmem.integrations import hooks
+    from pmem.store import Filter
+
+    monkeypatch.setitem(thresholds.BY_MODEL, "fake-strict", replace(MINILM, hook=0.999, hook_words=0.999))
+    got = {}
+    for name in ("all-MiniLM-L6-v2.f16", "fake-strict"):
+        with _store(tmp_path, name) as store:
+            store.add("The cabin wifi password is on the fridge")
+            got[name] = len(hooks._relevant(store, "the cabbin wiifi passwrd fridg", Filter(), 8, None))
+            assert len(hooks._relevant(store, "the cabbin wiifi passwrd fridg", Filter(), 8, 0.0)) == 1  # explicit wins
+    assert got == {"all-MiniLM-L6-v2.f16": 1, "fake-strict": 0}
