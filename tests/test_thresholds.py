@@ -70,7 +70,7 @@ def test_a_store_without_vectors_uses_the_configured_models():
 
 
 def test_dream_dedup_follows_the_models_threshold(tmp_path):
-    """Two near-duplicates at a cosine between MiniLM's 0.92 and e5's 0.95: one model pairs
+    """Two near-duplicates at a cosine between MiniLM's 0.92 and e5's 0.97: one model pairs
     them, the other does not."""
     texts = ["I prefer dark mode in every code editor", "I prefer the dark mode in every code editor"]
     cos = sum(a * b for a, b in zip(*FakeEmbedder(64).embed(texts)))
