@@ -159,3 +159,19 @@ def test_cli_reindex_interrupted_then_resumed(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "re-embedded 20 memories with fake-32" in r.stderr
     assert calls == [8, 8, 8, 4]  # the first batch was not embedded again
+
+
+def test_doctor_says_how_far_an_interrupted_reindex_got(tmp_path, monkeypatch):
+    from pmem.config import load
+    from pmem.doctor import run_checks
+
+    db = tmp_path / "doc.db"
+    _fill(db, 30)
+    with MemoryStore(db, embedder=Counting("fake-32", 32)) as s:
+        with pytest.raises(Stop):
+            s.reindex(progress=_interrupt_after(1)[0], batch=20)
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-32")
+    vectors = [c for c in run_checks(load(), db_override=db) if c.name == "vectors"]
+    assert len(vectors) == 1 and not vectors[0].ok
+    assert "stored vectors come from fake-64" in vectors[0].detail
+    assert "interrupted reindex to fake-32 has 20 of 30 done" in vectors[0].detail
