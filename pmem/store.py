@@ -1240,7 +1240,8 @@ class MemoryStore:
 
     # -- a resumable reindex: vectors staged batch by batch (kept apart from the others' hunks) ----
 
-    def _stage_reindex(self, progress: Progress | None, batch: int) -> tuple[builtins.list[tuple[int, None]], builtins.list[bytes]]:
+    def _stage_reindex(self, progress: Progress | None,
+                       batch: int) -> tuple[builtins.list[tuple[int, None]], builtins.list[bytes]]:
         """Embed every memory with the configured model into the staging table `reindex_vec`,
         one committed transaction per batch, skipping the memories staged by an earlier,
         interrupted run for the same model (settings reindex_model / reindex_dim); staging for
