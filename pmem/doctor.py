@@ -80,12 +80,18 @@ def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
             done = applied(conn)
             checks.append(Check("schema", len(done) <= len(MIGRATIONS), f"{len(done)} of {len(MIGRATIONS)} migrations",
                                 "upgrade pmem"))
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             row = conn.execute("SELECT value FROM settings WHERE key = 'embed_model'").fetchone() \
-                if "settings" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")} else None
+                if "settings" in tables else None
+            staged = conn.execute("SELECT (SELECT value FROM settings WHERE key = 'reindex_model'), "
+                                  "(SELECT count(*) FROM reindex_vec), (SELECT count(*) FROM memories)").fetchone() \
+                if "reindex_vec" in tables else None
             conn.close()
+            resume = f" (an interrupted reindex to {staged[0]} has {staged[1]} of {staged[2]} done; " \
+                     f"`pmem reindex` resumes it)" if staged else ""
             if row and row[0] != _model_name(cfg.embed_model):
                 checks.append(Check("vectors", False, f"stored vectors come from {row[0]}, configured model is "
-                                    f"{cfg.embed_model}", "pmem reindex"))
+                                    f"{cfg.embed_model}{resume}", "pmem reindex"))
         except PmemError as exc:
             checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
     from . import provision

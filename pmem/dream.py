@@ -31,6 +31,10 @@ Proposal kinds, in the order they are planned and applied:
 Pinned (core) memories are never touched unless named in `include`. Memories a dream wrote
 (derived_from not empty) are not merged or compressed again, which with the rules above makes
 a second plan right after an applied one empty.
+
+Every cosine above is on the scale of the model the vectors come from: the thresholds are that
+model's (pmem.thresholds, through MemoryStore.thresholds()); the dedup_threshold and
+merge_threshold settings override them when the user sets them.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from .extract import decide
 from .grounding import check_grounding
 from .records import Memory
 from .text import WORD, content_stems, jaccard, numbers, speaker_sentences
+from .thresholds import MINILM, Thresholds
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -61,7 +66,7 @@ APPLY_ORDER = ("expire", "purge", "dedup", "supersede", "merge", "compress")
 
 MERGE_MAX = 4           # members of one merge proposal
 COMPRESS_MAX = 12       # members of one summary
-COMPRESS_TOPIC = 0.35   # adjacent cosine below which a day's episode starts a new topic
+COMPRESS_TOPIC = MINILM.compress_topic  # 0.35 on MiniLM's scale (each model: pmem.thresholds)
 COMPRESS_KEEP = 0.6     # share of a group's tokens an extractive summary may keep
 SUBJECT_MIN_WORDS = 2
 VALUE_MAX_WORDS = 6
@@ -236,7 +241,8 @@ def _parse(stamp: str) -> datetime:
 
 def grounded(store: "MemoryStore", text: str, sources: list[str]) -> tuple[bool, str]:
     """The extraction's grounding gate (pmem.grounding) for a text a dream wrote from `sources`."""
-    g = check_grounding(text, sources, embedder=store.embedder, min_support=float(store.config.extract_min_support))
+    g = check_grounding(text, sources, embedder=store.embedder, min_support=float(store.config.extract_min_support),
+                        min_similarity=store.thresholds().grounding)
     return bool(g.ok), g.reason
 
 
@@ -348,7 +354,7 @@ def _union_find(n: int, edges: Iterable[tuple[int, int]]) -> list[list[int]]:
 # Pairs at least this close are checked by the extraction's supersede rule. Extraction checks a new
 # fact against its few nearest stored ones (and from 0.6); a dream checks every pair, where its
 # change-word rule at 0.6-0.8 mostly pairs unrelated facts about one person (measured on LoCoMo).
-SUPERSEDE_COSINE = 0.85
+SUPERSEDE_COSINE = MINILM.supersede  # 0.85 on MiniLM's scale (each model: pmem.thresholds)
 
 
 def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
@@ -380,6 +386,7 @@ class Planning:
     words: dict[str, set[str]]  # memory id -> content stems
     claimed: set[str]
     generator: Any  # None: load the configured chat model when needed; False: no model
+    thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
     _gen_tried: bool = False
 
     @property
@@ -430,7 +437,7 @@ def _plan_dedup(ctx: Planning) -> None:
     if ctx.vecs is None:
         return
     active, words = ctx.active, ctx.words
-    threshold, lexical = float(ctx.settings.dedup_threshold), float(ctx.settings.dedup_lexical)
+    threshold, lexical = ctx.thresholds.dedup, float(ctx.settings.dedup_lexical)
     edges = []
     sims: dict[tuple[int, int], float] = {}
     for i, j, s in _pairs(ctx.vecs, threshold):
@@ -464,12 +471,12 @@ def _plan_supersede(ctx: Planning) -> None:
     when = {m.id: (m.valid_from or m.created_at) for m in active}
     found: list[tuple[Memory, Memory, str]] = []
     if ctx.vecs is not None and len(facts) > 1:
-        for a, b, cos in _pairs(ctx.vecs[facts], SUPERSEDE_COSINE):
+        for a, b, cos in _pairs(ctx.vecs[facts], ctx.thresholds.supersede):
             x, y = active[facts[a]], active[facts[b]]
             if when[x.id] == when[y.id]:
                 continue
             older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
-            if decide(newer.text, older.text, cos, None) == "supersede":
+            if decide(newer.text, older.text, cos, None, ctx.thresholds) == "supersede":
                 found.append((older, newer, f"the extraction rule: a changed fact (cosine {cos:.2f})"))
     by_subject: dict[str, list[tuple[Memory, str]]] = {}
     for i in facts:
@@ -496,7 +503,7 @@ def _plan_merge(ctx: Planning) -> None:
     if ctx.vecs is None:
         return
     result, active, claimed = ctx.result, ctx.active, ctx.claimed
-    threshold = float(ctx.settings.merge_threshold)
+    threshold = ctx.thresholds.merge
     pool = [i for i, m in enumerate(active)
             if m.id not in claimed and m.tier == "archival" and not m.derived_from]
     if len(pool) < 2:
@@ -591,7 +598,7 @@ def _compress_groups(ctx: Planning, days: int) -> list[list[Memory]]:
         for m in ms[1:]:
             v = vecs[index[m.id]]
             norm = float(np.linalg.norm(centroid)) or 1.0
-            similar = float(v @ centroid) / norm >= COMPRESS_TOPIC
+            similar = float(v @ centroid) / norm >= ctx.thresholds.compress_topic
             if similar and len(segments[-1]) < COMPRESS_MAX:
                 segments[-1].append(m)
                 centroid = centroid + v
@@ -693,9 +700,10 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     cfg = store.config
     now = now or store.clock()
     included = {store.resolve(i) for i in include}
+    thresholds = store.thresholds()
     result = Plan(created_at=now, kinds=kinds, settings={
-        "dedup_threshold": float(cfg.dedup_threshold), "dedup_lexical": float(cfg.dedup_lexical),
-        "merge_threshold": float(cfg.merge_threshold), "compress_after_days": int(cfg.compress_after_days),
+        "dedup_threshold": thresholds.dedup, "dedup_lexical": float(cfg.dedup_lexical),
+        "merge_threshold": thresholds.merge, "compress_after_days": int(cfg.compress_after_days),
         "purge_grace_days": int(cfg.purge_grace_days)})
 
     from .store import Filter
@@ -713,7 +721,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
         vecs=_vectors(store, active) if needs_vectors and active else None,
         index={m.id: i for i, m in enumerate(active)},
         words={m.id: content_stems(m.text) for m in active},
-        claimed=claimed, generator=generator)
+        claimed=claimed, generator=generator, thresholds=thresholds)
     for kind in APPLY_ORDER:
         if kind in kinds:
             PLANNERS[kind](ctx)

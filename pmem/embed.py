@@ -213,6 +213,25 @@ _cache_lock = threading.Lock()
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
+def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
+    """The embedder for a provisioned model file, in this process: pmem's numpy engine for an
+    E5S1 file (multilingual-e5-small), llama.cpp for a GGUF. The one loading path for commands and
+    for `pmem serve`, so the server holds whatever model a command would load."""
+    if Path(path).suffix == ".e5s1":
+        from .embed_e5 import E5Embedder
+
+        return E5Embedder(path, threads=threads)
+    return LlamaEmbedder(path, threads=threads)
+
+
+def _local(key: tuple[str, int]) -> Embedder:
+    """The model of `key` (resolved path, threads) loaded in this process, once."""
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = load_model_file(key[0], threads=key[1])
+        return _cache[key]
+
+
 def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0,
                   server: str = "off") -> Embedder:
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
@@ -233,21 +252,14 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-        if path.suffix == ".e5s1":  # multilingual-e5-small: pmem's numpy engine, in this process
-            from .embed_e5 import E5Embedder
-
-            _cache[key] = E5Embedder(path, threads=threads)
-            return _cache[key]
         if server != "off":
             from . import serve
 
             # The client gets its local fallback injected (pmem.serve never imports this module):
             # when the server stops answering, the model loads here, exactly as with server="off".
-            remote = serve.connect_embedder(Path(key[0]), threads,
-                                            fallback=lambda: load_embedder(key[0], threads=threads, server="off"))
+            remote = serve.connect_embedder(Path(key[0]), threads, fallback=lambda: _local(key))
             if remote is not None:
                 return remote
             if server == "start":
                 serve.start_in_background()
-        _cache[key] = LlamaEmbedder(path, threads=threads)
-        return _cache[key]
+    return _local(key)

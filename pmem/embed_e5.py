@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import thresholds as _thresholds
 from .errors import ModelError
 
 MAGIC = b"E5S1"
@@ -44,18 +45,8 @@ _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
 PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
-# 0.43). Each MiniLM value (config.py, dream.py, extract.py, recall.py) moved to the e5 cosine
-# that the same share of LoCoMo turn pairs reaches (benchmarks/multilingual.py), except dedup:
-# 0.95 keeps 6 of 8 paraphrase pairs (MiniLM at 0.92: 4 of 8) and dream's word-overlap test
-# still applies. Not yet re-measured with dream_bench.py / extract_bench.py.
-THRESHOLDS = {
-    "dedup": 0.95,          # MiniLM 0.92
-    "supersede": 0.955,     # MiniLM 0.85 (dream SUPERSEDE_COSINE, extract CONTAINED_COSINE)
-    "merge": 0.946,         # MiniLM 0.80
-    "grounding": 0.876,     # MiniLM 0.5 (extract MIN_SIMILARITY)
-    "compress_topic": 0.841,  # MiniLM 0.35
-    "recall_cutoff": 0.806,   # MiniLM 0.2 (recall min_similarity)
-}
+# 0.43): kept with every model's in pmem.thresholds, where dream, extract and recall look them up.
+THRESHOLDS = _thresholds.E5_SMALL
 
 
 def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:

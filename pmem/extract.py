@@ -33,6 +33,7 @@ from . import prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
 from .grounding import Grounding, check_grounding  # noqa: F401 - re-exported: extract.check_grounding is public
 from .text import content_stems, content_words, has_digit, split_sentences, stem
+from .thresholds import MINILM, Thresholds
 
 if TYPE_CHECKING:
     from .embed import Embedder
@@ -42,10 +43,12 @@ if TYPE_CHECKING:
 MAX_INPUT = 2_000_000  # characters; the episodic copy is split into parts of store.MAX_TEXT
 CHUNK_CHARS = 1500  # sentences shown to the model per call (about 400 tokens)
 CHUNK_SENTENCES = 24
-NOOP_COSINE = 0.95  # near-identical to a stored memory: already known
-CONTAINED_COSINE = 0.85  # same words, one a subset of the other: known (or a refinement)
-CHANGE_COSINE = 0.6  # a change ("moved to", "no longer") this close to a stored fact supersedes it
-JUDGE_COSINE = 0.75  # where rules cannot decide, a strong model judges pairs at least this close
+# Reconciliation's cosines on MiniLM's scale; each model has its own (pmem.thresholds, passed to
+# decide() by reconcile() from the store).
+NOOP_COSINE = MINILM.noop  # 0.95: near-identical to a stored memory: already known
+CONTAINED_COSINE = MINILM.contained  # 0.85: same words, one a subset of the other: known (or a refinement)
+CHANGE_COSINE = MINILM.change  # 0.6: a change ("moved to", "no longer") this close to a stored fact supersedes it
+JUDGE_COSINE = MINILM.judge  # 0.75: where rules cannot decide, a strong model judges pairs at least this close
 
 # Words that carry no fact on their own: with these and stop words gone, "Wow, thanks so much!"
 # is empty and never reaches the model.
@@ -345,15 +348,17 @@ class _Cached:
         return [self.memo[t] for t in texts]
 
 
-def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", min_support: float
-           ) -> tuple[list[Fact], list[Fact]]:
-    """(grounded, rejected): each fact is checked against the turn it came from."""
+def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", min_support: float,
+           min_similarity: float = MINILM.grounding) -> tuple[list[Fact], list[Fact]]:
+    """(grounded, rejected): each fact is checked against the turn it came from (`min_similarity`:
+    the grounding cosine of the embedder's model, pmem.thresholds)."""
     ok, rejected = [], []
     if embedder is not None and facts:  # one batch for every text the gate will compare
         embedder = _Cached(embedder)
         embedder.embed([f.text for f in facts] + [p for f in facts for p in split_sentences(turns[f.turn].display)])
     for f in facts:
-        g = check_grounding(f.text, [turns[f.turn].display], embedder, min_support=min_support)
+        g = check_grounding(f.text, [turns[f.turn].display], embedder, min_support=min_support,
+                            min_similarity=min_similarity)
         f.support = round(g.support, 3)
         if g.ok:
             ok.append(f)
@@ -365,24 +370,30 @@ def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", mi
 
 # -- reconciliation ---------------------------------------------------------------------------
 
-def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] | None = None) -> str:
+def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] | None = None,
+           thresholds: Thresholds | None = None) -> str:
     """How a new fact relates to one stored memory: noop, update, supersede or add.
 
     Rules first, each one cheap and explainable; `judge` (a strong model) only for close pairs
-    that no rule settles."""
+    that no rule settles. `thresholds`: the cosines of the model that measured `cosine` (default
+    MiniLM's: this module's *_COSINE constants)."""
+    if thresholds is None:
+        noop, contained, change, judged = NOOP_COSINE, CONTAINED_COSINE, CHANGE_COSINE, JUDGE_COSINE
+    else:
+        noop, contained, change, judged = thresholds.noop, thresholds.contained, thresholds.change, thresholds.judge
     a, b = content_stems(new), content_stems(old)
-    if cosine >= NOOP_COSINE or a == b:
+    if cosine >= noop or a == b:
         return "noop"
-    if cosine >= CONTAINED_COSINE and a <= b:
+    if cosine >= contained and a <= b:
         return "noop"  # the stored memory already says all of it
-    if cosine >= CONTAINED_COSINE and b < a:
+    if cosine >= contained and b < a:
         return "update"  # the new fact says the same and more
     only_new, only_old = a - b, b - a
-    if only_new and only_old and all(has_digit(w) for w in only_new | only_old) and cosine >= CHANGE_COSINE:
+    if only_new and only_old and all(has_digit(w) for w in only_new | only_old) and cosine >= change:
         return "supersede"  # the same statement with a different number: age, count, price
-    if cosine >= CHANGE_COSINE and (a & _CHANGE_STEMS) and not (b & _CHANGE_STEMS) and only_old:
+    if cosine >= change and (a & _CHANGE_STEMS) and not (b & _CHANGE_STEMS) and only_old:
         return "supersede"  # "moved to Lisbon" after "lives in Berlin"
-    if judge is not None and cosine >= JUDGE_COSINE:
+    if judge is not None and cosine >= judged:
         return {"same": "noop", "refines": "update", "contradicts": "supersede"}.get(judge(old, new), "add")
     return "add"
 
@@ -410,8 +421,9 @@ def _similar(store: "MemoryStore", text: str, limit: int = 5):
 
 def reconcile(store: "MemoryStore", fact: Fact, judge=None) -> tuple[str, str | None]:
     """(action, target id) against the most similar stored memories, closest first."""
+    thresholds = store.thresholds()
     for hit in _similar(store, fact.text):
-        action = decide(fact.text, hit.memory.text, 1.0 - hit.distance, judge)
+        action = decide(fact.text, hit.memory.text, 1.0 - hit.distance, judge, thresholds)
         if action != "add":
             return action, hit.memory.id
     return "add", None
@@ -504,7 +516,8 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
         raise type(exc)(f"{exc}; the input was kept as episodic memory {', '.join(ids)}") from None
     result = ExtractResult(model=model, dry_run=dry_run, candidates=shown, invalid=invalid, turns=len(turns))
     embedder = store.embedder
-    grounded, result.rejected = ground(proposed, turns, embedder, float(store.config.extract_min_support))
+    grounded, result.rejected = ground(proposed, turns, embedder, float(store.config.extract_min_support),
+                                       store.thresholds().grounding)
     seen: set[frozenset] = set()
     accepted: list[Fact] = []
     for f in grounded:  # the same sentence said twice in one input is one fact

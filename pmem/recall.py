@@ -116,7 +116,7 @@ def _line(m: Memory, fmt: str) -> str:
 
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
            flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60,
-           min_similarity: float = 0.2, neighbours: int | None = None) -> Recalled:
+           min_similarity: float | None = None, neighbours: int | None = None) -> Recalled:
     """Memories for another LLM's context: pinned core memories first, then the memories most
     relevant to `query` (or the most recent without one), packed under a token budget.
 
@@ -127,7 +127,8 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         flt: which memories to consider (default: active ones).
         fmt: the format whose size is measured: md, xml, json (measured as md) or text.
         candidates: how many search results (or recent memories) to consider.
-        min_similarity: cosine below which a meaning-only match is left out as noise.
+        min_similarity: cosine below which a meaning-only match is left out as noise (default:
+            the recall cut-off of the model the vectors come from, pmem.thresholds).
         neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches
             brings, nearest first while they fit (default: the `recall_neighbours` setting); a
             match and its neighbours are shown as one block in thread order, each memory once.
@@ -157,6 +158,8 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
+        if min_similarity is None:
+            min_similarity = store.thresholds().recall_cutoff
         hits = search(store, query, others_flt, limit=candidates)
         # Meaning-only matches far from the query are noise in a context block, not memory.
         hits = [h for h in hits if h.keyword_rank is not None

@@ -26,8 +26,13 @@ Limits, so that a flood from its own user (or a stopped server) costs little:
 Protocol (one request per connection): the client sends one JSON line; the server answers one JSON
 line and, for vectors, `n * dim` little-endian float32 values after it.
 
-    {"op": "open", "model": PATH}            -> {"ok": true, "name": ..., "dim": ...}
-    {"op": "embed", "model": PATH, "texts": [...]} -> {"ok": true, "n": N, "dim": D} + bytes
+    {"op": "open", "model": PATH}            -> {"ok": true, "name": ..., "dim": ..., "query_aware": ...}
+    {"op": "embed", "model": PATH, "texts": [...], "query": false} -> {"ok": true, "n": N, "dim": D} + bytes
+
+Every request carries {"v": PROTOCOL}; a server answers a request of another version with an error,
+and a client that gets one loads the model itself. Version 2 added "query": models that embed
+search queries and stored texts differently (e5's "query: " / "passage: ", `query_aware`) are told
+which; version 1 servers would have embedded every query as a passage.
     {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], ...}
     {"op": "stop"}                            -> {"ok": true}
     failures                                  -> {"ok": false, "error": "one line"}
@@ -52,7 +57,7 @@ from typing import Any, Callable, Sequence
 from . import notices, paths
 from .errors import ModelError, PmemError, UsageError
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: embed requests say whether the texts are search queries
 MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request line; a larger embed runs in the client
 MAX_CONNECTIONS = 64  # open at once, whatever their state
 WORKERS = 4  # threads running requests (one model embeds one batch at a time anyway)
@@ -188,6 +193,13 @@ def call(op: dict[str, Any], *, path: Path | None = None, timeout: float | None 
     return header
 
 
+def _embed_with(model: Any, texts: list[str], query: bool) -> list[list[float]]:
+    """`model.embed(texts)`, telling a query-aware model when the texts are search queries."""
+    if query and getattr(model, "query_aware", False):
+        return model.embed(texts, query=True)
+    return model.embed(texts)
+
+
 class RemoteEmbedder:
     """An Embedder whose model lives in `pmem serve`. If the server goes away or stops answering,
     it switches for good to `fallback()`, the same model loaded in this process."""
@@ -197,22 +209,25 @@ class RemoteEmbedder:
         self.path = model_path
         self.name = str(info["name"])
         self.dim = int(info["dim"])
+        self.query_aware = bool(info.get("query_aware", False))
         self.remote = True
         self._sock_path = sock_path
         self._threads = threads
         self._fallback = fallback
         self._local: Any = None  # the fallback embedder, once the server stopped answering
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: list[str], query: bool = False) -> list[list[float]]:
+        """Vectors of `texts`; query=True: they are search queries (see `query_aware`)."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts")
         texts = list(texts)
         if not texts:
             return []
         if self._local is None:
-            payload = _line({"v": PROTOCOL, "op": "embed", "model": str(self.path), "texts": texts})
+            payload = _line({"v": PROTOCOL, "op": "embed", "model": str(self.path), "texts": texts,
+                             "query": bool(query)})
             if len(payload) > MAX_REQUEST:
-                return self.local().embed(texts)  # bulk work: this process, as for a large import
+                return _embed_with(self.local(), texts, query)  # bulk work: this process, as for a large import
             try:
                 header, reader, sock = _exchange(payload, self._sock_path, reply_timeout(texts))
                 try:
@@ -229,7 +244,7 @@ class RemoteEmbedder:
             except (OSError, ConnectionError, ValueError, KeyError):
                 notices.notice("the server stopped answering; loading the model in this process")
                 self._local = self.local()
-        return self._local.embed(texts)
+        return _embed_with(self._local, texts, query)
 
     def local(self):
         """The same model loaded in this process: for bulk work (an import, a reindex), which
@@ -299,8 +314,8 @@ def _say(conn: socket.socket, obj: dict[str, Any]) -> None:
 class Server:
     """Serves embeddings on a Unix socket until stopped, signalled, or idle for `idle` seconds.
 
-    `loader(path, threads=...)` loads the embedder for a GGUF path (the CLI passes
-    `pmem.embed.LlamaEmbedder`; tests pass fakes)."""
+    `loader(path, threads=...)` loads the embedder for a model file (the CLI passes
+    `pmem.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes)."""
 
     def __init__(self, path: Path | None = None, *, loader: Callable[..., Any], threads: int = 0,
                  idle: float = 0.0, max_connections: int = MAX_CONNECTIONS, workers: int = WORKERS,
@@ -526,7 +541,7 @@ class Server:
             self.last = time.monotonic()
 
     def model(self, path: Any):
-        """The embedder for this GGUF path, loaded on first use and kept."""
+        """The embedder for this model file, loaded on first use and kept."""
         if not isinstance(path, str) or not path:
             raise UsageError("bad request: no model path")
         key = str(Path(path).resolve())
@@ -541,13 +556,17 @@ class Server:
             raise UsageError(f"protocol version {req.get('v')!r} is not {PROTOCOL}: restart `pmem serve`")
         if op == "open":
             model = self.model(req.get("model"))
-            _send_json(conn, {"ok": True, "name": model.name, "dim": model.dim})
+            _send_json(conn, {"ok": True, "name": model.name, "dim": model.dim,
+                              "query_aware": bool(getattr(model, "query_aware", False))})
         elif op == "embed":
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise UsageError("bad request: texts must be a list of strings")
+            query = req.get("query", False)
+            if not isinstance(query, bool):
+                raise UsageError("bad request: query must be true or false")
             model = self.model(req.get("model"))
-            vectors = model.embed(texts)
+            vectors = _embed_with(model, texts, query)
             _send_json(conn, {"ok": True, "n": len(vectors), "dim": model.dim})
             conn.sendall(_float32(vectors))
         elif op == "status":

@@ -25,6 +25,7 @@ from .records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 
 if TYPE_CHECKING:
     from .embed import Embedder
+    from .thresholds import Thresholds
 
 _COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 _ID = re.compile(r"^[0-9a-z]{1,32}$")
@@ -312,9 +313,12 @@ class MemoryStore:
             return
         e = self.embedder
         if name != e.name or dim != e.dim:
+            staged = self.reindex_progress()
+            resume = f" (to resume the interrupted one: {staged[1]} of {staged[2]} done)" \
+                if staged and staged[0] == e.name else ""
             raise ModelMismatch(
                 f"the stored vectors come from {name} ({dim}-d) but the configured model is "
-                f"{e.name} ({e.dim}-d); run `pmem reindex` to re-embed, or configure {name} again")
+                f"{e.name} ({e.dim}-d); run `pmem reindex` to re-embed{resume}, or configure {name} again")
 
     def _ensure_vec_table(self) -> None:
         if self._has_vec_table():
@@ -1180,15 +1184,12 @@ class MemoryStore:
     # -- maintenance ----------------------------------------------------------------------
 
     def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
-        """Re-embed every memory with the configured model (after changing models)."""
-        e = self.embedder
-        rows = self.conn.execute("SELECT seq, text FROM memories ORDER BY seq").fetchall()
-        blobs: list[bytes] = []
-        for start in range(0, len(rows), batch):
-            chunk = rows[start:start + batch]
-            blobs.extend(serialize(v) for v in e.embed([t for _, t in chunk]))
-            if progress:
-                progress(min(start + batch, len(rows)), len(rows))
+        """Re-embed every memory with the configured model (after changing models).
+
+        Resumable: an interrupted reindex to the same model continues where it stopped (see
+        `_stage_reindex`). The stored vectors change in one transaction at the end, so searches
+        never mix two models' vectors."""
+        rows, blobs = self._stage_reindex(progress, batch)
         with self.transaction():
             self.conn.execute("DROP TABLE IF EXISTS memory_vec")
             self.conn.execute("DROP TABLE IF EXISTS memory_bits")
@@ -1201,6 +1202,7 @@ class MemoryStore:
             by_seq = self.memories_by_seq(seq for seq, _ in rows)
             for (seq, _), blob in zip(rows, blobs):
                 self._put_vec(seq, blob, by_seq[seq])
+            self._end_reindex()
         return len(rows)
 
     def stats(self) -> dict[str, Any]:
@@ -1235,6 +1237,75 @@ class MemoryStore:
         }
 
     # -- added for pmem.dream (kept at the end of the class: other branches edit above) ----------
+
+    # -- a resumable reindex: vectors staged batch by batch (kept apart from the others' hunks) ----
+
+    def _stage_reindex(self, progress: Progress | None,
+                       batch: int) -> tuple[builtins.list[tuple[int, None]], builtins.list[bytes]]:
+        """Embed every memory with the configured model into the staging table `reindex_vec`,
+        one committed transaction per batch, skipping the memories staged by an earlier,
+        interrupted run for the same model (settings reindex_model / reindex_dim); staging for
+        another model is thrown away. Triggers drop a staged vector when its memory is deleted or
+        its text changes, so what is staged always matches the text. Returns (seq, None) rows
+        and their vectors, in seq order, for the final swap."""
+        e = self.embedder
+        with self.transaction():
+            if (self.setting("reindex_model"), self.setting("reindex_dim")) != (e.name, str(e.dim)):
+                self._end_reindex()
+                self.conn.execute("CREATE TABLE reindex_vec (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+                self.conn.execute("CREATE TRIGGER reindex_vec_gone AFTER DELETE ON memories "
+                                  "BEGIN DELETE FROM reindex_vec WHERE seq = old.seq; END")
+                self.conn.execute("CREATE TRIGGER reindex_vec_text AFTER UPDATE OF text ON memories "
+                                  "WHEN old.text IS NOT new.text "
+                                  "BEGIN DELETE FROM reindex_vec WHERE seq = old.seq; END")
+                self._set_setting("reindex_model", e.name)
+                self._set_setting("reindex_dim", str(e.dim))
+        total = self.conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+        done = self.conn.execute("SELECT count(*) FROM reindex_vec").fetchone()[0]
+        if progress and done:
+            progress(done, total)  # resumed
+        while True:
+            todo = self.conn.execute(
+                "SELECT m.seq, m.text FROM memories m WHERE NOT EXISTS "
+                "(SELECT 1 FROM reindex_vec r WHERE r.seq = m.seq) ORDER BY m.seq LIMIT ?", (batch,)).fetchall()
+            if not todo:
+                break
+            vectors = e.embed([t for _, t in todo])
+            with self.transaction():  # only where the text is still the one embedded
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO reindex_vec (seq, embedding) SELECT ?, ? "
+                    "WHERE EXISTS (SELECT 1 FROM memories WHERE seq = ? AND text = ?)",
+                    [(seq, serialize(v), seq, text) for (seq, text), v in zip(todo, vectors)])
+            total = self.conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+            done = self.conn.execute("SELECT count(*) FROM reindex_vec").fetchone()[0]
+            if progress:
+                progress(min(done, total), total)
+        staged = self.conn.execute("SELECT m.seq, r.embedding FROM memories m JOIN reindex_vec r ON r.seq = m.seq "
+                                   "ORDER BY m.seq").fetchall()
+        return [(seq, None) for seq, _ in staged], [blob for _, blob in staged]
+
+    def _end_reindex(self) -> None:
+        """Drop the staging of a reindex (finished, or for another model)."""
+        self.conn.execute("DROP TRIGGER IF EXISTS reindex_vec_gone")
+        self.conn.execute("DROP TRIGGER IF EXISTS reindex_vec_text")
+        self.conn.execute("DROP TABLE IF EXISTS reindex_vec")
+        self.conn.execute("DELETE FROM settings WHERE key IN ('reindex_model', 'reindex_dim')")
+
+    def reindex_progress(self) -> tuple[str, int, int] | None:
+        """(target model, memories staged, memories) of an interrupted reindex, else None."""
+        model = self.setting("reindex_model")
+        if model is None or not self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'reindex_vec'").fetchone():
+            return None
+        staged = self.conn.execute("SELECT count(*) FROM reindex_vec").fetchone()[0]
+        return model, staged, self.conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+
+    def thresholds(self) -> "Thresholds":
+        """The cosine thresholds of the model the stored vectors come from (the configured one
+        before the first vector), with the user's dedup/merge settings (pmem.thresholds)."""
+        from .thresholds import effective
+
+        return effective(self.vector_model()[0] or self.config.embed_model, self.config)
 
     def storage_order(self, ids: Iterable[str]) -> dict[str, int]:
         """The order memories were stored in, for breaking ties between equal `created_at`.

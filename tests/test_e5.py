@@ -305,9 +305,9 @@ def test_e5_thresholds_keep_paraphrases_and_drop_unrelated_pairs(e5):
     a, b, other = e5.embed_array(["I prefer dark mode in every code editor",
                                   "In code editors I always prefer dark mode",
                                   "The dentist moved my appointment to Thursday"])
-    assert float(a @ b) >= t["dedup"] > float(a @ other)
+    assert float(a @ b) >= t.dedup > float(a @ other)
     assert float(a @ other) >= 0.5  # why MiniLM's thresholds cannot be reused: unrelated texts sit high
-    assert t["recall_cutoff"] < t["grounding"] < t["merge"] < t["dedup"]
+    assert t.recall_cutoff < t.grounding < t.merge < t.dedup
 
 
 @pytest.mark.model

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from pmem import extract as ex
 from pmem.errors import ExtractionError, ModelError, UsageError
 from pmem.store import Filter
+from pmem.thresholds import BY_MODEL, MINILM
 
 from fakes import FakeGenerator
 
@@ -184,7 +186,7 @@ def test_supersede_keeps_the_old_fact_in_history(store):
 
 def test_update_refines_a_stored_memory(store, monkeypatch):
     old, _ = store.add("Dana approves deploys")
-    monkeypatch.setattr(ex, "CONTAINED_COSINE", 0.0)  # the fake embedder's cosines are low
+    monkeypatch.setitem(BY_MODEL, "fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
     r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
     assert [f.action for f in r.facts] == ["update"] and r.facts[0].id == old.id
     m = store.get(old.id)
@@ -429,7 +431,7 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
         written.clear()
         r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
         assert [f.action for f in r.facts] == ["add", "add"]
-        monkeypatch.setattr(ex, "CONTAINED_COSINE", 0.0)  # the fake embedder's cosines are low
+        monkeypatch.setitem(BY_MODEL, "fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
         r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
         assert [f.action for f in r.facts] == ["update"] and store.get(old.id).text.endswith("on Fridays.")
     assert locked == [] and len(written) >= 2

@@ -596,3 +596,147 @@ def test_running_out_of_file_descriptors_does_not_stop_the_server(server_process
     assert srv.stop() is True
     assert proc.wait(10) == 0
     assert "Traceback" not in proc.stderr.read()
+
+
+# --- query-aware models (e5) through the server: protocol 2 -------------------------------------
+
+
+class QueryFake(FakeEmbedder):
+    """A fake that, like e5, embeds search queries differently from stored texts."""
+
+    query_aware = True
+
+    def __init__(self, path=None, threads=0):
+        super().__init__(32)
+
+    def embed(self, texts, query=False):
+        return super().embed([("query: " if query else "passage: ") + t for t in texts])
+
+
+@pytest.fixture
+def query_server(short_home):
+    s = srv.Server(threads=1, loader=QueryFake)
+    s.bind()
+    thread = threading.Thread(target=s.serve, daemon=True)
+    thread.start()
+    yield s
+    s.shutdown()
+    thread.join(5)
+
+
+def _close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert max(abs(a - b) for a, b in zip(g, w)) < 1e-6
+
+
+def test_query_vectors_cross_the_socket_as_queries(query_server, tmp_path):
+    remote = srv.connect_embedder(tmp_path / "e5.e5s1")
+    assert remote is not None and remote.query_aware is True
+    texts = ["where did I park the car", "Машина стоит на третьем уровне"]
+    local = QueryFake()
+    _close(remote.embed(texts, query=True), local.embed(texts, query=True))
+    _close(remote.embed(texts), local.embed(texts))
+    assert remote.embed(texts[:1], query=True) != remote.embed(texts[:1])  # the flag changed the vector
+
+
+def test_a_model_without_queries_ignores_the_flag(server, tmp_path):
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    assert remote.query_aware is False
+    _close(remote.embed(["cabin wifi"], query=True), FakeEmbedder(32).embed(["cabin wifi"]))
+
+
+def test_the_local_fallback_also_gets_the_query_flag(short_home, tmp_path):
+    remote = srv.RemoteEmbedder(tmp_path / "e5.e5s1", {"name": "fake-32", "dim": 32, "query_aware": True},
+                                short_home / "nobody.sock", fallback=QueryFake)
+    _close(remote.embed(["a query"], query=True), QueryFake().embed(["a query"], query=True))
+    _close(remote.embed(["a memory"]), QueryFake().embed(["a memory"]))
+
+
+def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp_path, monkeypatch):
+    from pmem.store import MemoryStore, deserialize
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setattr("pmem.embed._cache", {})
+    cfg = Settings(embed_model=str(model), server="auto")
+    with MemoryStore(tmp_path / "q.db", config=cfg) as store:
+        assert isinstance(store.embedder, srv.RemoteEmbedder)
+        _close([deserialize(store.query_vector("parking"))], QueryFake().embed(["parking"], query=True))
+        _close([deserialize(store.embed(["parking"])[0])], QueryFake().embed(["parking"]))
+
+
+@pytest.mark.parametrize("reply", [{"ok": False, "error": "protocol version 2 is not 1: restart `pmem serve`"},
+                                   {"ok": True, "name": "old", "dim": 32, "v1": True}])
+def test_a_server_of_another_version_is_not_used_for_queries(short_home, tmp_path, reply):
+    """A version-1 server refuses a version-2 request: the command loads its model itself."""
+    path = srv.socket_path()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    seen = []
+
+    def answer():
+        conn, _ = listener.accept()
+        with conn:
+            seen.append(json.loads(conn.makefile("rb").readline()))
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        remote = srv.connect_embedder(tmp_path / "e5.e5s1")
+    finally:
+        thread.join(5)
+        listener.close()
+    assert seen[0]["v"] == srv.PROTOCOL == 2
+    if not reply["ok"]:
+        assert remote is None
+    else:  # an answer without "query_aware": the client never relies on it to embed queries
+        assert remote.query_aware is False
+
+
+def test_serve_loads_models_through_the_one_loading_path(monkeypatch, tmp_path):
+    from pmem import embed
+
+    e5_file = tmp_path / "m.e5s1"
+    e5_file.write_bytes(b"E5S1")
+    loaded = []
+    monkeypatch.setattr("pmem.embed_e5.E5Embedder", lambda path, threads=0: loaded.append(("e5", path)) or "e5")
+    monkeypatch.setattr(embed, "LlamaEmbedder", lambda path, threads=0: loaded.append(("gguf", path)) or "gguf")
+    assert embed.load_model_file(e5_file) == "e5" and embed.load_model_file(tmp_path / "m.gguf") == "gguf"
+    source = Path(srv.__file__).parent.joinpath("cli", "serve_cmd.py").read_text()
+    assert "loader=load_model_file" in source
+
+
+@pytest.mark.model
+def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch):
+    """The real multilingual-e5-small in `Server`, as `pmem serve` runs it: queries and passages."""
+    import numpy as np
+
+    from pmem import provision
+    from pmem.embed import load_model_file
+    from pmem.store import MemoryStore, deserialize
+
+    path = provision.ensure_model("multilingual-e5-small", progress=False)
+    s = srv.Server(threads=1, loader=load_model_file)
+    s.bind()
+    thread = threading.Thread(target=s.serve, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr("pmem.embed._cache", {})
+        local = load_model_file(path, threads=1)
+        texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
+        with MemoryStore(short_home / "e5.db", config=Settings(embed_model="multilingual-e5-small",
+                                                               server="auto", threads=1)) as store:
+            assert isinstance(store.embedder, srv.RemoteEmbedder) and store.embedder.query_aware
+            for query in (True, False):
+                served = np.array([deserialize(b) for b in store.embed(texts, query=query)])
+                want = np.asarray(local.embed(texts, query=query))
+                assert np.abs(served - want).max() < 1e-5
+            q = np.array(deserialize(store.query_vector(texts[0])))
+            assert float(q @ np.asarray(local.embed(texts[:1])[0])) < 0.999  # a query is not a passage
+        assert s.requests >= 3
+    finally:
+        s.shutdown()
+        thread.join(10)

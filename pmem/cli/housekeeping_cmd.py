@@ -53,6 +53,10 @@ def path(as_json: bool = JsonOpt) -> None:
 def reindex() -> None:
     """Re-embed every memory with the configured embedding model (after changing models).
 
+    Interrupted (Ctrl-C, a crash), it resumes where it stopped when run again with the same
+    model. The stored vectors switch to the new model at the end, all at once: until then
+    search answers from the old model's vectors only when that model is configured.
+
     \b
     Example:
       PMEM_EMBED_MODEL=~/models/bge-small.gguf pmem reindex

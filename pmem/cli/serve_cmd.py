@@ -78,9 +78,9 @@ def serve(
             out.note(f"pmem server running (pid {info['pid']}), socket {info['socket']}")
         return
 
-    from ..embed import LlamaEmbedder
+    from ..embed import load_model_file
 
-    server = srv.Server(threads=n_threads, idle=idle_s, loader=LlamaEmbedder)
+    server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file)
     server.bind()  # claims the socket: a second server stops here
     try:
         server.model(str(model))  # before answering anyone: errors show here, and callers just wait

@@ -178,7 +178,7 @@ class HookSettings:
     budget: int = 4000  # characters printed at most
     timeout: float = 4.0  # seconds; past it the hook prints nothing
     limit: int = 8  # relevant memories considered per prompt
-    min_similarity: float = 0.3
+    min_similarity: float | None = None  # None: the vectors' model's (pmem.thresholds hook, hook_words)
 
 
 def search_mode(store: MemoryStore) -> str:
@@ -191,19 +191,24 @@ def search_mode(store: MemoryStore) -> str:
     return "hybrid"
 
 
-def _relevant(store: MemoryStore, query: str, flt: Filter, limit: int, min_similarity: float) -> list:
+def _relevant(store: MemoryStore, query: str, flt: Filter, limit: int, min_similarity: float | None) -> list:
     from ..search import search
 
     hits = search(store, query, replace(flt, pinned=False, tiers=("archival",)), limit=limit,
                   mode=search_mode(store))
     # A prompt always shares some words with something; keep only hits that are close in meaning,
     # or that match by words and are not far in meaning.
+    if min_similarity is None:
+        t = store.thresholds()
+        close_at, words_at = t.hook, t.hook_words
+    else:
+        close_at, words_at = min_similarity, min_similarity / 2
     keep = []
     for h in hits:
         sim = None if h.distance is None else 1.0 - h.distance
-        close = sim is not None and sim >= min_similarity
+        close = sim is not None and sim >= close_at
         words = (h.keyword_rank is not None and h.keyword_rank <= 3
-                 and (sim is None or sim >= min_similarity / 2))
+                 and (sim is None or sim >= words_at))
         if close or words:
             keep.append(h.memory)
     return keep
