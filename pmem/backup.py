@@ -83,12 +83,7 @@ def backup_database(store: "MemoryStore", *, label: str = "", keep: int | None =
     try:
         fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.close(fd)
-        dest = db.driver().connect(str(temp), isolation_level=None)
-        try:
-            store.conn.backup(dest)
-            dest.execute("PRAGMA journal_mode = DELETE")
-        finally:
-            dest.close()
+        store.copy_to(temp)
         os.chmod(temp, 0o600)
         _fsync(temp)
         target = _target(directory, label)
@@ -184,9 +179,7 @@ def purge_backups(ids: list[str], *, mode: str = "rewrite", directory: Path | No
             path.unlink(missing_ok=True)
             continue
         with MemoryStore(path, config=config) as copy:
-            copy.purge([i for i in ids if copy.conn.execute(
-                "SELECT 1 FROM memories WHERE id = ? UNION ALL SELECT 1 FROM events WHERE memory_id = ?",
-                (i, i)).fetchone()])
-            copy.conn.execute("PRAGMA journal_mode = DELETE")  # self-contained again, as backups are
+            copy.purge(copy.ids_in_history(ids))
+            copy.use_rollback_journal()
         os.chmod(path, 0o600)
     return touched

@@ -1068,6 +1068,26 @@ class MemoryStore:
             self.conn.execute("DELETE FROM settings WHERE key = 'purge_pending'")
         return self.checkpoint()
 
+    def copy_to(self, path: str | Path) -> None:
+        """Write a consistent, self-contained copy of the database to `path` (an existing empty
+        file) with SQLite's online backup; the copy uses a rollback journal, not WAL."""
+        dest = db.driver().connect(str(path), isolation_level=None)
+        try:
+            self.conn.backup(dest)
+            dest.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            dest.close()
+
+    def ids_in_history(self, ids: Iterable[str]) -> builtins.list[str]:
+        """Those of `ids` that a memory or an event of this database still names."""
+        return [i for i in ids if self.conn.execute(
+            "SELECT 1 FROM memories WHERE id = ? UNION ALL SELECT 1 FROM events WHERE memory_id = ?",
+            (i, i)).fetchone()]
+
+    def use_rollback_journal(self) -> None:
+        """Leave WAL mode, so the file stands alone again (as backups are)."""
+        self.conn.execute("PRAGMA journal_mode = DELETE")
+
     def checkpoint(self, attempts: int = 5) -> bool:
         """Copy the -wal into the database file and truncate it to 0 bytes; False if readers kept it."""
         import time

@@ -37,3 +37,18 @@ def test_every_module_has_a_layer(contracts):
     placed = {name.strip() for layer in contracts["layers"]["layers"]
               for name in layer.replace(":", "|").split("|")}
     assert placed == library_modules() | {"cli", "tui"}
+
+
+def test_only_the_store_reaches_into_a_store():
+    """No module but store.py uses a MemoryStore's connection or a private store name (issue 9)."""
+    import re
+
+    reach = re.compile(r"\b(?:store|copy|self\.store|s)\.(?:conn\b|_[a-z])")
+    offenders = []
+    for path in sorted((ROOT / "pmem").rglob("*.py")):
+        if path.name == "store.py":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if reach.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
