@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import prompts, secretscan, timeutil
+from . import dates, prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
 from .grounding import Grounding, check_grounding  # noqa: F401 - re-exported: extract.check_grounding is public
 from .text import content_stems, content_words, has_digit, split_sentences, stem
@@ -232,16 +232,28 @@ class ExtractResult:
     candidates: int = 0  # sentences shown to the model
     invalid: int = 0  # model answers that pointed at nothing (ignored)
     turns: int = 0
+    dates: list[dict[str, str]] = field(default_factory=list)  # relative dates resolved: phrase, resolved, said, fact
 
     def counts(self) -> dict[str, int]:
         c = {a: sum(1 for f in self.facts if f.action == a) for a in ("add", "noop", "update", "supersede")}
         return {**c, "rejected": len(self.rejected), "dropped": self.dropped, "candidates": self.candidates,
-                "invalid": self.invalid, "turns": self.turns}
+                "invalid": self.invalid, "turns": self.turns, "dates_resolved": len(self.dates)}
 
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "model": self.model, "dry_run": self.dry_run, "source_ids": self.source_ids,
                 "counts": self.counts(), "facts": [f.to_dict() for f in self.facts],
-                "rejected": [f.to_dict() for f in self.rejected]}
+                "rejected": [f.to_dict() for f in self.rejected], "dates": self.dates}
+
+
+def resolve_dates(fact: Fact, at: str | None) -> list[dict[str, str]]:
+    """Rewrite the fact's relative dates against when it was said (its turn's date, else `at`):
+    "last month", said on 2026-11-12, becomes "in October 2026" (pmem.dates). With no known date
+    the text stays as it is. Returns what was resolved."""
+    said = fact.date or at
+    if not said:
+        return []
+    fact.text, changes = dates.resolve_relative(fact.text, said)
+    return [{"phrase": c.phrase, "resolved": c.text, "said": said, "fact": fact.text} for c in changes]
 
 
 @dataclass
@@ -493,6 +505,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             progress: Callable[[int, int], None] | None = None, allow_secret: bool = False) -> ExtractResult:
     """Extract, ground and reconcile facts from `text`; store them with their source in one operation.
 
+    Relative dates in a fact are resolved against when it was said (`resolve_dates`) before review.
     `review(fact)` returns the text to keep (possibly edited) or None to drop the fact. A model
     failure still stores the source (unless dry_run) and then raises, naming the stored id."""
     text = _check_text(text)
@@ -525,6 +538,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             f.action, f.reason = "rejected", "contains a secret"
             result.rejected.append(f)
             continue
+        resolved = resolve_dates(f, at)
         key = frozenset(content_stems(f.text))
         if key in seen:
             continue
@@ -536,6 +550,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
                 continue
             if kept.strip() and kept.strip() != f.text:
                 f.text, f.edited = kept.strip(), True
+        result.dates.extend(resolved)
         accepted.append(f)
     judge = _judge(generator)
     if dry_run:

@@ -146,7 +146,11 @@ def test_extract_stores_source_and_linked_facts(store):
     r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
     assert [f.action for f in r.facts] == ["add", "add"]
     texts = {m.text for m in active(store)}
-    assert texts == {"Melanie painted a lake sunrise last year!", "Caroline went to a LGBTQ support group yesterday."}
+    # relative dates resolved against the date line the turns were said under (8 May 2023)
+    assert texts == {"Melanie painted a lake sunrise in 2022!", "Caroline went to a LGBTQ support group on 7 May 2023."}
+    assert sorted((d["phrase"], d["resolved"]) for d in r.dates) == [("last year", "in 2022"),
+                                                                      ("yesterday", "on 7 May 2023")]
+    assert r.counts()["dates_resolved"] == 2
     (src,) = store.list(Filter(tiers=("episodic",)), limit=None)
     assert src.text == CHAT.strip() and src.created_at == "2023-05-08T00:00:00Z" and src.tags == ["chat"]
     for f in r.facts:
@@ -343,6 +347,79 @@ def test_cli_add_extract(cli):
     assert r.exit_code == 0, r.output
     assert [f["text"] for f in json.loads(r.stdout)["facts"]] == ["I moved to Lisbon last month",
                                                                    "I still prefer dark mode."]
+
+
+def test_extract_resolves_dates_against_at_and_leaves_undated_text(store):
+    said = "I moved to Lisbon last month."
+    r = ex.extract(store, said, generator=FakeGenerator(), at="2026-11-12T10:00:00Z", dry_run=True)
+    assert [f.text for f in r.facts] == ["I moved to Lisbon in October 2026."]
+    assert r.dates == [{"phrase": "last month", "resolved": "in October 2026", "said": "2026-11-12T10:00:00Z",
+                        "fact": "I moved to Lisbon in October 2026."}]
+    undated = ex.extract(store, said, generator=FakeGenerator(), dry_run=True)  # no known date: left as said
+    assert [f.text for f in undated.facts] == ["I moved to Lisbon last month."] and undated.dates == []
+
+
+def test_review_sees_the_resolved_text(store):
+    seen = []
+    ex.extract(store, "I moved to Lisbon last month.", generator=FakeGenerator(), at="2026-11-12",
+               dry_run=True, review=lambda f: seen.append(f.text) or f.text)
+    assert seen == ["I moved to Lisbon in October 2026."]
+
+
+def _chatgpt_export(tmp_path):
+    from export_fixtures import chatgpt_conversation
+
+    said = 1_794_499_200  # 2026-11-12T16:00:00Z
+    convs = [chatgpt_conversation("x1", [("user", "I started a new job at the bakery last month."),
+                                         ("assistant", "Congratulations on the job!")], start=said),
+             chatgpt_conversation("x2", [("user", "My sister visits us next year.")], start=said)]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(convs))
+    return path
+
+
+def test_cli_extract_a_chat_export_by_shape(cli, tmp_path):
+    path = _chatgpt_export(tmp_path)
+    r = cli("extract", str(path), "--json", "--tag", "mine")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["counts"]["conversations"] == 2 and data["counts"]["add"] == 2
+    assert data["counts"]["dates_resolved"] == 2 and len(data["runs"]) == 2
+    facts = json.loads(cli("list", "--json").stdout)
+    by_source = {m["source"]: m for m in facts if m["tier"] != "episodic"}
+    assert by_source["chatgpt:x1"]["text"] == "I started a new job at the bakery in October 2026."
+    assert by_source["chatgpt:x2"]["text"] == "My sister visits us in 2027."
+    assert by_source["chatgpt:x1"]["created_at"].startswith("2026-11-12")
+    assert set(by_source["chatgpt:x1"]["tags"]) >= {"chatgpt", "mine"}
+    assert not any("Congratulations" in m["text"] for m in facts)  # the assistant's words are context only
+    again = json.loads(cli("extract", str(path), "--json").stdout)  # extracted already: nothing new
+    assert again["counts"] == {"conversations_skipped": 2, "dates_resolved": 0} and again["runs"] == []
+
+
+def test_cli_extract_a_chat_export_same_facts_as_import(cli, tmp_path):
+    path = _chatgpt_export(tmp_path)
+    dry = json.loads(cli("extract", str(path), "--dry-run", "--json").stdout)
+    assert json.loads(cli("list", "--all", "--json").stdout) == []  # a dry run stores nothing
+    r = cli("import", str(path), "--extract", "--json")
+    assert r.exit_code == 0, r.output
+    listed = json.loads(cli("list", "--all", "--json").stdout)
+    imported = {m["text"] for m in listed if (m.get("meta") or {}).get("extract", {}).get("role") != "source"
+                and (m.get("meta") or {}).get("kind") != "turn"}
+    assert len(imported) == 2 and imported == {f["text"] for f in dry["facts"]}
+
+
+def test_cli_extract_a_chat_export_refuses_single_text_options(cli, tmp_path):
+    r = cli("extract", str(_chatgpt_export(tmp_path)), "--at", "2026-01-01")
+    assert r.exit_code == 2 and "--at does not apply to a chat export" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_cli_extract_plain_json_messages_still_text(cli, tmp_path):
+    f = tmp_path / "messages.json"
+    f.write_text(json.dumps([{"role": "user", "content": "I moved to Lisbon last month.", "date": "2026-11-12"}]))
+    r = cli("extract", str(f), "--json")
+    assert r.exit_code == 0, r.output
+    assert [x["text"] for x in json.loads(r.stdout)["facts"]] == ["I moved to Lisbon in October 2026."]
 
 
 @pytest.mark.parametrize("data, message", [(b"", "no text|empty"), (b"\xff\xfe\x00x", "binary|UTF-8"),

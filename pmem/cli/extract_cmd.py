@@ -74,10 +74,7 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
     if as_json:
         out.print_json(result.to_dict())
         return
-    for f in result.facts:
-        ref = f.id or f.target or "-"
-        target = f" (was {f.target})" if f.action in ("update", "supersede") else ""
-        out.echo(out.visible(f"{f.action:<9} {ref:<8} {f.text}{target}"))
+    _print_facts(result.facts)
     c = result.counts()
     verb = "would store" if dry_run else "stored"
     where = f"source {', '.join(result.source_ids)}; " if result.source_ids else ""
@@ -85,6 +82,8 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
                f"{c['noop']} already known, {c['rejected']} rejected as ungrounded")
     if c["dropped"]:
         summary += f", {c['dropped']} dropped in review"
+    if c["dates_resolved"]:
+        summary += f", {c['dates_resolved']} relative dates resolved"
     if not result.facts:
         out.note(f"no facts found ({c['candidates']} sentences considered); {verb} the source only"
                  if not dry_run else f"no facts found ({c['candidates']} sentences considered)")
@@ -92,8 +91,53 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
              + (f"; undo with `pmem undo` (run {result.run})" if result.run else ""))
 
 
+def _print_facts(facts) -> None:
+    for f in facts:
+        ref = f.id or f.target or "-"
+        target = f" (was {f.target})" if f.action in ("update", "supersede") else ""
+        out.echo(out.visible(f"{f.action:<9} {ref:<8} {f.text}{target}"))
+
+
+def run_extract_export(records, *, tags: List[str], dry_run: bool, review: bool, as_json: bool,
+                       model: Optional[str] = None, allow_secret: bool = False) -> None:
+    """`pmem extract` given a chat export: each conversation's turns, as `pmem import --extract`."""
+    from ..generate import load_generator
+    from ..integrations.importers.facts import extract_conversations
+
+    reviewer = _Reviewer() if review else None
+    results: list = []
+    try:
+        with open_store() as store:
+            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode)
+                         if model else None)
+            with out.Progress("extracting") as progress:
+                summary = extract_conversations(store, records, generator=generator, progress=progress,
+                                                allow_secret=allow_secret, tags=tags, dry_run=dry_run,
+                                                review=reviewer, on_result=lambda thread, r: results.append(r))
+    finally:
+        if reviewer:
+            reviewer.close()
+    c = summary["counts"]
+    if as_json:
+        out.print_json({"dry_run": dry_run, "counts": {**c, "dates_resolved": summary["dates_resolved"]},
+                        "runs": [r.run for r in results if r.run], "dates": summary["resolved"],
+                        "facts": [f.to_dict() for r in results for f in r.facts],
+                        "rejected": [f.to_dict() for r in results for f in r.rejected]})
+        return
+    for r in results:
+        _print_facts(r.facts)
+    verb = "would store" if dry_run else "stored"
+    skipped = c.get("conversations_skipped", 0)
+    out.note(f"{'dry run: ' if dry_run else ''}{c.get('conversations', 0)} conversations ({skipped} skipped: "
+             f"extracted before or no user turns); {verb} {c.get('add', 0)} added, {c.get('update', 0)} updated, "
+             f"{c.get('supersede', 0)} superseding, {c.get('noop', 0)} already known, "
+             f"{c.get('rejected', 0)} rejected as ungrounded; {summary['dates_resolved']} relative dates resolved"
+             + ("; one `pmem undo` per conversation" if results and not dry_run else ""))
+
+
 def extract(
-    file: str = typer.Argument("-", metavar="[FILE|-]", help="Text, chat log or JSON messages; '-' reads stdin."),
+    file: str = typer.Argument("-", metavar="[FILE|-]", help="Text, chat log, JSON messages, or a chat export "
+                               "(ChatGPT, Claude.ai, Claude Code); '-' reads stdin."),
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Tag every stored fact and the source (repeatable)."),
     at: Optional[str] = typer.Option(None, "--at", help="When it was said (default: dates in the input, else now)."),
     source: Optional[str] = typer.Option(None, "--source", help="Where it came from (a URL, a tool, a person)."),
@@ -110,15 +154,33 @@ def extract(
     Input: "Speaker: text" lines (date lines such as "8 May, 2023" set the date), JSON messages
     ([{"role"|"speaker", "content"|"text"}]), or plain text. The text itself is kept as an
     episodic memory, appended to the thread of its --source (or --thread); each fact links to it
-    (`pmem why ID`). Facts not grounded in the text are rejected. One `pmem undo` reverts the
-    whole run.
+    (`pmem why ID`). Facts not grounded in the text are rejected. Relative dates in a fact are
+    resolved against when it was said (the turn's date, else --at): "last month", said on
+    2026-11-12, is stored as "in October 2026". One `pmem undo` reverts the whole run.
+
+    A chat export (ChatGPT or Claude.ai conversations.json or zip, Claude Code transcripts) is
+    told by its shape: each conversation's user turns are extracted as its own run and thread,
+    as `pmem import FILE --extract` does (without storing the turns themselves).
 
     \b
     Examples:
       cat chat.txt | pmem extract
       pmem extract --dry-run --json < meeting.md
       pmem extract notes.txt --review --tag work
+      pmem extract conversations.json --dry-run
     """
+    if file != "-":
+        from ..integrations.importers.facts import chat_export
+
+        records = chat_export(file)
+        if records is not None:
+            given = [name for name, value in (("--at", at), ("--source", source), ("--thread", thread)) if value]
+            if given:
+                raise UsageError(f"{', '.join(given)} does not apply to a chat export: each conversation "
+                                 "keeps its own dates and is its own thread")
+            run_extract_export(records, tags=tag or [], dry_run=dry_run, review=review, as_json=as_json,
+                               model=model, allow_secret=allow_secret)
+            return
     text = _read_file(file)
     run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=dry_run, review=review,
                 as_json=as_json, model=model, allow_secret=allow_secret, thread=thread)

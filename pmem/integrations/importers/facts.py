@@ -3,8 +3,8 @@
 Each conversation's user turns go to `pmem.extract.extract` as JSON messages with their dates, so
 facts are grounded in what the person said (the assistant's words are context, not the person's
 facts), reconciled against what is stored, and dated by the message. Relative dates in a fact are
-resolved against the date it was said (`pmem.dates`): "last month", said on 2026-11-12, is stored
-as "in October 2026".
+resolved against the date it was said (`pmem.extract.resolve_dates`, as for any extraction): "last
+month", said on 2026-11-12, is stored as "in October 2026".
 
 Each conversation is its own extraction run (its own `pmem undo`); a conversation already
 extracted (an extraction source with the conversation as its `source`) is skipped, so an
@@ -14,16 +14,44 @@ interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import json
+import zipfile
 from collections import defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ... import dates
 from ...records import TIERS, Memory
 
 if TYPE_CHECKING:
     from ...store import MemoryStore
 
 Progress = Callable[[int, int], None]
+
+
+CHAT_FORMATS = ("chatgpt", "claude-ai", "claude-code")
+
+
+def chat_export(path: str | Path) -> list[Memory] | None:
+    """The turns of a chat export (a ChatGPT or Claude.ai export, zipped or not, or Claude Code
+    transcripts: a file or a folder), read by the importers and told by their shape; None when
+    `path` holds no chat export (then it is text to extract from as it is)."""
+    from . import registry
+
+    p = Path(path).expanduser()
+    if p.is_file() and p.suffix.lower() not in (".json", ".jsonl", ".zip") and not zipfile.is_zipfile(p):
+        return None
+    if not p.exists():
+        return None
+    chats = [registry.FORMATS[name] for name in CHAT_FORMATS]
+    found = []
+    for entry in registry.entries(p):
+        try:
+            if registry.detect(entry, chats):
+                found.append(entry)
+        except registry.READ_ERRORS:
+            continue
+    if not found:
+        return None
+    return registry.load(found).records
 
 
 def conversations(records: Sequence[Memory]) -> dict[str, list[Memory]]:
@@ -64,9 +92,13 @@ def extracted_already(store: "MemoryStore", thread: str) -> bool:
 
 
 def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, generator=None,
-                          progress: Progress | None = None, allow_secret: bool = False) -> dict[str, Any]:
-    """Extract facts from each imported conversation not extracted yet; returns counts and the
-    relative dates resolved (each with the phrase, its replacement and the fact)."""
+                          progress: Progress | None = None, allow_secret: bool = False, tags: Sequence[str] = (),
+                          dry_run: bool = False, review=None,
+                          on_result: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """Extract facts from each conversation not extracted yet (`pmem import --extract`, and
+    `pmem extract` given a chat export); returns counts and the relative dates resolved (each with
+    the phrase, its replacement, when it was said and the fact). `on_result(thread, result)` sees
+    each conversation's `pmem.extract.ExtractResult`; `review` is passed to `pmem.extract.extract`."""
     from ... import extract as ex
 
     threads = conversations(records)
@@ -84,19 +116,13 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
                 progress(n + 1, len(threads))
             continue
         at = turns[0].created_at or None
-
-        def review(fact, at=at) -> str:
-            said = fact.date or at
-            if not said:
-                return fact.text
-            text, changes = dates.resolve_relative(fact.text, said)
-            for c in changes:
-                resolved.append({"phrase": c.phrase, "resolved": c.text, "said": said, "fact": text})
-            return text
-
         fmt = str(turns[0].meta.get("format") or thread.split(":", 1)[0])
         result = ex.extract(store, json.dumps(messages, ensure_ascii=False), generator=generator,
-                            tags=[fmt, "imported"], at=at, source=thread, review=review, allow_secret=allow_secret)
+                            tags=[fmt, "imported", *tags], at=at, source=thread, review=review, dry_run=dry_run,
+                            allow_secret=allow_secret)
+        resolved.extend(result.dates)
+        if on_result:
+            on_result(thread, result)
         counts["conversations"] += 1
         for key, value in result.counts().items():
             counts[key] += value
