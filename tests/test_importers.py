@@ -577,3 +577,24 @@ def test_unreadable_and_vanishing_files_in_a_folder_are_skipped(tmp_path, monkey
     (folder / "link").symlink_to(folder / "gone")
     plan = load(folder)
     assert plan.formats == {"mcp-memory": 1} and len(plan.records) == 3
+
+
+# -- pmem extract FILE: a chat export told by its shape -----------------------------------------
+
+def test_chat_export_tells_chat_exports_from_text(tmp_path):
+    from pmem.integrations.importers.facts import chat_export
+
+    zipped = chatgpt_zip(tmp_path / "export.zip", [chatgpt_conversation("z1", TURNS)])
+    (tmp_path / "claude.json").write_text(json.dumps([claude_ai_conversation("k1", TURNS)]))
+    projects = tmp_path / "projects"
+    write_jsonl(projects / "-home-sam-parser" / "s-1.jsonl", claude_code_session("s-1", "/home/sam/parser"))
+    assert {m.thread for m in chat_export(zipped)} == {"chatgpt:z1"}
+    assert {m.thread for m in chat_export(tmp_path / "claude.json")} == {"claude-ai:k1"}
+    assert {m.meta["format"] for m in chat_export(projects)} == {"claude-code"}
+    # not chat exports: text, JSON messages, pmem JSONL, a memory.jsonl, a missing file
+    (tmp_path / "notes.txt").write_text("I moved to Lisbon last month.")
+    (tmp_path / "messages.json").write_text(json.dumps([{"role": "user", "content": "I like tea."}]))
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"text": "a memory"}) + "\n")
+    (tmp_path / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MCP_MEMORY))
+    for name in ("notes.txt", "messages.json", "mine.jsonl", "memory.jsonl", "missing.json"):
+        assert chat_export(tmp_path / name) is None, name
