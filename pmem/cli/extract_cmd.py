@@ -146,7 +146,8 @@ def extract(
     model: Optional[str] = typer.Option(None, "--model", help="Chat model for this run: a known name or a GGUF path."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Keep input that holds what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
-    thread: Optional[str] = typer.Option(None, "--thread", help="Append the kept text to this thread (default: the --source)."),
+    thread: Optional[str] = typer.Option(None, "--thread",
+                                         help="Append the kept text to this thread (default: the --source)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Pull durable facts out of text with the local chat model, grounded in the text.
