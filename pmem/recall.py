@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("md", "xml", "json", "text")
 NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one
+MIN_SCORE = 0.02  # default recall_min_score: matches scoring less are left out (pmem.thresholds: score_floor)
 # Only the best few matches bring neighbours: on LoCoMo (benchmarks/README.md: Threads) neighbours
 # for every match spent the budget on context and left evidence out (0.882 of questions with their
 # evidence in the block, against 0.911 with none); for the best three it stayed at 0.911.
@@ -116,7 +117,8 @@ def _line(m: Memory, fmt: str) -> str:
 
 def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None = None,
            flt: "Filter | None" = None, fmt: str = "md", candidates: int = 60,
-           min_similarity: float | None = None, neighbours: int | None = None) -> Recalled:
+           min_similarity: float | None = None, neighbours: int | None = None,
+           min_score: float | None = None) -> Recalled:
     """Memories for another LLM's context: pinned core memories first, then the memories most
     relevant to `query` (or the most recent without one), packed under a token budget.
 
@@ -127,8 +129,11 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         flt: which memories to consider (default: active ones).
         fmt: the format whose size is measured: md, xml, json (measured as md) or text.
         candidates: how many search results (or recent memories) to consider.
-        min_similarity: cosine below which a meaning-only match is left out as noise (default:
-            the recall cut-off of the model the vectors come from, pmem.thresholds).
+        min_score: a match whose search `score` (absolute, 0..1) is below this is left out as
+            noise (default: the `recall_min_score` setting, 0.02: a meaning-only match below the
+            recall cut-off of the model the vectors come from, pmem.thresholds, scores less).
+        min_similarity: instead of min_score, leave out only meaning-only matches whose cosine
+            is below this (every keyword match stays).
         neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches
             brings, nearest first while they fit (default: the `recall_neighbours` setting); a
             match and its neighbours are shown as one block in thread order, each memory once.
@@ -158,12 +163,15 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
+        # Matches far from the query are noise in a context block, not memory.
         if min_similarity is None:
-            min_similarity = store.thresholds().recall_cutoff
-        hits = search(store, query, others_flt, limit=candidates)
-        # Meaning-only matches far from the query are noise in a context block, not memory.
-        hits = [h for h in hits if h.keyword_rank is not None
-                or (h.distance is not None and 1.0 - h.distance >= min_similarity)]
+            if min_score is None:
+                min_score = float(getattr(store.config, "recall_min_score", MIN_SCORE))
+            hits = search(store, query, others_flt, limit=candidates, min_score=min_score)
+        else:
+            hits = search(store, query, others_flt, limit=candidates)
+            hits = [h for h in hits if h.keyword_rank is not None
+                    or (h.distance is not None and 1.0 - h.distance >= min_similarity)]
         others = [h.memory for h in hits]
         result.scores = {h.memory.id: h.score for h in hits}
     else:

@@ -97,12 +97,15 @@ class Memory:
 
 @dataclass
 class Hit:
-    """One search result: the memory, its fused score (higher is better) and where it came from:
-    its rank in the keyword (BM25) list, in the semantic (vector) list, and its cosine distance
-    to the query (None when it was found by keyword only)."""
+    """One search result: the memory, its relevance `score` (absolute, 0..1, comparable across
+    queries: pmem.search), the fusion value it was ranked by (`rank_score`, relative to this
+    result list: the top hit gets 1 in hybrid mode) and where it came from: its rank in the keyword
+    (BM25) list, in the semantic (vector) list, and its cosine distance to the query (None when
+    it was found by keyword only)."""
 
     memory: Memory
     score: float
+    rank_score: float | None = None
     keyword_rank: int | None = None
     semantic_rank: int | None = None
     distance: float | None = None
@@ -110,6 +113,7 @@ class Hit:
     def to_dict(self) -> dict[str, Any]:
         d = self.memory.to_dict()
         d["score"] = round(self.score, 6)
+        d["rank_score"] = None if self.rank_score is None else round(self.rank_score, 6)
         d["keyword_rank"] = self.keyword_rank
         d["semantic_rank"] = self.semantic_rank
         d["distance"] = None if self.distance is None else round(self.distance, 6)

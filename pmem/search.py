@@ -1,6 +1,13 @@
 """Hybrid retrieval: FTS5 BM25 and sqlite-vec KNN, fused by a convex combination of their
 min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/README.md).
 
+That fusion ranks, but it is relative to one result list: the top hit always gets 1.0. What a
+Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
+keyword_weight * s(bm25) + (1 - keyword_weight) * c(cosine), with s = x / (x + bm25_half) of
+x = -bm25 (saturating: half at `bm25_half`) and c the cosine rescaled from the embedding model's
+`score_floor` (pmem.thresholds) to 1. Fusions on such absolute scales ranked worse on LoCoMo, so
+they only report; the rank fusion stays as `rank_score`.
+
 A query is always plain text: it is split into words and each word is quoted, so FTS5 syntax
 in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
 """
@@ -22,6 +29,11 @@ if TYPE_CHECKING:
 MODES = ("hybrid", "semantic", "keyword")
 
 
+# About the -bm25 of the median best keyword match of a LoCoMo question (6.25 on conv-26: 150
+# questions; quartiles 4.7 and 9.3), so a typical best word match gives half the keyword part.
+BM25_HALF = 6.0
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Fusion constants, tuned on the LoCoMo development set (see benchmarks/README.md).
@@ -35,6 +47,7 @@ class Tuning:
     keyword_weight: float = 0.6
     candidates: int = 100
     context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
+    bm25_half: float = BM25_HALF  # the -bm25 at which a score's keyword part is half its most
 
 
 DEFAULT_TUNING = Tuning()
@@ -83,8 +96,23 @@ def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [(seq, (v - lo) / (hi - lo) if hi > lo else 1.0) for seq, v in pairs]
 
 
+def relevance(bm25: float | None, cosine: float | None, floor: float, mode: str = "hybrid",
+              tuning: Tuning = DEFAULT_TUNING) -> float:
+    """The absolute score in [0, 1] of a memory with this BM25 (negative, None: not a keyword
+    match) and cosine to the query (None: not among the semantic candidates)."""
+    x = max(0.0, -bm25) if bm25 is not None else 0.0
+    s = x / (x + tuning.bm25_half) if x > 0 else 0.0
+    c = min(1.0, max(0.0, (cosine - floor) / (1.0 - floor))) if cosine is not None else 0.0
+    if mode == "keyword":
+        return s
+    if mode == "semantic":
+        return c
+    return tuning.keyword_weight * s + (1.0 - tuning.keyword_weight) * c
+
+
 def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit: int = 10,
-           mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING, collapse: bool = True) -> list[Hit]:
+           mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING, collapse: bool = True,
+           min_score: float = 0.0) -> list[Hit]:
     """The best `limit` memories for `query`.
 
     With `collapse`, a memory and one derived from it (a fact and the turn it came from) take one
@@ -99,10 +127,13 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         mode: "hybrid" (keyword and meaning, fused), "semantic" (meaning only) or "keyword" (FTS5).
         tuning: the fusion's candidate count and keyword weight (benchmarks/ tune them).
         collapse: let a memory and one derived from it share one slot (see above).
+        min_score: leave out hits whose `score` (absolute, 0..1, see the module) is below this;
+            the order of the others is unchanged.
 
     Returns:
-        Up to `limit` Hits, best first; `distance` is set for memories the semantic side found.
-        Raises UsageError for an unknown mode, a limit below 1 or an empty query; ModelError when
+        Up to `limit` Hits, best first (by `rank_score`); `distance` is set for memories the
+        semantic side found. Raises UsageError for an unknown mode, a limit below 1, an empty
+        query or a min_score outside 0..1; ModelError when
         the embedding model cannot be loaded and ModelMismatch when the stored vectors come from
         another model (semantic and hybrid modes only).
     """
@@ -111,6 +142,8 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         raise UsageError(f"unknown search mode {mode!r}: use {', '.join(MODES)}")
     if limit <= 0:
         raise UsageError("--limit must be at least 1")
+    if not 0.0 <= min_score <= 1.0:
+        raise UsageError("--min-score must be between 0 and 1")
     query = query.strip()
     if not query:
         raise UsageError("empty query")
@@ -121,6 +154,8 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
     sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}
     distance = dict(sem)
+    bm25 = dict(kw)
+    floor = store.thresholds().score_floor if sem else 0.0
     if mode == "keyword":
         scores = {seq: -bm25 for seq, bm25 in kw}
     elif mode == "semantic":
@@ -146,8 +181,12 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
                 continue
             if collapse and (memory.id in sources or any(d in listed for d in memory.derived_from)):
                 continue
-            hits.append(Hit(memory=memory, score=score, keyword_rank=kw_rank.get(seq),
-                            semantic_rank=sem_rank.get(seq), distance=distance.get(seq)))
+            d = distance.get(seq)
+            absolute = relevance(bm25.get(seq), None if d is None else 1.0 - d, floor, mode, tuning)
+            if absolute < min_score:
+                continue  # after the collapse check: a weak fact still stands for its source
+            hits.append(Hit(memory=memory, score=absolute, rank_score=score, keyword_rank=kw_rank.get(seq),
+                            semantic_rank=sem_rank.get(seq), distance=d))
             listed.add(memory.id)
             sources.update(memory.derived_from)
             if len(hits) == limit:

@@ -16,6 +16,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 
+# The rescaled cosine (0..1 from score_floor) at which recall_cutoff sits (Thresholds.score_floor).
+SCORE_CUT = 0.05
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """The cosine thresholds of one embedding model."""
@@ -32,6 +36,17 @@ class Thresholds:
     recall_cutoff: float   # recall: meaning-only matches below this are noise
     hook: float            # agent hooks: a memory this close to the prompt is relevant
     hook_words: float      # agent hooks: one of the best keyword matches is relevant from this cosine
+
+    @property
+    def score_floor(self) -> float:
+        """search: the cosine from which a hit's `score` counts its meaning part (0 at or below).
+        Derived from recall_cutoff so that recall's default `recall_min_score` (0.02: with the
+        meaning part weighted 0.4, a rescaled cosine of 0.05) keeps meaning-only matches from
+        the cosine recall_cutoff kept them before: 0.4 * (cut - floor) / (1 - floor) = 0.02,
+        floor = (cut - 0.05) / 0.95 (MiniLM 0.2 -> 0.158, e5 0.806 -> 0.796). The e5 cut-off was
+        mapped from MiniLM's by the share of LoCoMo turn pairs reaching it, so a score means about
+        the same under either model."""
+        return (self.recall_cutoff - SCORE_CUT) / (1.0 - SCORE_CUT)
 
 
 # The values every cosine rule was tuned with (dream_bench.py, extract_bench.py on LoCoMo).

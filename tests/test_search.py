@@ -46,7 +46,7 @@ def test_hybrid_fuses_both_lists(store):
     assert set(ids(hits)) == {"aaaa0001", "aaaa0002", "aaaa0003"}  # episodic excluded by default
     both = [h for h in hits if h.keyword_rank and h.semantic_rank]
     assert both and all(0.0 <= h.score <= 1.0 for h in hits)
-    assert hits == sorted(hits, key=lambda h: -h.score)
+    assert hits == sorted(hits, key=lambda h: -h.rank_score)  # ranked by the fusion, not by score
 
 
 def test_filters_tags_tiers_dates(store):
@@ -176,3 +176,95 @@ def test_filters_and_large_k_work_past_the_knn_limit(store):
     assert {h.memory.id for h in search(store, "topic", Filter(tags=("x",)), limit=200)} == \
         {m.id for m in memories if "x" in m.tags and m.tier == "archival"}
     assert len(search(store, "note", limit=3000, mode="semantic")) == 3000
+
+
+# -- scores: absolute, comparable across queries; ranking unchanged ---------------------------
+
+def test_scores_are_comparable_across_queries(store):
+    seed(store)
+    store.add("Notes from a lecture")
+    strong = search(store, "wifi password at the cabin")
+    weak = search(store, "lecture on quantum chromodynamics and gluon plasma")
+    assert ids(strong)[0] == "aaaa0001" and weak  # both queries have a top hit ...
+    assert strong[0].rank_score == pytest.approx(1.0) and weak[0].rank_score == pytest.approx(1.0)
+    # ... but only the strong one scores high: a weak top hit no longer reads as 1.0
+    assert weak[0].score < 0.15 and strong[0].score > weak[0].score + 0.2
+
+
+def test_score_parts_saturate_and_start_at_the_models_floor():
+    from pmem.search import DEFAULT_TUNING, relevance
+
+    half = DEFAULT_TUNING.bm25_half
+    assert relevance(-half, None, 0.2, "keyword") == pytest.approx(0.5)
+    assert relevance(-1e9, None, 0.2, "keyword") == pytest.approx(1.0)
+    assert relevance(None, 0.2, 0.2, "semantic") == 0.0 and relevance(None, 0.1, 0.2, "semantic") == 0.0
+    assert relevance(None, 0.6, 0.2, "semantic") == pytest.approx(0.5)
+    assert relevance(-half, 0.6, 0.2) == pytest.approx(0.5)
+    # the same cosine is a weaker match under a model whose unrelated texts sit higher (e5)
+    from pmem.thresholds import E5_SMALL, MINILM
+
+    assert relevance(None, 0.85, MINILM.score_floor) > 0.3 > relevance(None, 0.85, E5_SMALL.score_floor)
+
+
+def _old_fusion_order(store, query, flt=None, tuning=None):
+    """The ranking search() had before scores became absolute: min-max fused, ties by seq."""
+    from pmem.search import DEFAULT_TUNING, _minmax, keyword_ranks
+
+    tuning = tuning or DEFAULT_TUNING
+    flt = flt or Filter()
+    kw = keyword_ranks(store, query, flt, tuning.candidates, tuning.context_weight)
+    sem = semantic_ranks(store, query, flt, tuning.candidates)
+    fused: dict[int, float] = {}
+    w = tuning.keyword_weight
+    for weight, pairs in ((w, [(q, -b) for q, b in kw]), (1 - w, [(q, 1 - d) for q, d in sem])):
+        for q, v in _minmax(pairs):
+            fused[q] = fused.get(q, 0.0) + weight * v
+    return [q for q, _ in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def test_ranking_is_the_fusion_of_before(store):
+    seed(store)
+    for i in range(30):
+        store.add(f"Note {i}: the cabin {'wifi' if i % 3 else 'heating'} needs {'a password' if i % 2 else 'work'}")
+    seq_of = {m.id: seq for seq, m in store.memories_by_seq(range(1, 200)).items()}
+    for query in ("cabin wifi password", "Dana deploys", "heating work"):
+        hits = search(store, query, limit=20, collapse=False)
+        assert [seq_of[h.memory.id] for h in hits] == _old_fusion_order(store, query)[:20]
+        assert [h.rank_score for h in hits] == sorted((h.rank_score for h in hits), reverse=True)
+
+
+def test_min_score_drops_weak_hits_and_keeps_the_order(store):
+    seed(store)
+    store.add("Notes from a lecture about cabins")
+    every = search(store, "cabin wifi password", limit=10)
+    cut = sorted(h.score for h in every)[len(every) // 2]
+    kept = search(store, "cabin wifi password", limit=10, min_score=cut)
+    assert ids(kept) == [h.memory.id for h in every if h.score >= cut]
+    assert 0 < len(kept) < len(every) and all(h.score >= cut for h in kept)
+    assert search(store, "cabin wifi password", min_score=1.0) == []
+    for bad in (-0.1, 1.5):
+        with pytest.raises(UsageError):
+            search(store, "cabin", min_score=bad)
+
+
+def test_cli_min_score_and_json_fields(fake_config, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    runner = CliRunner()
+    for text in ("The wifi password at the cabin is hunter2", "Dana likes hiking near the cabin",
+                 "Deploys need approval from Dana"):
+        assert runner.invoke(app, ["add", text]).exit_code == 0
+    r = runner.invoke(app, ["search", "cabin wifi password", "--json"])
+    hits = json.loads(r.stdout)
+    assert hits and {"score", "rank_score"} <= set(hits[0]) and hits[0]["rank_score"] == pytest.approx(1.0)
+    cut = hits[0]["score"] - 1e-6  # JSON rounds to 6 places
+    strict = json.loads(runner.invoke(app, ["search", "cabin wifi password", "--json", "--min-score",
+                                            str(cut)]).stdout)
+    assert [h["id"] for h in strict] == [h["id"] for h in hits if h["score"] >= cut] and len(strict) < len(hits)
+    bad = runner.invoke(app, ["search", "cabin", "--min-score", "2"])
+    assert bad.exit_code == 2 and "--min-score" in bad.output

@@ -124,6 +124,8 @@ def search(
     scope: str = ScopeReadOpt,
     context: int = typer.Option(0, "--context", "-C",
                                 help="Also show N neighbours on each side of a result that is in a thread."),
+    min_score: float = typer.Option(0.0, "--min-score",
+                                    help="Leave out results scoring below this (0..1; 0.3 keeps clear matches)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Find memories by meaning and by words (hybrid).
@@ -131,12 +133,16 @@ def search(
     A fact and the memory it was derived from (see `pmem why`) share one result: the better
     ranked one is shown. A memory in a thread is also found by its neighbours' words.
 
+    The score is an absolute relevance from 0 to 1, comparable between queries: 0.6 of it from
+    the words matched (half at a typical best match), 0.4 from the closeness of meaning.
+
     \b
     Examples:
       pmem search "cabin internet"
       pmem search "who approves deploys" --json --limit 5
       pmem search "moved" --as-of 2024-01-01 --mode keyword
       pmem search "sister" --context 2      # each result with the turns around it
+      pmem search "deploys" --min-score 0.3 --json   # only clear matches, for a script
     """
     from ..search import search as run_search
 
@@ -145,7 +151,7 @@ def search(
     with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired, scope=scope)
         hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
-                          collapse=not no_collapse)
+                          collapse=not no_collapse, min_score=min_score)
         around = [store.thread_neighbours(h.memory, context, context, flt) for h in hits] if context else []
     if as_json:
         out.print_json([{**h.to_dict(), **({"context": {"before": [m.to_dict() for m in around[i][0]],
