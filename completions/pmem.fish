@@ -59,6 +59,7 @@ complete -c pmem -n '__fish_seen_subcommand_from search' -l mode -r -d 'hybrid (
 complete -c pmem -n '__fish_seen_subcommand_from search' -l no-collapse -d 'List a fact and the memory it was derived from separately.'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l scope -r -d 'auto (default: global memories plus the project\'s (the git root or directory) of the current directory), global, all, or a project directory.'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l context -s C -r -d 'Also show N neighbours on each side of a result that is in a thread.'
+complete -c pmem -n '__fish_seen_subcommand_from search' -l min-score -r -d 'Leave out results scoring below this (0..1; 0.3 keeps clear matches).'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l budget -s b -r -d 'Token budget (default 1500).'

@@ -77,3 +77,32 @@ def test_estimate_tokens_is_conservative():
     assert estimate_tokens("") == 0
     assert estimate_tokens("hello world") >= 2
     assert estimate_tokens("a1b2c3d4e5f6" * 10) >= 120 / 4
+
+
+def test_recall_cuts_at_the_min_score_setting(store, monkeypatch):
+    from pmem import search
+    from pmem.config import load
+
+    store.add("Dinner with Dana on Friday at the Thai place")
+    store.add("Deploys need approval from Dana")
+    store.add("The cabin wifi password is hunter2")
+    for i in range(8):
+        store.add(f"Filler note {i} about gardening")
+    scores = {h.memory.text: h.score for h in search(store, "dinner with Dana on Friday", limit=60)}
+    r = recall(store, "dinner with Dana on Friday")
+    # the default (0.02) keeps the keyword matches, drops the meaning-only noise ...
+    assert {m.text for m in r.relevant} == {t for t, v in scores.items() if v >= 0.02}
+    assert "Deploys need approval from Dana" in {m.text for m in r.relevant}
+    assert len(r.relevant) < len(scores)
+    assert r.scores == {m.id: pytest.approx(scores[m.text]) for m in r.relevant}
+    # ... and the setting, on search's scale, leaves out what scores below it
+    cut = sorted(scores.values())[-1] - 1e-9
+    monkeypatch.setenv("PMEM_RECALL_MIN_SCORE", str(cut))
+    store.config = load()
+    assert store.config.recall_min_score == pytest.approx(cut)
+    assert [m.text for m in recall(store, "dinner with Dana on Friday").relevant] == \
+        ["Dinner with Dana on Friday at the Thai place"]
+    assert recall(store, "dinner with Dana on Friday", min_score=1.0).relevant == []
+    monkeypatch.setenv("PMEM_RECALL_MIN_SCORE", "1.5")
+    with pytest.raises(UsageError):
+        load()
