@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-
 # The rescaled cosine (0..1 from score_floor) at which recall_cutoff sits (Thresholds.score_floor).
 SCORE_CUT = 0.05
 
