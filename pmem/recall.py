@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("md", "xml", "json", "text")
 NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one
-MIN_SCORE = 0.02  # default recall_min_score: matches scoring less are left out (pmem.thresholds: score_floor)
+MIN_SCORE = 0.02  # default recall_min_score: meaning-only matches scoring less are left out
 # Only the best few matches bring neighbours: on LoCoMo (benchmarks/README.md: Threads) neighbours
 # for every match spent the budget on context and left evidence out (0.882 of questions with their
 # evidence in the block, against 0.911 with none); for the best three it stayed at 0.911.
@@ -129,9 +129,10 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         flt: which memories to consider (default: active ones).
         fmt: the format whose size is measured: md, xml, json (measured as md) or text.
         candidates: how many search results (or recent memories) to consider.
-        min_score: a match whose search `score` (absolute, 0..1) is below this is left out as
-            noise (default: the `recall_min_score` setting, 0.02: a meaning-only match below the
-            recall cut-off of the model the vectors come from, pmem.thresholds, scores less).
+        min_score: a meaning-only match (no query word) whose search `score` (absolute, 0..1)
+            is below this is left out as noise (default: the `recall_min_score` setting, 0.02:
+            what scores less is below the recall cut-off of the model the vectors come from,
+            pmem.thresholds); keyword matches always stay.
         min_similarity: instead of min_score, leave out only meaning-only matches whose cosine
             is below this (every keyword match stays).
         neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches
@@ -163,13 +164,15 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
-        # Matches far from the query are noise in a context block, not memory.
+        hits = search(store, query, others_flt, limit=candidates)
+        # Meaning-only matches far from the query are noise in a context block, not memory. A
+        # keyword match stays however it scores: in a small store a word held by half the
+        # memories weighs almost nothing in BM25, yet it is what was asked for.
         if min_similarity is None:
             if min_score is None:
                 min_score = float(getattr(store.config, "recall_min_score", MIN_SCORE))
-            hits = search(store, query, others_flt, limit=candidates, min_score=min_score)
+            hits = [h for h in hits if h.keyword_rank is not None or h.score >= min_score]
         else:
-            hits = search(store, query, others_flt, limit=candidates)
             hits = [h for h in hits if h.keyword_rank is not None
                     or (h.distance is not None and 1.0 - h.distance >= min_similarity)]
         others = [h.memory for h in hits]
