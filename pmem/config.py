@@ -54,7 +54,8 @@ class Settings:
     recall_neighbours: int = _setting(1, "thread neighbours on each side that `pmem recall` brings with each of "
                                          "its best three matches", low=0, high=_INT_MAX)
     recall_min_score: float = _setting(0.02, "score (0..1, as `pmem search` shows it) below which `pmem recall` "
-                                             "leaves a meaning-only match (no query word) out as noise", low=0.0, high=1.0)
+                                             "leaves a meaning-only match (no query word) out as noise",
+                                       low=0.0, high=1.0)
     search_limit: int = _setting(10, "default number of results of `pmem search`", low=0, high=_INT_MAX)
     server: str = _setting(
         "auto", "use a running `pmem serve` to skip loading the embedding model: auto, "

@@ -170,7 +170,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     hits: list[Hit] = []
     listed: set[str] = set()   # ids already in the results
     sources: set[str] = set()  # what those were derived from
-    # Rows are read a page at a time: without collapsing one page is the answer.
+    # Rows are read a page at a time: without collapsing or a min_score one page is the answer.
     page = limit if not collapse else 2 * limit
     for start in range(0, len(ranked), page):
         chunk = ranked[start:start + page]
@@ -184,13 +184,13 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
             d = distance.get(seq)
             absolute = relevance(bm25.get(seq), None if d is None else 1.0 - d, floor, mode, tuning)
             if absolute < min_score:
-                continue  # after the collapse check: a weak fact still stands for its source
+                continue  # it holds no slot: a memory it was derived from may still stand
             hits.append(Hit(memory=memory, score=absolute, rank_score=score, keyword_rank=kw_rank.get(seq),
                             semantic_rank=sem_rank.get(seq), distance=d))
             listed.add(memory.id)
             sources.update(memory.derived_from)
             if len(hits) == limit:
                 return hits
-        if not collapse:
-            break
+        if not collapse and not min_score:
+            break  # nothing was skipped: the first page was the answer
     return hits

@@ -242,6 +242,9 @@ def test_min_score_drops_weak_hits_and_keeps_the_order(store):
     assert ids(kept) == [h.memory.id for h in every if h.score >= cut]
     assert 0 < len(kept) < len(every) and all(h.score >= cut for h in kept)
     assert search(store, "cabin wifi password", min_score=1.0) == []
+    # the limit counts kept hits, also without collapsing (later pages are read)
+    assert ids(search(store, "cabin wifi password", limit=2, collapse=False, min_score=cut)) == \
+        [h.memory.id for h in search(store, "cabin wifi password", limit=10, collapse=False) if h.score >= cut][:2]
     for bad in (-0.1, 1.5):
         with pytest.raises(UsageError):
             search(store, "cabin", min_score=bad)
