@@ -17,6 +17,14 @@ Melanie: Wow, that's cool! I painted that lake sunrise last year.
 """
 
 
+def as_said(result, text: str) -> str:
+    """A stored fact with its resolved dates put back as said: what the grounding gate checked."""
+    for d in result.dates:
+        if d["fact"] == text:
+            text = text.replace(d["resolved"], d["phrase"])
+    return text
+
+
 @pytest.fixture
 def real_store(tmp_path):
     s = MemoryStore(tmp_path / "real.db")
@@ -28,9 +36,11 @@ def test_real_extraction_end_to_end(real_store):
     r = extract(real_store, CHAT)
     assert r.model.startswith("SmolLM2") and r.candidates >= 3
     assert r.facts, r.to_dict()
+    # Relative dates are resolved against the chat's date; the fact as said is what the gate grounded.
+    assert {(d["phrase"], d["resolved"]) for d in r.dates} == {("yesterday", "on 7 May 2023"), ("last year", "in 2022")}
     for f in r.facts:
         m = real_store.get(f.id)
-        assert check_grounding(m.text, [CHAT], real_store.embedder, min_support=0.6).ok
+        assert check_grounding(as_said(r, m.text), [CHAT], real_store.embedder, min_support=0.6).ok
         assert m.derived_from == r.source_ids and m.meta["extract"]["run"] == r.run
     assert {f.action for f in r.facts} == {"add"}
     again = extract(real_store, CHAT)
@@ -59,7 +69,8 @@ def test_real_model_in_rewrite_mode_stores_only_grounded_facts(real_store, monke
     assert r.source_ids, r.to_dict()  # the source is kept whatever the model did
     for f in r.facts:
         if f.action in ("add", "update", "supersede"):
-            assert check_grounding(real_store.get(f.id).text, [CHAT], real_store.embedder, min_support=0.6).ok
+            text = as_said(r, real_store.get(f.id).text)
+            assert check_grounding(text, [CHAT], real_store.embedder, min_support=0.6).ok
     for f in r.rejected:
         assert f.action == "rejected" and f.reason
     monkeypatch.delenv("PMEM_EXTRACT_MODE")
