@@ -97,7 +97,7 @@ def set_blas_threads(n: int) -> bool:
     """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
 
     OpenBLAS threads spin while they wait, so on a busy machine more threads can be much slower
-    (see pmem.embed.default_threads); the `threads` setting therefore applies here too."""
+    (see pmem.loading.default_threads); the `threads` setting therefore applies here too."""
     import ctypes
     import glob
 
@@ -217,7 +217,7 @@ class E5Embedder:
     content tokens, each run as its own sequence, and its vector is the token-weighted mean of
     the windows' mean-pooled states: every token counts, nothing is truncated.
 
-    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.embed.default_threads()).
+    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.loading.default_threads()).
     """
 
     query_aware = True  # pmem.store passes query=True for search queries
@@ -236,7 +236,7 @@ class E5Embedder:
             raise ModelError(f"cannot read model file {path}: {exc}") from None
         self.path, self.name = path, name or path.stem
         if threads <= 0:
-            from .embed import default_threads
+            from .loading import default_threads
 
             threads = default_threads()
         self.threads = threads

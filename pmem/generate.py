@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .embed import default_threads
 from .errors import ExtractionError, ModelError
+from .loading import default_threads
 
 if TYPE_CHECKING:
     from .config import Settings

@@ -128,7 +128,7 @@ def test_minilm_is_cached_and_semantic(minilm):
 
 
 def test_default_threads_follow_idle_cores(monkeypatch):
-    from pmem import embed
+    from pmem import loading as embed  # default_threads lives with the loading glue
 
     monkeypatch.setattr(embed.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.1, 0.1, 0.1))

@@ -52,3 +52,12 @@ def test_only_the_store_reaches_into_a_store():
             if reach.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_no_two_modules_import_each_other():
+    """The import graph has no mutual pair (issue 9), inside a layer as well as across layers."""
+    grimp = pytest.importorskip("grimp")  # comes with import-linter (the dev extra)
+    graph = grimp.build_graph("pmem")
+    mutual = {tuple(sorted((a, b))) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
+              if a in graph.find_modules_directly_imported_by(b)}
+    assert mutual == set()
