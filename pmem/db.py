@@ -100,6 +100,7 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
         conn.close()
         raise ExtensionError(f"cannot load sqlite-vec into {sqlite.__name__}: {exc}") from None
     try:
+        register_functions(conn)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
         if not memory and not read_only:
@@ -114,6 +115,13 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
             raise DatabaseError(f"database {path} is locked by another process; try again") from None
         raise DatabaseError(f"{path} is not a usable pmem database: {exc}") from None
     return conn
+
+
+def register_functions(conn) -> None:
+    """SQL functions the schema's triggers call: pmem_stems(text), the keyword index's stems."""
+    from .stemming import index_stems
+
+    conn.create_function("pmem_stems", 1, index_stems, deterministic=True)
 
 
 def errors() -> tuple[type[Exception], ...]:

@@ -47,7 +47,7 @@ def m001_initial(conn) -> None:
             text, content='memories', content_rowid='seq',
             tokenize='porter unicode61 remove_diacritics 2')""")
     # The FTS index follows the rows inside the same transaction, whatever writes them.
-    conn.execute("""
+    conn.execute(f"""
         CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
             INSERT INTO memories_fts(rowid, text) VALUES (new.seq, new.text);
         END""")
@@ -149,17 +149,20 @@ def install_keyword_window(conn, before: int, after: int) -> None:
     for name in ("memories_ai", "memories_ai_thread", "memories_ad", "memories_au"):
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     own = _context("o", before, after)
+    # m006 adds a `stems` column (stemming.index_stems); before it, the triggers write none.
+    has_stems = any(r[1] == "stems" for r in conn.execute("PRAGMA table_info(memories_fts)"))
+    sc, sv, su = (", stems", ", pmem_stems(new.text)", ", stems = pmem_stems(new.text)") if has_stems else ("", "", "")
     refresh = f"UPDATE memories_fts SET context = (SELECT {own} FROM memories o WHERE o.seq = memories_fts.rowid)"
     # Two insert triggers that never both fire, so their order cannot matter; a memory with no
     # thread costs one FTS insert, as before threads.
-    conn.execute("""
+    conn.execute(f"""
         CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.thread IS NULL BEGIN
-            INSERT INTO memories_fts(rowid, text) VALUES (new.seq, new.text);
+            INSERT INTO memories_fts(rowid, text{sc}) VALUES (new.seq, new.text{sv});
         END""")
     conn.execute(f"""
         CREATE TRIGGER memories_ai_thread AFTER INSERT ON memories WHEN new.thread IS NOT NULL BEGIN
-            INSERT INTO memories_fts(rowid, text, context) VALUES
-                (new.seq, new.text, {_context('new', before, after)});
+            INSERT INTO memories_fts(rowid, text, context{sc}) VALUES
+                (new.seq, new.text, {_context('new', before, after)}{sv});
             {refresh} WHERE rowid IN ({_affected('new', before, after)});
         END""")
     conn.execute(f"""
@@ -173,7 +176,7 @@ def install_keyword_window(conn, before: int, after: int) -> None:
             OR old.thread_pos IS NOT new.thread_pos
             OR (old.forgotten_at IS NULL) != (new.forgotten_at IS NULL)
             OR (old.merged_into IS NULL) != (new.merged_into IS NULL) BEGIN
-            UPDATE memories_fts SET text = new.text, context = {_context('new', before, after)}
+            UPDATE memories_fts SET text = new.text, context = {_context('new', before, after)}{su}
                 WHERE rowid = new.seq;
             {refresh} WHERE (old.thread IS NOT NULL OR new.thread IS NOT NULL) AND rowid IN
                 ({_affected('old', before, after)} UNION {_affected('new', before, after)});
@@ -334,6 +337,21 @@ def m005_binary_vectors(conn) -> None:
                  f"{drop_tags} {add_tags} END")
     conn.execute("CREATE INDEX memories_expires ON memories(expires_at) WHERE expires_at IS NOT NULL")
     conn.execute("CREATE INDEX memories_valid_to ON memories(valid_to) WHERE valid_to IS NOT NULL")
+
+
+@migration
+def m006_stems(conn) -> None:
+    """Keyword search beyond English: the FTS5 table gets a `stems` column, the Snowball stems of
+    a memory's non-English words (stemming.index_stems, through pmem_stems registered by
+    db.connect), so "машину" finds "машина"; English keeps porter on `text`."""
+    for name in ("memories_ai", "memories_ai_thread", "memories_ad", "memories_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute("DROP TABLE memories_fts")
+    conn.execute("""
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            text, context, stems, tokenize='porter unicode61 remove_diacritics 2')""")
+    conn.execute("INSERT INTO memories_fts(rowid, text, stems) SELECT seq, text, pmem_stems(text) FROM memories")
+    install_keyword_window(conn, *KEYWORD_WINDOW)
 
 
 def applied(conn) -> list[str]:

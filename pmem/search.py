@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .errors import UsageError
 from .records import Hit
 from .store import Filter
+from .stemming import query_stems
 from .text import STOP_WORDS
 
 if TYPE_CHECKING:
@@ -64,7 +65,10 @@ def fts_query(text: str) -> str | None:
     words = query_words(text)
     if not words:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    terms = ['"' + w.replace('"', '""') + '"' for w in words]
+    # Beyond English: the query's Snowball stems against the index's `stems` column (m006).
+    terms += ['stems:"' + t.replace('"', '""') + '"' for t in query_stems(text)]
+    return " OR ".join(terms)
 
 
 def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,

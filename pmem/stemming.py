@@ -120,3 +120,36 @@ def query_terms(text: str) -> list[str]:
     if lang not in ("en", "ru"):
         terms += _stem_words(kept, "en")
     return list(dict.fromkeys(t for t in terms if t))
+
+
+def available() -> bool:
+    """Whether the Snowball stemmers (the `multilingual` extra) are installed."""
+    try:
+        import snowballstemmer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def index_stems(text: str | None) -> str:
+    """What the keyword index's `stems` column holds for a memory: the Snowball stems of its
+    words when its text is not English (English keeps FTS5's porter on the `text` column), or
+    only its Cyrillic words' stems when it is; '' without the extra. Deterministic: SQLite
+    triggers call it as pmem_stems(text) (registered by db.connect)."""
+    if not text or not available():
+        return ""
+    lang = detect_language(text)
+    if lang == "en":
+        cyr = [w for w in words(text) if _CYRILLIC.search(w) and w not in STOP_WORDS["ru"]]
+        return " ".join(_stem_words(cyr, "ru"))
+    return normalize(text, lang)
+
+
+def query_stems(text: str) -> list[str]:
+    """Stems to match against the `stems` column for a query; none for an English query
+    (without Cyrillic words), so English keyword search is the porter match alone."""
+    if not available():
+        return []
+    if detect_language(text) == "en" and not _CYRILLIC.search(text):
+        return []
+    return query_terms(text)

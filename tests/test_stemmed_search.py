@@ -1,0 +1,101 @@
+"""Keyword search beyond English through the store (issue 14): the FTS5 `stems` column of
+m006, kept by the triggers through pmem_stems, and queried by search.fts_query."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("snowballstemmer")
+
+from pmem import Memory, db, migrations, search  # noqa: E402
+from pmem.search import fts_query  # noqa: E402
+from pmem.cli.app import app  # noqa: E402
+from pmem.stemming import index_stems  # noqa: E402
+from pmem.store import MemoryStore  # noqa: E402
+
+runner = CliRunner()
+
+
+def stems_column(store) -> dict[int, str]:
+    return dict(store.conn.execute("SELECT rowid, stems FROM memories_fts"))
+
+
+def assert_stems_in_step(store) -> None:
+    rows = dict(store.conn.execute("SELECT seq, text FROM memories"))
+    assert stems_column(store) == {seq: index_stems(text) for seq, text in rows.items()}
+
+
+def keyword(store, query: str) -> list[str]:
+    return [h.memory.text for h in search(store, query, mode="keyword", limit=10)]
+
+
+def test_cli_keyword_search_matches_russian_case_endings_and_english_as_before(monkeypatch):
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    for text in ("Я поставил машину на парковке у вокзала", "I parked the car near the station",
+                 "Кошка спит на диване"):
+        assert runner.invoke(app, ["add", text]).exit_code == 0
+
+    def hits(query):
+        r = runner.invoke(app, ["search", "--mode", "keyword", "--json", query])
+        assert r.exit_code == 0, r.output
+        return [h["text"] for h in json.loads(r.stdout)]
+
+    assert hits("машина") == ["Я поставил машину на парковке у вокзала"]
+    assert hits("машину") == ["Я поставил машину на парковке у вокзала"]
+    assert hits("где моя машина?") == ["Я поставил машину на парковке у вокзала"]
+    assert hits("parking") == ["I parked the car near the station"]  # porter, unchanged
+    assert hits("где") == []  # a Russian stop word alone finds nothing through stems
+    assert fts_query("parking") == '"parking"'  # an English query adds no stems clause
+
+
+def test_german_and_spanish_inflections(store):
+    store.insert([Memory(id="", text="Meine Schwestern wohnen in Hamburg."),
+                  Memory(id="", text="Las manzanas están en la cocina.")])
+    assert keyword(store, "Wo wohnt meine Schwester?") == ["Meine Schwestern wohnen in Hamburg."]
+    assert keyword(store, "¿dónde está la manzana?") == ["Las manzanas están en la cocina."]
+
+
+def test_every_write_path_keeps_the_stems_column(store):
+    a = store.add("Машина стоит на третьем уровне")[0].id
+    b = store.add("The parking lot is full")[0].id
+    store.insert([Memory(id="", text=t, thread="chat") for t in
+                  ("Мы купили новую машину", "Она красная", "Ana: das Auto ist rot")])
+    assert_stems_in_step(store)
+    store.edit(a, text="Велосипеды стоят у входа")
+    assert_stems_in_step(store)
+    assert keyword(store, "велосипед") == ["Велосипеды стоят у входа"]
+    assert "Велосипеды стоят у входа" not in keyword(store, "машины")
+    store.forget(b)
+    assert_stems_in_step(store)
+    store.undo()  # the forget
+    store.undo()  # the edit
+    assert_stems_in_step(store)
+    assert "Машина стоит на третьем уровне" in keyword(store, "машину")
+    assert keyword(store, "велосипед") == []
+    store.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
+
+
+def test_migration_adds_stems_to_an_existing_store(tmp_path, fake_config):
+    path = tmp_path / "old.db"
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    before = [name for name, _ in migrations.MIGRATIONS].index("m006_stems")
+    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before], start=1):
+        fn(conn)
+        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
+        conn.execute(f"PRAGMA user_version = {index}")
+    for mid, text in (("aaaa0001", "Я оставил ключи у соседки"), ("bbbb0001", "The parking permit expires")):
+        conn.execute("INSERT INTO memories (id, text, tier, created_at, updated_at) "
+                     "VALUES (?, ?, 'archival', '2023-01-01T00:00:00Z', '2023-01-01T00:00:00Z')", (mid, text))
+    assert [r[1] for r in conn.execute("PRAGMA table_info(memories_fts)")] == ["text", "context"]
+    conn.close()
+    with MemoryStore(path, config=fake_config) as s:
+        assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
+        assert_stems_in_step(s)
+        assert keyword(s, "ключ") == ["Я оставил ключи у соседки"]
+        assert keyword(s, "parked") == ["The parking permit expires"]
+        s.edit("aaaa0001", text="Ключи лежат на полке")
+        assert_stems_in_step(s)
