@@ -47,7 +47,7 @@ def m001_initial(conn) -> None:
             text, content='memories', content_rowid='seq',
             tokenize='porter unicode61 remove_diacritics 2')""")
     # The FTS index follows the rows inside the same transaction, whatever writes them.
-    conn.execute(f"""
+    conn.execute("""
         CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
             INSERT INTO memories_fts(rowid, text) VALUES (new.seq, new.text);
         END""")

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from .errors import UsageError
 from .records import Hit
-from .store import Filter
 from .stemming import query_stems
+from .store import Filter
 from .text import STOP_WORDS
 
 if TYPE_CHECKING:

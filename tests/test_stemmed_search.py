@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 pytest.importorskip("snowballstemmer")
 
 from pmem import Memory, db, migrations, search  # noqa: E402
-from pmem.search import fts_query  # noqa: E402
 from pmem.cli.app import app  # noqa: E402
+from pmem.search import fts_query  # noqa: E402
 from pmem.stemming import index_stems  # noqa: E402
 from pmem.store import MemoryStore  # noqa: E402
 
