@@ -122,13 +122,14 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(t for t in terms if t))
 
 
+@lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether the Snowball stemmers (the `multilingual` extra) are installed."""
-    try:
-        import snowballstemmer  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the Snowball stemmers (the `multilingual` extra) are installed. Found once per
+    process without importing them (24 ms): triggers ask on every write, searches on every query,
+    and an English query never needs them."""
+    from importlib.util import find_spec
+
+    return find_spec("snowballstemmer") is not None
 
 
 def index_stems(text: str | None) -> str:

@@ -99,3 +99,16 @@ def test_migration_adds_stems_to_an_existing_store(tmp_path, fake_config):
         assert keyword(s, "parked") == ["The parking permit expires"]
         s.edit("aaaa0001", text="Ключи лежат на полке")
         assert_stems_in_step(s)
+
+
+def test_english_writes_and_queries_never_import_the_stemmers():
+    """Triggers ask on every write and searches on every query: English must not pay the 24 ms."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pmem import stemming; import pmem.search; "
+            "q = sys.modules['pmem.search'].fts_query('where did I park the car'); "
+            "s = stemming.index_stems('I parked the car on level 3'); "
+            "print(q, repr(s), 'snowballstemmer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "\"park\" OR \"car\" '' False"
