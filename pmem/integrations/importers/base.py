@@ -205,3 +205,20 @@ def conversation_memories(fmt: str, conversation_id: str, turns: list[Turn], *,
 def slug(text: str) -> str:
     """A tag from a name: lower case, words joined by '-'."""
     return re.sub(r"[^\w/]+", "-", text.strip().lower()).strip("-")
+
+
+def export_conversations(entry: Entry, key: str, label: str) -> Iterator[tuple[str, dict]]:
+    """(id, conversation) for each conversation of a chat export file (a list, or an object with
+    `conversations`) that has the field `key`; the id is `uuid`, `conversation_id` or `id`.
+    Raises UsageError naming `label` when the file holds no list."""
+    data = entry.read_json()
+    if isinstance(data, dict):
+        data = data.get("conversations", [data])
+    if not isinstance(data, list):
+        raise UsageError(f"{entry.name}: expected a list of {label} conversations")
+    for conversation in data:
+        if not isinstance(conversation, dict) or key not in conversation:
+            continue
+        cid = conversation.get("uuid") or conversation.get("conversation_id") or conversation.get("id")
+        if cid:
+            yield str(cid), conversation

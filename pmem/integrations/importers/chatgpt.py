@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from ...errors import UsageError
 from ...records import Memory
-from .base import Entry, Turn, conversation_memories, when
+from .base import Entry, Turn, conversation_memories, export_conversations, when
 
 NAME = "chatgpt"
 DESCRIPTION = "ChatGPT data export (zip, conversations.json, conversations-NNN.json)"
@@ -92,17 +91,7 @@ def turns(conversation: dict[str, Any]) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
-    data = entry.read_json()
-    if isinstance(data, dict):
-        data = data.get("conversations", [data])
-    if not isinstance(data, list):
-        raise UsageError(f"{entry.name}: expected a list of ChatGPT conversations")
-    for conversation in data:
-        if not isinstance(conversation, dict) or "mapping" not in conversation:
-            continue
-        cid = conversation.get("conversation_id") or conversation.get("id")
-        if not cid:
-            continue
+    for cid, conversation in export_conversations(entry, "mapping", "ChatGPT"):
         yield from conversation_memories(
-            NAME, str(cid), turns(conversation), title=conversation.get("title") or None,
+            NAME, cid, turns(conversation), title=conversation.get("title") or None,
             created_at=when(conversation.get("create_time")))

@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from ...errors import UsageError
 from ...records import Memory
-from .base import Entry, Turn, conversation_memories, when
+from .base import Entry, Turn, conversation_memories, export_conversations, when
 
 NAME = "claude-ai"
 DESCRIPTION = "Claude.ai data export (zip or conversations.json with chat_messages)"
@@ -70,19 +69,9 @@ def turns(conversation: dict[str, Any]) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
-    data = entry.read_json()
-    if isinstance(data, dict):
-        data = data.get("conversations", [data])
-    if not isinstance(data, list):
-        raise UsageError(f"{entry.name}: expected a list of Claude.ai conversations")
-    for conversation in data:
-        if not isinstance(conversation, dict) or "chat_messages" not in conversation:
-            continue
-        cid = conversation.get("uuid")
-        if not cid:
-            continue
+    for cid, conversation in export_conversations(entry, "chat_messages", "Claude.ai"):
         project = conversation.get("project")
         meta = {"project": project.get("name")} if isinstance(project, dict) and project.get("name") else None
         yield from conversation_memories(
-            NAME, str(cid), turns(conversation), title=conversation.get("name") or None,
+            NAME, cid, turns(conversation), title=conversation.get("name") or None,
             created_at=when(conversation.get("created_at")), meta=meta)
