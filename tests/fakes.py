@@ -95,3 +95,30 @@ class FakeDream:
                 if progress:
                     progress(i, len(chosen))
         return {"applied": len(chosen)}
+
+
+def writing_while_embedding(db, config, dim: int = 64):
+    """A fake embedder that, inside each embed call, has another connection add a memory to `db`
+    (as another process would): `.written` collects the ids added, `.locked` the errors, so a test
+    shows that the code under test embeds outside its write transaction."""
+    import itertools
+
+    from pmem.embed import FakeEmbedder
+    from pmem.store import MemoryStore
+
+    count = itertools.count()
+
+    class WritingWhileEmbedding(FakeEmbedder):
+        def embed(self, texts):
+            try:
+                with MemoryStore(db, config=config, embedder=FakeEmbedder(dim)) as other:
+                    memory, created = other.add(f"written meanwhile {next(count)}")
+                    assert created  # a new row: a write, not a duplicate found
+                    self.written.append(memory.id)
+            except Exception as exc:  # noqa: BLE001 - the test's assertion names it
+                self.locked.append(str(exc))
+            return super().embed(texts)
+
+    embedder = WritingWhileEmbedding(dim)
+    embedder.written, embedder.locked = [], []
+    return embedder

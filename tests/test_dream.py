@@ -3,7 +3,6 @@ backups, and an apply killed with SIGKILL part way."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from pmem.records import TIERS
 from pmem.search import search
 from pmem.store import Filter, MemoryStore
 
-from fakes import FakeGenerator
+from fakes import FakeGenerator, writing_while_embedding
 
 OLD = "2023-05-08T10:00:00Z"
 NOW = "2026-01-01T00:00:00Z"
@@ -199,24 +198,10 @@ def test_merge_that_brings_a_secret_no_member_holds_is_refused(store):
 
 def test_applying_a_merge_embeds_before_taking_the_write_lock(fake_config, tmp_path):
     """Another process can write while dream embeds a merge's text (issue 10, defect 12's rule)."""
-    from pmem.embed import FakeEmbedder
-
     db = tmp_path / "shared.db"
-    written, locked, n = [], [], itertools.count()
-
-    class WritingWhileEmbedding(FakeEmbedder):
-        def embed(self, texts):
-            try:
-                with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as other:
-                    memory, created = other.add(f"written meanwhile {next(n)}")
-                    assert created  # a new row: a write, not a duplicate found
-                    written.append(memory.id)
-            except Exception as exc:  # noqa: BLE001 - the assertion below names it
-                locked.append(str(exc))
-            return super().embed(texts)
-
-    with MemoryStore(db, config=fake_config.with_values(merge_threshold=-1.0),
-                     embedder=WritingWhileEmbedding(64)) as s:
+    embedder = writing_while_embedding(db, fake_config)
+    written, locked = embedder.written, embedder.locked
+    with MemoryStore(db, config=fake_config.with_values(merge_threshold=-1.0), embedder=embedder) as s:
         add(s, "Bob's sister lives in Lisbon and works as a nurse")
         add(s, "Bob's sister lives in Lisbon with two cats")
         plan = dream.plan(s, only={"merge"}, now=NOW, generator=FakeGenerator())

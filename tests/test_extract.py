@@ -5,7 +5,6 @@ runs the real SmolLM2 GGUF end to end."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from dataclasses import replace
@@ -18,7 +17,7 @@ from pmem.errors import ExtractionError, ModelError, UsageError
 from pmem.store import Filter
 from pmem.thresholds import BY_MODEL, MINILM
 
-from fakes import FakeGenerator
+from fakes import FakeGenerator, writing_while_embedding
 
 
 def active(store):
@@ -490,20 +489,9 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
     from pmem.store import MemoryStore
 
     db = tmp_path / "shared.db"
-    written, locked, n = [], [], itertools.count()
-
-    class WritingWhileEmbedding(FakeEmbedder):
-        def embed(self, texts):
-            try:  # another process adds a memory while this one embeds
-                with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as other:
-                    memory, created = other.add(f"written meanwhile {next(n)}")
-                    assert created  # a new row: a write, not a duplicate found
-                    written.append(memory.id)
-            except Exception as exc:  # noqa: BLE001 - the assertion below names it
-                locked.append(str(exc))
-            return super().embed(texts)
-
-    with MemoryStore(db, config=fake_config, embedder=WritingWhileEmbedding(64)) as store:
+    embedder = writing_while_embedding(db, fake_config)  # another process writes while this one embeds
+    written, locked = embedder.written, embedder.locked
+    with MemoryStore(db, config=fake_config, embedder=embedder) as store:
         old, _ = store.add("Dana approves deploys")  # the vector table exists, as in a store in use
         written.clear()
         r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
