@@ -4,6 +4,8 @@
     python benchmarks/retrieval.py --via lib       # same code paths through the library (fast, for tuning)
     python benchmarks/retrieval.py --mode keyword  # one retriever alone
     python benchmarks/retrieval.py --thread none   # turns without threads (no neighbour context)
+    python benchmarks/retrieval.py --via lib --model multilingual-e5-small --weights 0.4 0.5 0.6 0.7
+                                                   # another embedding model; a fusion sweep in one run
 
 One memory per dialogue turn ("Speaker: text", dated by its session), one database per conversation;
 each session's turns are a thread (`thread`, `thread_pos` in the imported JSONL), so each turn's
@@ -14,6 +16,7 @@ its evidence turns is itself among the top k results.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -39,8 +42,17 @@ def main() -> int:
     ap.add_argument("--thread", default="session", choices=locomo.THREADS,
                     help="what a thread is: a session (default), the whole conversation, or none")
     ap.add_argument("--limit-questions", type=int, default=0, help="only the first N questions per conversation")
+    ap.add_argument("--model", default="", help="embedding model (default: the configured one)")
+    ap.add_argument("--weights", type=float, nargs="+", default=[],
+                    help="--via lib: keyword weights of the fusion to compare over the same stores")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.model:
+        os.environ["PMEM_EMBED_MODEL"] = args.model
+    if args.weights and args.via != "lib":
+        ap.error("--weights needs --via lib")
+    if args.weights:
+        return sweep(args)
     kmax = max(args.k)
     hits = {k: 0 for k in args.k}
     total = 0
@@ -88,6 +100,43 @@ def main() -> int:
               **{f"R@{k}": round(hits[k] / total, 3) for k in args.k},
               "R@10_by_category": {c: round(sum(v) / len(v), 3) for c, v in sorted(per_cat.items())}}
     print(json.dumps(result, indent=2) if args.json else " ".join(f"{k}={v}" for k, v in result.items()))
+    return 0
+
+
+def sweep(args) -> int:
+    """R@k of hybrid search for each keyword weight, the same stores and query vectors."""
+    from dataclasses import replace
+
+    from pmem import Memory, MemoryStore
+    from pmem import search as lib_search
+    from pmem.search import DEFAULT_TUNING
+
+    kmax = max(args.k)
+    hits = {w: {k: 0 for k in args.k} for w in args.weights}
+    total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        for conv in locomo.load():
+            store = MemoryStore(Path(tmp) / f"{conv['sample_id']}.db")
+            stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"],
+                                          thread=r.get("thread"), thread_pos=r.get("thread_pos"))
+                                   for r in locomo.turn_records(conv, args.thread)])
+            by_id = {m.id: m.meta["dia_id"] for m in stored}
+            qs = locomo.questions(conv)[: args.limit_questions or None]
+            store.query_vector = functools.lru_cache(maxsize=None)(store.query_vector)  # once a question
+            for q in qs:
+                total += 1
+                evidence = set(q["evidence"])
+                for w in args.weights:
+                    ranked = [by_id[h.memory.id] for h in lib_search(
+                        store, q["question"], limit=kmax, tuning=replace(DEFAULT_TUNING, keyword_weight=w))]
+                    for k in args.k:
+                        hits[w][k] += bool(evidence & set(ranked[:k]))
+            store.close()
+    result = {"questions": total, "model": os.environ.get("PMEM_EMBED_MODEL", "(configured)"),
+              "thread": args.thread,
+              "by_weight": {str(w): {f"R@{k}": round(hits[w][k] / total, 3) for k in args.k} for w in args.weights}}
+    print(json.dumps(result, indent=2))
     return 0
 
 

@@ -118,10 +118,12 @@ def connect(path: Path | str, *, create: bool = True, busy_timeout_ms: int = 500
 
 
 def register_functions(conn) -> None:
-    """SQL functions the schema's triggers call: pmem_stems(text), the keyword index's stems."""
-    from .stemming import index_stems
+    """SQL functions the schema's triggers call: pmem_stems(text), the keyword index's stems, and
+    pmem_lang(text), the language a memory is counted under."""
+    from .stemming import index_language, index_stems
 
     conn.create_function("pmem_stems", 1, index_stems, deterministic=True)
+    conn.create_function("pmem_lang", 1, index_language, deterministic=True)
 
 
 def errors() -> tuple[type[Exception], ...]:

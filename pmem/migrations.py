@@ -354,6 +354,44 @@ def m006_stems(conn) -> None:
     install_keyword_window(conn, *KEYWORD_WINDOW)
 
 
+@migration
+def m007_languages(conn) -> None:
+    """Memories counted per language (`counts` 'lang:XX', non-English only, kept by triggers
+    through pmem_lang), so search knows which stemmers a query needs; and the stems recomputed
+    where the index lacks them (a store indexed before the stemmers were installed)."""
+    lang = "pmem_lang({r}.text)"
+    conn.execute(f"""
+        CREATE TRIGGER memories_lang_ai AFTER INSERT ON memories WHEN {lang.format(r='new')} != 'en' BEGIN
+            INSERT INTO counts (key, n) VALUES ('lang:' || {lang.format(r='new')}, 1)
+                ON CONFLICT(key) DO UPDATE SET n = n + 1;
+        END""")
+    conn.execute(f"""
+        CREATE TRIGGER memories_lang_ad AFTER DELETE ON memories WHEN {lang.format(r='old')} != 'en' BEGIN
+            UPDATE counts SET n = n - 1 WHERE key = 'lang:' || {lang.format(r='old')};
+        END""")
+    conn.execute(f"""
+        CREATE TRIGGER memories_lang_au AFTER UPDATE OF text ON memories WHEN old.text IS NOT new.text BEGIN
+            UPDATE counts SET n = n - 1 WHERE key = 'lang:' || {lang.format(r='old')};
+            INSERT INTO counts (key, n) SELECT 'lang:' || {lang.format(r='new')}, 1
+                WHERE {lang.format(r='new')} != 'en' ON CONFLICT(key) DO UPDATE SET n = n + 1;
+        END""")
+    from .stemming import index_language, index_stems
+
+    per: dict[str, int] = {}
+    stale = []
+    for seq, text, stems in conn.execute(
+            "SELECT m.seq, m.text, f.stems FROM memories m JOIN memories_fts f ON f.rowid = m.seq"):
+        language = index_language(text)
+        if language != "en":
+            per[language] = per.get(language, 0) + 1
+        want = index_stems(text)
+        if (stems or "") != want:
+            stale.append((want, seq))
+    conn.executemany("INSERT INTO counts (key, n) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET n = excluded.n",
+                     [(f"lang:{k}", n) for k, n in per.items()])
+    conn.executemany("UPDATE memories_fts SET stems = ? WHERE rowid = ?", stale)
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

@@ -15,6 +15,7 @@ in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,14 +61,15 @@ def query_words(text: str) -> list[str]:
     return list(dict.fromkeys(content or words))
 
 
-def fts_query(text: str) -> str | None:
-    """Plain text to a safe FTS5 query: every word quoted, OR-ed; None when there are no words."""
+def fts_query(text: str, languages: Collection[str] = ()) -> str | None:
+    """Plain text to a safe FTS5 query: every word quoted, OR-ed; None when there are no words.
+    `languages`: those the store holds memories in, for queries whose language is unclear."""
     words = query_words(text)
     if not words:
         return None
     terms = ['"' + w.replace('"', '""') + '"' for w in words]
     # Beyond English: the query's Snowball stems against the index's `stems` column (m006).
-    terms += ['stems:"' + t.replace('"', '""') + '"' for t in query_stems(text)]
+    terms += ['stems:"' + t.replace('"', '""') + '"' for t in query_stems(text, languages)]
     return " OR ".join(terms)
 
 
@@ -76,7 +78,7 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
     """(seq, bm25) best first; bm25 is negative, lower is better. The index holds each memory's
     text and its thread neighbours' (`context`), weighted `context_weight`. On large stores words
     held by more than 5% of the memories are left out when rarer ones remain (MemoryStore.keyword_ranks)."""
-    match = fts_query(query)
+    match = fts_query(query, store.languages())
     if match is None:
         return []
     return store.keyword_ranks(match, flt, n, context_weight)

@@ -1,9 +1,11 @@
 """Words for keyword search beyond English: language guess, stop words and Snowball stems.
 
-A prototype for issue 14 (search.py and store.py are not changed here): the store would keep
-`normalize(text)` of each memory in its FTS5 index (tokenizer unicode61, no porter), and search
-would match `query_terms(query)` against it, so "машину" finds "машина" and "Schwestern" finds
-"Schwester", with each language's function words dropped.
+The keyword index keeps, beside each memory's text (porter-stemmed, English), a `stems` column:
+`index_stems(text)`, its words' Snowball stems in its own language (migration m006). A
+non-English query's stems are OR-ed against it, so "машину" finds "машина" and "Schwestern" finds
+"Schwester", with each language's function words dropped. The store counts its memories per
+guessed language (`pmem_lang`, migration m007), so a short Latin-script query with no function
+words ("Schwestern Geburtstag") is stemmed in each language the store actually holds.
 
 Stemming uses `snowballstemmer` (pure Python, so it installs everywhere; it runs PyStemmer's C
 code instead when that is installed). The language of a text is guessed per text: Cyrillic
@@ -15,6 +17,7 @@ its guessed language and in English, and the stems are OR-ed.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from functools import lru_cache
 
 LANGUAGES = {"en": "english", "ru": "russian", "de": "german", "es": "spanish", "fr": "french"}
@@ -70,17 +73,26 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def detect_language(text: str) -> str:
-    """"ru" for mostly Cyrillic text; else the Latin-script language with most stop words; "en"."""
+LATIN = ("de", "es", "fr")  # stemmed Latin-script languages besides English
+
+
+def _guess(text: str) -> str | None:
+    """"ru" for mostly Cyrillic text; else the Latin-script language with most stop words; None
+    when the text holds no stop word of any of them (a short query often does not)."""
     ws = words(text)
     if not ws:
-        return "en"
+        return None
     cyrillic = sum(1 for w in ws if _CYRILLIC.search(w))
     if cyrillic * 2 >= len(ws):
         return "ru"
-    votes = {lang: sum(w in STOP_WORDS[lang] for w in ws) for lang in ("en", "de", "es", "fr")}
+    votes = {lang: sum(w in STOP_WORDS[lang] for w in ws) for lang in ("en", *LATIN)}
     best = max(votes, key=lambda lang: (votes[lang], lang == "en"))
-    return best if votes[best] else "en"
+    return best if votes[best] else None
+
+
+def detect_language(text: str) -> str:
+    """"ru" for mostly Cyrillic text; else the Latin-script language with most stop words; "en"."""
+    return _guess(text) or "en"
 
 
 @lru_cache(maxsize=None)
@@ -146,11 +158,29 @@ def index_stems(text: str | None) -> str:
     return normalize(text, lang)
 
 
-def query_stems(text: str) -> list[str]:
+def query_stems(text: str, languages: Collection[str] = ()) -> list[str]:
     """Stems to match against the `stems` column for a query; none for an English query
-    (without Cyrillic words), so English keyword search is the porter match alone."""
+    (without Cyrillic words), so English keyword search is the porter match alone.
+
+    `languages` are those the store holds memories in (MemoryStore.languages()). A Latin-script
+    query with no stop word of any language cannot be told from English; it is stemmed in each
+    of the store's Latin-script languages, so the stemmers load only where such memories exist."""
     if not available():
         return []
-    if detect_language(text) == "en" and not _CYRILLIC.search(text):
+    guess = _guess(text)
+    if guess is None and not _CYRILLIC.search(text):
+        latin = [lang for lang in LATIN if lang in languages]
+        if not latin:
+            return []
+        kept = content_words(text, "en")
+        stems = [t for lang in latin for t in _stem_words(kept, lang)]
+        return list(dict.fromkeys(t for t in stems if t))
+    if guess in (None, "en") and not _CYRILLIC.search(text):
         return []
     return query_terms(text)
+
+
+def index_language(text: str | None) -> str:
+    """The language a memory is counted under (`pmem_lang`, migration m007); cheap, and needs
+    no stemmer."""
+    return detect_language(text) if text else "en"

@@ -38,6 +38,7 @@ COMMON_SHARE = 5  # % of the memories above which a query word is common (left o
 COMMON_MIN = 1000  # ...when it is in more than this many (and always above COMMON_MAX)
 COMMON_MAX = 10_000  # (at 1,000,000 a 5% word still cost ~120 ms of BM25; 1% cost 29 ms)
 COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
+UPKEEP_MIN_FREE = 0.2  # share of the file in free pages from which upkeep() runs VACUUM
 BIT_POOL = 256  # nearest by Hamming distance that are rescored with float32 cosine (at least 2n)
 MAX_THREAD = 500  # characters of a thread name
 
@@ -515,6 +516,13 @@ class MemoryStore:
         'mem:TIER:PINNED:FORGOTTEN:MERGED'."""
         row = self.conn.execute("SELECT n FROM counts WHERE key = ?", (key,)).fetchone()
         return row[0] if row else 0
+
+    def languages(self) -> dict[str, int]:
+        """Memories per guessed language other than English (kept by triggers, migration
+        m007), most first: which stemmers a keyword query may need."""
+        rows = self.conn.execute("SELECT substr(key, 6), n FROM counts WHERE key >= 'lang:' AND key < 'lang;' "
+                                 "AND n > 0 ORDER BY n DESC, key").fetchall()
+        return {r[0]: r[1] for r in rows}
 
     def _estimate(self, flt: Filter) -> int:
         """An upper bound of count(flt) from the kept counts; exact when `flt` filters only on
@@ -1088,6 +1096,34 @@ class MemoryStore:
         """Leave WAL mode, so the file stands alone again (as backups are)."""
         self.conn.execute("PRAGMA journal_mode = DELETE")
 
+    def space(self) -> dict[str, int]:
+        """The file's size and how much of it is free pages (reclaimable by VACUUM)."""
+        page = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return {"bytes": page * pages, "free_bytes": page * free}
+
+    def upkeep(self, min_free: float = UPKEEP_MIN_FREE) -> dict[str, Any]:
+        """Give back free space: when at least `min_free` of the file is free pages (a dream that
+        merged and purged, a migration that rebuilt a table), merge the keyword index's segments
+        and VACUUM, then empty the -wal. Atomic like any transaction (kill -9 leaves the old file);
+        other writers wait, so it runs where nobody waits: at the end of `pmem dream --apply`.
+        Returns bytes before and after, and whether it ran."""
+        before = self.space()
+        if before["bytes"] == 0 or before["free_bytes"] < min_free * before["bytes"]:
+            return {"ran": False, "bytes_before": before["bytes"], "bytes_after": before["bytes"],
+                    "free_before": before["free_bytes"]}
+        try:
+            with self.transaction():
+                self.conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+            self.conn.execute("PRAGMA temp_store = MEMORY")
+            self.conn.execute("VACUUM")
+        except self._sqlite_errors as exc:
+            raise self._db_error(exc) from None
+        self.checkpoint()
+        return {"ran": True, "bytes_before": before["bytes"], "bytes_after": self.space()["bytes"],
+                "free_before": before["free_bytes"]}
+
     def checkpoint(self, attempts: int = 5) -> bool:
         """Copy the -wal into the database file and truncate it to 0 bytes; False if readers kept it."""
         import time
@@ -1254,6 +1290,7 @@ class MemoryStore:
             "embed_dim": dim,
             "tags": dict(q("SELECT substr(key, 5), n FROM counts WHERE key >= 'tag:' AND key < 'tag;' "
                            "AND n > 0 ORDER BY n DESC, key LIMIT 20").fetchall()),
+            "languages": self.languages(),
         }
 
     # -- added for pmem.dream (kept at the end of the class: other branches edit above) ----------

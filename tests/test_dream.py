@@ -437,6 +437,11 @@ def test_cli_dream_plan_json_apply_and_undo(store, monkeypatch):
     assert json.loads(r.stdout)["proposals"] == []
     r = runner.invoke(app, ["undo"])
     assert r.exit_code == 0 and "dream" in r.output
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--json", "--no-model", "--only", "dedup"])
+    upkeep = json.loads(r.stdout)["upkeep"]
+    assert upkeep["ran"] is False and upkeep["bytes_after"] == upkeep["bytes_before"] > 0  # little is free
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--json", "--no-model", "--no-upkeep"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["upkeep"] is None
 
 
 def test_a_failing_proposal_is_rolled_back_and_the_rest_applied(store, monkeypatch):

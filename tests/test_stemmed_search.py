@@ -13,7 +13,7 @@ pytest.importorskip("snowballstemmer")
 from pmem import Memory, db, migrations, search  # noqa: E402
 from pmem.cli.app import app  # noqa: E402
 from pmem.search import fts_query  # noqa: E402
-from pmem.stemming import index_stems  # noqa: E402
+from pmem.stemming import index_language, index_stems  # noqa: E402
 from pmem.store import MemoryStore  # noqa: E402
 
 runner = CliRunner()
@@ -112,3 +112,65 @@ def test_english_writes_and_queries_never_import_the_stemmers():
             "print(q, repr(s), 'snowballstemmer' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "\"park\" OR \"car\" '' False"
+
+
+def test_store_counts_memories_per_language_through_every_write(store):
+    a = store.add("Машина стоит на третьем уровне парковки")[0].id
+    store.add("Meine Schwester wohnt in Hamburg und arbeitet dort")
+    b = store.add("The parking lot is full")[0].id
+    assert store.languages() == {"de": 1, "ru": 1}
+    store.edit(a, text="Mi hermana vive en Oporto con su familia")
+    assert store.languages() == {"de": 1, "es": 1}
+    store.edit(b, text="Я оставил ключи у соседки")
+    assert store.languages() == {"de": 1, "es": 1, "ru": 1}
+    store.undo()
+    store.undo()
+    assert store.languages() == {"de": 1, "ru": 1}
+    store.add("Las manzanas están en la cocina")
+    assert store.languages() == {"de": 1, "es": 1, "ru": 1}
+    store.undo()  # the add: the row is deleted
+    assert store.languages() == {"de": 1, "ru": 1}
+    store.forget(a)
+    expected: dict[str, int] = {}
+    for (text,) in store.conn.execute("SELECT text FROM memories"):
+        lang = index_language(text)
+        if lang != "en":
+            expected[lang] = expected.get(lang, 0) + 1
+    assert store.languages() == expected
+    assert store.stats()["languages"] == expected
+
+
+def test_a_short_latin_query_is_stemmed_in_the_languages_the_store_holds(store):
+    """'Schwestern Geburtstag' has no function word: it reads as English, whose keyword side is
+    porter on the text. Once the store holds German memories it is stemmed as German too."""
+    store.add("I called my sister about the trip")
+    assert fts_query("Schwestern Geburtstag", store.languages()) == '"schwestern" OR "geburtstag"'
+    store.add("Der Geburtstag meiner Schwester ist im Mai.")
+    assert keyword(store, "Schwestern Geburtstage") == ["Der Geburtstag meiner Schwester ist im Mai."]
+    assert "stems:" in fts_query("Schwestern Geburtstage", store.languages())
+    # an English query (it has English function words) still adds no stems clause
+    assert "stems:" not in fts_query("when is my sister's birthday", store.languages())
+
+
+def test_migration_counts_languages_and_fills_stems_missing_from_the_index(tmp_path, fake_config):
+    """A store indexed without the stemmers (m006 ran with no snowballstemmer) gets its stems."""
+    path = tmp_path / "old.db"
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    before = [name for name, _ in migrations.MIGRATIONS].index("m007_languages")
+    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before], start=1):
+        fn(conn)
+        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
+        conn.execute(f"PRAGMA user_version = {index}")
+    for mid, text in (("aaaa0001", "Я оставил ключи у соседки"), ("bbbb0001", "The parking permit expires"),
+                      ("cccc0001", "Las manzanas están en la cocina")):
+        conn.execute("INSERT INTO memories (id, text, tier, created_at, updated_at) "
+                     "VALUES (?, ?, 'archival', '2023-01-01T00:00:00Z', '2023-01-01T00:00:00Z')", (mid, text))
+    conn.execute("UPDATE memories_fts SET stems = ''")  # as written where the stemmers were missing
+    conn.close()
+    with MemoryStore(path, config=fake_config) as s:
+        assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
+        assert_stems_in_step(s)
+        assert s.languages() == {"es": 1, "ru": 1}
+        assert keyword(s, "ключ") == ["Я оставил ключи у соседки"]
+        s.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")

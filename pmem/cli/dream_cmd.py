@@ -70,12 +70,15 @@ def dream(
                                "(purge_grace_days), after an automatic backup."),
     include: List[str] = typer.Option(None, "--include", help="A pinned memory the dream may change (repeatable)."),
     no_model: bool = typer.Option(False, "--no-model", help="Use no chat model: no merges; extractive summaries."),
+    no_upkeep: bool = typer.Option(False, "--no-upkeep", help="Do not VACUUM afterwards (it runs when a fifth "
+                                   "or more of the file is free space)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Consolidate memory: dedup, merge, compress, expire, supersede. Prints the plan; --apply applies it.
 
     A whole applied dream is one operation: `pmem undo` takes it back. A backup of the database
-    is taken before applying (in the backups folder, see `pmem path`).
+    is taken before applying (in the backups folder, see `pmem path`). Afterwards, when a fifth
+    or more of the file is free space, the keyword index is merged and the file VACUUMed.
 
     \b
     Examples:
@@ -121,8 +124,12 @@ def dream(
         left = None if max_seconds is None else max(0.001, max_seconds - (time.monotonic() - started))
         with out.Progress("applying") as bar:
             result = dreaming.apply(store, plan, progress=bar, max_seconds=left)
+        upkeep = None
+        if not no_upkeep and result.applied and (max_seconds is None or time.monotonic() - started < max_seconds):
+            with out.Progress("giving back free space"):
+                upkeep = store.upkeep()
     if as_json:
-        out.print_json({"plan": plan.to_dict(), "result": result.to_dict()})
+        out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
         return
     out.note(f"applied {len(result.applied)} of {len(plan.proposals)} proposals"
              + (f" as operation {result.op_id}; `pmem undo` takes them back" if result.op_id else ""))
@@ -130,6 +137,10 @@ def dream(
         out.note(f"skipped {s['id']}: {s['reason']}")
     if result.backup:
         out.note(f"backup: {result.backup}")
+    if upkeep and upkeep["ran"]:
+        mb = (upkeep["bytes_before"] - upkeep["bytes_after"]) / 1e6
+        out.note(f"database {upkeep['bytes_before'] / 1e6:.1f} -> {upkeep['bytes_after'] / 1e6:.1f} MB "
+                 f"({mb:.1f} MB of free space given back)")
 
 
 def _notes(plan) -> None:

@@ -27,8 +27,10 @@ def stats(as_json: bool = JsonOpt) -> None:
         return
     tags = data.pop("tags")
     by_tier = data.pop("by_tier")
+    languages = data.pop("languages")
     out.key_values([*data.items(), *((f"tier {k}", v) for k, v in by_tier.items()),
-                    ("top tags", ", ".join(f"{k} ({v})" for k, v in tags.items()))])
+                    ("top tags", ", ".join(f"{k} ({v})" for k, v in tags.items())),
+                    ("not English", ", ".join(f"{k} ({v})" for k, v in languages.items()) or "none")])
 
 
 def path(as_json: bool = JsonOpt) -> None:
