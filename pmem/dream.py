@@ -12,7 +12,8 @@ Proposal kinds, in the order they are planned and applied:
 - purge     with `--purge` only: expired memories past purge_grace_days are deleted (after the
             automatic backup; the deletion is an event, so `pmem undo` restores them).
 - dedup     near-duplicates of the same tier: cosine >= dedup_threshold AND content-word Jaccard
-            >= dedup_lexical AND the same numbers. One canonical memory stays (most distinct
+            >= dedup_lexical AND the same numbers AND not one content word swapped for another
+            (sister / brother: another fact). One canonical memory stays (most distinct
             content words, then longest, then newest), gaining the union of tags and the earliest
             created_at; the others get merged_into it.
 - supersede two rules over non-episodic memories, the older fact getting valid_to / superseded_by
@@ -432,6 +433,20 @@ def _plan_purge(ctx: Planning) -> None:
                 fingerprints={m.id: _fingerprint(m)}))
 
 
+# Universal quantifiers ("in every editor" / "always in editors") say the same thing in other
+# words: they do not make two memories different. Stems, as text.content_stems gives them.
+QUANTIFIERS = frozenset({"every", "alway", "all", "each", "ever", "any"})
+
+
+def one_word_swapped(a: set[str], b: set[str]) -> bool:
+    """Does each side hold exactly one content word the other lacks? "My sister lives in Porto" /
+    "My brother lives in Porto", Monday / Tuesday, Caroline / Melanie: the same frame with another
+    value, a different fact however close the vectors (MiniLM put the meeting pair at 0.983,
+    multilingual-e5-small the sister pair at 0.973). A missed duplicate costs a line of
+    redundancy; a wrong one loses a fact, so dedup leaves such pairs alone."""
+    return len(a - b) == 1 and len(b - a) == 1
+
+
 def _plan_dedup(ctx: Planning) -> None:
     """Near-duplicates of one tier: close vectors, shared words, the same numbers."""
     if ctx.vecs is None:
@@ -444,7 +459,8 @@ def _plan_dedup(ctx: Planning) -> None:
         a, b = active[i], active[j]
         if a.tier != b.tier or numbers(a.text) != numbers(b.text):
             continue
-        if jaccard(words[a.id], words[b.id]) < lexical:
+        wa, wb = words[a.id] - QUANTIFIERS, words[b.id] - QUANTIFIERS
+        if jaccard(wa, wb) < lexical or one_word_swapped(wa, wb):
             continue
         edges.append((i, j))
         sims[(i, j)] = s

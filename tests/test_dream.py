@@ -475,3 +475,16 @@ def test_supersede_uses_the_extraction_rule_for_changed_numbers(store):
     new = add(store, "Bob runs 10 km along the river every morning", created_at="2025-01-01T00:00:00Z")
     (p,) = dream.plan(store, only={"supersede"}, now=NOW, generator=False).proposals
     assert p.members == [old.id, new.id] and "extraction rule" in p.reason
+
+
+def test_dedup_leaves_a_one_word_swap_alone(store):
+    """The same frame with another value is another fact, however close the vectors."""
+    store.config = store.config.with_values(dedup_threshold=-1.0)  # every pair is close enough here
+    add(store, "My sister lives in Porto near the river")
+    add(store, "My brother lives in Porto near the river")
+    add(store, "Weekly meeting with Bob on Monday mornings")
+    add(store, "Weekly meeting with Bob on Tuesday mornings")
+    assert dream.plan(store, only={"dedup"}, now=NOW, generator=False).proposals == []
+    assert dream.one_word_swapped({"sister", "live", "porto"}, {"brother", "live", "porto"})
+    assert not dream.one_word_swapped({"sister", "live", "porto"}, {"sister", "live", "porto", "now"})
+    assert not dream.one_word_swapped({"stopp", "drink", "coffe"}, {"longer", "since", "drink", "coffe"})

@@ -46,3 +46,20 @@ def test_real_compress_is_grounded_or_extractive(real_store):
         assert "extractive" in p.reason
     dream.apply(real_store, plan)
     assert dream.plan(real_store, only={"compress"}, now=NOW).proposals == []
+
+
+@pytest.mark.parametrize("model", ["multilingual-e5-small", "all-MiniLM-L6-v2"])
+def test_real_paraphrases_are_one_memory_and_swapped_values_are_not(tmp_path, monkeypatch, model):
+    """Issue 14: "I prefer dark mode in every code editor" / "In code editors I always prefer dark
+    mode" is one memory; sister / brother and Monday / Tuesday stay two (e5 puts the sister pair at
+    0.973, MiniLM the meeting pair at 0.983: above their dedup thresholds)."""
+    monkeypatch.setenv("PMEM_THREADS", "1")
+    monkeypatch.setenv("PMEM_EMBED_MODEL", model)
+    with MemoryStore(tmp_path / "pairs.db") as s:
+        a, _ = s.add("I prefer dark mode in every code editor")
+        b, _ = s.add("In code editors I always prefer dark mode")
+        for text in ("My sister lives in Porto", "My brother lives in Porto",
+                     "I have a meeting with Bob on Monday", "I have a meeting with Bob on Tuesday"):
+            s.add(text)
+        (p,) = dream.plan(s, only={"dedup"}, now=NOW, generator=False).proposals
+        assert set(p.members) == {a.id, b.id}
