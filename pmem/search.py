@@ -19,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import stemming
 from .errors import UsageError
 from .records import Hit
 from .stemming import query_stems
@@ -50,6 +51,9 @@ class Tuning:
     candidates: int = 100
     context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
     bm25_half: float = BM25_HALF  # the -bm25 at which a score's keyword part is half its most
+    # > 0: the keyword list's min-max share is scaled by x / (x + keyword_saturation) of its best
+    # -bm25 x, so a weak best keyword match no longer takes the keyword weight whole (experiment)
+    keyword_saturation: float = 0.0
 
 
 DEFAULT_TUNING = Tuning()
@@ -63,8 +67,13 @@ def query_words(text: str) -> list[str]:
 
 def fts_query(text: str, languages: Collection[str] = ()) -> str | None:
     """Plain text to a safe FTS5 query: every word quoted, OR-ed; None when there are no words.
-    `languages`: those the store holds memories in, for queries whose language is unclear."""
+    A non-English query also drops its own language's function words ("где", "welche", "qué"
+    matched any memory holding them). `languages`: those the store holds memories in, for
+    queries whose language is unclear."""
     words = query_words(text)
+    function_words = stemming.function_words(text)
+    if function_words:
+        words = [w for w in words if w not in function_words] or words
     if not words:
         return None
     terms = ['"' + w.replace('"', '""') + '"' for w in words]
@@ -169,7 +178,11 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     else:
         scores = {}
         w = tuning.keyword_weight
-        for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
+        kw_share = w
+        if tuning.keyword_saturation > 0 and kw:
+            best = max(0.0, -min(b for _, b in kw))
+            kw_share = w * best / (best + tuning.keyword_saturation)
+        for weight, pairs in ((kw_share, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
             for seq, norm in _minmax(pairs):
                 scores[seq] = scores.get(seq, 0.0) + weight * norm
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -180,6 +180,13 @@ def query_stems(text: str, languages: Collection[str] = ()) -> list[str]:
     return query_terms(text)
 
 
+def function_words(text: str) -> frozenset[str]:
+    """The stop words of a non-English text's guessed language (empty for English): cheap, no
+    stemmer needed."""
+    guess = _guess(text)
+    return STOP_WORDS[guess] if guess not in (None, "en") else frozenset()
+
+
 def index_language(text: str | None) -> str:
     """The language a memory is counted under (`pmem_lang`, migration m007); cheap, and needs
     no stemmer."""

@@ -174,3 +174,13 @@ def test_migration_counts_languages_and_fills_stems_missing_from_the_index(tmp_p
         assert s.languages() == {"es": 1, "ru": 1}
         assert keyword(s, "ключ") == ["Я оставил ключи у соседки"]
         s.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
+
+
+def test_a_non_english_query_drops_its_own_function_words(store):
+    """"где", "welche", "qué" are not what a question is about: they matched any memory holding them."""
+    store.add("Welche Sprache lernt Anna gerade?")
+    store.add("Das Auto meines Vaters ist rot.")
+    assert keyword(store, "Welche Farbe hat das Auto?") == ["Das Auto meines Vaters ist rot."]
+    assert '"где"' not in fts_query("где я оставил машину")
+    assert fts_query("где").startswith('"где"')  # a query of function words alone still searches for them
+    assert fts_query("where is the car") == '"car"'  # English: its own stop words, as before
