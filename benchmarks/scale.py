@@ -45,14 +45,19 @@ def turns() -> list[str]:
     return out
 
 
+def pair_of(i: int, pool_size: int) -> tuple[int, int]:
+    """The two pool turns memory i is made of."""
+    rng = random.Random(i)
+    return rng.randrange(pool_size), rng.randrange(pool_size)
+
+
 def memories(start: int, stop: int, pool: list[str]):
     """Memories start..stop-1 of the synthetic lifetime: deterministic in their index alone."""
     from pmem.records import Memory
 
     out = []
     for i in range(start, stop):
-        rng = random.Random(i)
-        a, b = rng.randrange(len(pool)), rng.randrange(len(pool))
+        a, b = pair_of(i, len(pool))
         minutes = i * 3  # ~5.7 years for 1,000,000
         day, minute = divmod(minutes, 1440)
         year, doy = divmod(day, 360)

@@ -43,7 +43,9 @@ class Settings:
     """pmem's settings, typed. Build one with `load()` (defaults, config.toml, environment) or
     `Settings()` (defaults only); derive a changed copy with `dataclasses.replace` or `with_values`."""
 
-    embed_model: str = _setting("all-MiniLM-L6-v2", "embedding model: a known name or a path to a GGUF file")
+    embed_model: str = _setting("multilingual-e5-small",
+                                "embedding model: a known name or a path to a GGUF file (unset: a store keeps the "
+                                "known model its vectors come from until `pmem reindex`)")
     chat_model: str = _setting("SmolLM2-135M-Instruct",
                                "chat model for extract and dream: a known name or a GGUF path")
     extract_mode: str = _setting(
@@ -116,6 +118,13 @@ _TYPE_NAMES = {int: "whole number", float: "number"}
 DEFAULTS: dict[str, tuple[Any, str]] = {k: (f.default, f.metadata["help"]) for k, f in _FIELDS.items()}
 CHOICES: dict[str, tuple[str, ...]] = {k: f.metadata["choices"] for k, f in _FIELDS.items()
                                        if f.metadata["choices"]}
+
+
+def is_set(settings: Settings, key: str) -> bool:
+    """Whether the user chose `key` (config file, environment, an override), or only the default
+    applies. A Settings built in code counts as chosen where its value is not the default."""
+    origin = (getattr(settings, "origins", None) or {}).get(key, "default")
+    return origin != "default" or settings.get(key) != DEFAULTS[key][0]
 
 
 def env_name(key: str) -> str:

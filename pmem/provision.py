@@ -96,6 +96,19 @@ def known_models() -> dict[str, ModelSpec]:
     return dict(REGISTRY)
 
 
+def embed_model_for(settings, stored: str | None) -> str:
+    """The embedding model a store uses: the configured one when the user chose one; otherwise
+    the known model its vectors come from, so a store made under an earlier default keeps working
+    (`pmem reindex` moves it to the default); otherwise the default."""
+    from .config import is_set
+
+    if stored and not is_set(settings, "embed_model"):
+        for spec in REGISTRY.values():  # a store records the model file's stem, or the name
+            if spec.kind == "embed" and stored in (spec.name, Path(spec.filename).stem):
+                return spec.name
+    return settings.embed_model
+
+
 def _spec(name: str) -> ModelSpec | None:
     if name in REGISTRY:
         return REGISTRY[name]

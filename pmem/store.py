@@ -178,6 +178,8 @@ class MemoryStore:
         self.config = config if config is not None else load_config()
         self.clock = clock or timeutil.now_iso
         self._embedder = embedder
+        self._embedder_given = embedder is not None
+        self._reindex_target = False  # during reindex(): embed with the configured model
         self._op: str | None = None
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
         self._center_blob: bytes | None = None  # the mean vector subtracted before taking signs
@@ -289,9 +291,19 @@ class MemoryStore:
         if self._embedder is None:
             from .embed import load_embedder
 
-            self._embedder = load_embedder(self.config.embed_model, threads=self.config.threads,
+            self._embedder = load_embedder(self.embed_model_name(), threads=self.config.threads,
                                             server=self.config.server)
         return self._embedder
+
+    def embed_model_name(self) -> str:
+        """The embedding model this store embeds with: the configured one; when none is configured,
+        the known model its vectors come from (a store made under the old default, MiniLM, keeps
+        working until `pmem reindex`); else the default (provision.embed_model_for)."""
+        from .provision import embed_model_for
+
+        if self._reindex_target:
+            return self.config.embed_model
+        return embed_model_for(self.config, self.setting("embed_model"))
 
     def vector_model(self) -> tuple[str | None, int | None]:
         """The model and dimension the stored vectors come from (None before the first)."""
@@ -1244,7 +1256,22 @@ class MemoryStore:
 
         Resumable: an interrupted reindex to the same model continues where it stopped (see
         `_stage_reindex`). The stored vectors change in one transaction at the end, so searches
-        never mix two models' vectors."""
+        never mix two models' vectors.
+
+        The target is the configured model, or the default when none is configured (a store
+        still on an earlier default's model moves to the current one)."""
+        if not self._embedder_given:
+            self._embedder = None
+        self._reindex_target = True
+        try:
+            return self._reindex(progress, batch)
+        finally:
+            self._reindex_target = False
+            if not self._embedder_given and self._embedder is not None \
+                    and self.vector_model()[0] not in (None, self._embedder.name):
+                self._embedder = None  # interrupted: the stored vectors' model answers again
+
+    def _reindex(self, progress: Progress | None, batch: int) -> int:
         rows, blobs = self._stage_reindex(progress, batch)
         with self.transaction():
             self.conn.execute("DROP TABLE IF EXISTS memory_vec")

@@ -175,3 +175,54 @@ def test_doctor_says_how_far_an_interrupted_reindex_got(tmp_path, monkeypatch):
     assert len(vectors) == 1 and not vectors[0].ok
     assert "stored vectors come from fake-64" in vectors[0].detail
     assert "interrupted reindex to fake-32 has 20 of 30 done" in vectors[0].detail
+
+
+@pytest.mark.model
+def test_a_store_on_the_old_default_keeps_its_model_until_reindex_moves_it(tmp_path, monkeypatch):
+    """multilingual-e5-small is the default; a store whose vectors come from all-MiniLM-L6-v2 (the
+    old default) keeps searching with MiniLM while no model is configured, doctor says so, and
+    `pmem reindex` moves it to e5. A model the user configures still wins (and mismatches)."""
+    import json
+
+    from conftest import models_dir
+
+    from pmem.cli.app import app
+    from pmem.config import load
+    from pmem.doctor import run_checks
+
+    if not (models_dir() / "all-MiniLM-L6-v2.f16.gguf").exists():
+        pytest.skip("all-MiniLM-L6-v2 is not provisioned in PMEM_TEST_MODELS_DIR")
+    pytest.importorskip("llama_cpp")
+    db = tmp_path / "old-default.db"
+    monkeypatch.setenv("PMEM_DB", str(db))
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(models_dir()))
+    monkeypatch.setenv("PMEM_SERVER", "off")
+    runner = CliRunner()
+
+    def pmem(*args):
+        r = runner.invoke(app, list(args))
+        assert r.exit_code == 0, r.output
+        return r
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "all-MiniLM-L6-v2")  # as the earlier default made it
+    for text in ("Машина стоит на третьем уровне парковки", "The dentist moved my appointment to Thursday",
+                 "My sister lives in Porto"):
+        pmem("add", text)
+    monkeypatch.delenv("PMEM_EMBED_MODEL")
+    assert load().embed_model == "multilingual-e5-small"
+    hits = json.loads(pmem("search", "dentist appointment", "--json").stdout)
+    assert hits[0]["text"].startswith("The dentist")
+    assert json.loads(pmem("stats", "--json").stdout)["embed_model"] == "all-MiniLM-L6-v2.f16"
+    (check,) = [c for c in run_checks(load(), db_override=db) if c.name == "vectors"]
+    assert check.ok and check.level == "info" and "all-MiniLM-L6-v2" in check.detail
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")  # a configured model wins: a clear mismatch
+    r = runner.invoke(app, ["search", "dentist"])
+    assert r.exit_code != 0 and "pmem reindex" in r.stderr
+    monkeypatch.delenv("PMEM_EMBED_MODEL")
+
+    assert "with multilingual-e5-small" in pmem("reindex").stderr
+    assert json.loads(pmem("stats", "--json").stdout)["embed_model"].startswith("multilingual-e5-small")
+    hits = json.loads(pmem("search", "где машина", "--json").stdout)  # Russian, by meaning
+    assert hits[0]["text"].startswith("Машина")
+    assert [c for c in run_checks(load(), db_override=db) if c.name == "vectors"] == []

@@ -185,7 +185,7 @@ def search_mode(store: MemoryStore) -> str:
     """"keyword" when the embedding model is not on disk yet: a hook must not start a download."""
     from ..provision import known_models, model_file
 
-    spec = str(store.config.embed_model)
+    spec = store.embed_model_name()
     if spec in known_models() and not model_file(spec).exists():
         return "keyword"
     return "hybrid"

@@ -705,7 +705,7 @@ class PmemApp(App[None]):
 
         try:
             config = self.store.config
-            load_embedder(config.embed_model, threads=config.threads)  # cached for the process
+            load_embedder(self.store.embed_model_name(), threads=config.threads)  # cached for the process
             with self.background() as store:
                 store.check_model()
         except PmemError as exc:
