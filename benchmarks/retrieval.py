@@ -45,8 +45,6 @@ def main() -> int:
     ap.add_argument("--model", default="", help="embedding model (default: the configured one)")
     ap.add_argument("--weights", type=float, nargs="+", default=[],
                     help="--via lib: keyword weights of the fusion to compare over the same stores")
-    ap.add_argument("--saturation", type=float, nargs="+", default=[0.0],
-                    help="with --weights: Tuning.keyword_saturation values to compare (0: off)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.model:
@@ -114,8 +112,7 @@ def sweep(args) -> int:
     from pmem.search import DEFAULT_TUNING
 
     kmax = max(args.k)
-    combos = [(w, sat) for sat in args.saturation for w in args.weights]
-    hits = {c: {k: 0 for k in args.k} for c in combos}
+    hits = {w: {k: 0 for k in args.k} for w in args.weights}
     total = 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
@@ -130,16 +127,15 @@ def sweep(args) -> int:
             for q in qs:
                 total += 1
                 evidence = set(q["evidence"])
-                for w, sat in combos:
-                    tuning = replace(DEFAULT_TUNING, keyword_weight=w, keyword_saturation=sat)
+                for w in args.weights:
+                    tuning = replace(DEFAULT_TUNING, keyword_weight=w)
                     ranked = [by_id[h.memory.id] for h in lib_search(store, q["question"], limit=kmax, tuning=tuning)]
                     for k in args.k:
-                        hits[(w, sat)][k] += bool(evidence & set(ranked[:k]))
+                        hits[w][k] += bool(evidence & set(ranked[:k]))
             store.close()
     result = {"questions": total, "model": os.environ.get("PMEM_EMBED_MODEL", "(configured)"),
               "thread": args.thread,
-              "by_weight": {f"{w} sat {sat}" if sat else str(w): {f"R@{k}": round(hits[(w, sat)][k] / total, 3)
-                                                                 for k in args.k} for w, sat in combos}}
+              "by_weight": {str(w): {f"R@{k}": round(hits[w][k] / total, 3) for k in args.k} for w in args.weights}}
     print(json.dumps(result, indent=2))
     return 0
 

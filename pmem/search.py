@@ -51,9 +51,6 @@ class Tuning:
     candidates: int = 100
     context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
     bm25_half: float = BM25_HALF  # the -bm25 at which a score's keyword part is half its most
-    # > 0: the keyword list's min-max share is scaled by x / (x + keyword_saturation) of its best
-    # -bm25 x, so a weak best keyword match no longer takes the keyword weight whole (experiment)
-    keyword_saturation: float = 0.0
 
 
 DEFAULT_TUNING = Tuning()
@@ -178,11 +175,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     else:
         scores = {}
         w = tuning.keyword_weight
-        kw_share = w
-        if tuning.keyword_saturation > 0 and kw:
-            best = max(0.0, -min(b for _, b in kw))
-            kw_share = w * best / (best + tuning.keyword_saturation)
-        for weight, pairs in ((kw_share, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
+        for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
             for seq, norm in _minmax(pairs):
                 scores[seq] = scores.get(seq, 0.0) + weight * norm
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
