@@ -12,8 +12,9 @@
 2. Dev LoCoMo (../shared/data/locomo_dev.json, one memory per turn): evidence R@5/R@10 for dense,
    keyword and hybrid, and hybrid re-tuned: every keyword weight 0-1 (step 0.05) of pmem's convex
    fusion (pmem.search) over the same candidate lists.
-3. Speed: model load plus the first embedding, in a fresh process (median of 3), and texts/s on
-   200 LoCoMo turns with 1 and 2 threads (each in its own process).
+3. Speed: model load plus the first embedding, in a fresh process (median of 3), texts/s on
+   200 LoCoMo turns with 1 and 2 threads (each in its own process), and (--only-speed) whole
+   `pmem search` / `pmem add` processes with and without `pmem serve`, models alternating.
 4. Cosine thresholds: the share of LoCoMo turn pairs above each of pmem's MiniLM thresholds, and
    the e5 cosine the same share reaches; paraphrase pairs' cosines under each model.
 Keyword search is measured twice: pmem's FTS5 (porter, English stop words) and the prototype of
@@ -296,12 +297,60 @@ def speed(name: str) -> dict:
             "texts/s 2 threads": round(_run(_RATE, name, "2", str(HERE)), 1)}
 
 
+def processes(models: list[str], runs: int) -> dict:
+    """Whole `pmem search` and `pmem add` processes on the 72-memory set, each model's store built
+    with that model, models alternating within each round (so both see the same load): first with
+    every process loading its model (PMEM_SERVER=off), then with `pmem serve` holding both. Medians."""
+    import statistics
+
+    from pmem import Memory, MemoryStore
+
+    data = json.loads(SET.read_text(encoding="utf-8"))
+    times: dict = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        home = tmp / "h"  # short: the server's socket path must fit in 104 bytes
+        base = dict(os.environ, PMEM_HOME=str(home), PYTHONPATH=str(HERE.parent))
+        for m in models:
+            from pmem.embed import load_embedder
+
+            with MemoryStore(tmp / f"{m}.db", embedder=load_embedder(m, server="off")) as st:
+                st.insert([Memory(id="", text=x["text"]) for x in data["memories"]])
+
+        def once(m: str, what: str, server: str) -> float:
+            env = dict(base, PMEM_EMBED_MODEL=m, PMEM_SERVER=server)
+            cmd = [sys.executable, "-m", "pmem", "--db", str(tmp / f"{m}.db")]
+            cmd += (["search", "где я оставил автомобиль", "--limit", "3", "--json"] if what == "search"
+                    else ["add", f"Я купил новый велосипед {time.time_ns()}"])
+            t = time.perf_counter()
+            subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=tmp)
+            return time.perf_counter() - t
+
+        for server in ("off", "auto"):
+            if server == "auto":
+                subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "10m"],
+                               env=base, check=True, capture_output=True, cwd=tmp)
+                for m in models:
+                    once(m, "search", server)  # the server loads each model once
+            try:
+                for _ in range(runs):
+                    for m in models:
+                        for what in ("search", "add"):
+                            times.setdefault((m, what, server), []).append(once(m, what, server))
+            finally:
+                if server == "auto":
+                    subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=base, capture_output=True)
+    return {f"{m} {what} ({'no server' if server == 'off' else 'pmem serve'}) median s":
+            round(statistics.median(v), 3) for (m, what, server), v in times.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
-    ap.add_argument("--only-speed", action="store_true", help="load time and texts/s only")
+    ap.add_argument("--only-speed", action="store_true", help="load time, texts/s and whole processes only")
+    ap.add_argument("--runs", type=int, default=7, help="whole-process runs per command and model")
     ap.add_argument("--threads", type=int, default=0, help="threads for the retrieval runs (0: pmem's choice)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", default="", help="pickle the candidate lists to PREFIX.MODEL.*.pickle")
@@ -316,6 +365,7 @@ def main() -> int:
 
     if args.only_speed:
         print(json.dumps({"load average": round(os.getloadavg()[0], 2), **{m: speed(m) for m in args.models},
+                          "processes": processes(args.models, args.runs),
                           "load average after": round(os.getloadavg()[0], 2)}, indent=2 if args.json else None))
         return 0
     result: dict = {"load average": round(os.getloadavg()[0], 2)}

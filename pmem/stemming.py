@@ -97,9 +97,39 @@ def detect_language(text: str) -> str:
 
 @lru_cache(maxsize=None)
 def _stemmer(lang: str):
-    import snowballstemmer
+    """The Snowball stemmer of `lang`: PyStemmer's C one when installed, else snowballstemmer's."""
+    name = LANGUAGES[lang]
+    try:
+        import Stemmer  # type: ignore[import-not-found]  # PyStemmer, optional
 
-    return snowballstemmer.stemmer(LANGUAGES[lang])
+        return Stemmer.Stemmer(name)
+    except ImportError:
+        pass
+    module = _snowball_module(f"{name}_stemmer")
+    return getattr(module, f"{name.capitalize()}Stemmer")()
+
+
+def _snowball_module(name: str):
+    """One language module of the snowballstemmer package, without the package's __init__, which
+    imports all 34 languages (~25 ms for a query that needs one). The modules import only their
+    siblings (basestemmer, among), so they load under a private alias of the package's folder."""
+    import importlib
+    import sys
+
+    if "snowballstemmer" in sys.modules:  # someone imported it whole: use that
+        return importlib.import_module(f"snowballstemmer.{name}")
+    alias = "_pmem_snowball"
+    if alias not in sys.modules:
+        import types
+        from importlib.util import find_spec
+
+        spec = find_spec("snowballstemmer")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("snowballstemmer is not installed")
+        package = types.ModuleType(alias)
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules[alias] = package
+    return importlib.import_module(f"{alias}.{name}")
 
 
 def _stem_words(ws: list[str], lang: str) -> list[str]:
