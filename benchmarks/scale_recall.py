@@ -4,6 +4,7 @@ scan, on vectors from a real embedding model, at 20,000 / 100,000 / 1,000,000 me
     python benchmarks/scale_recall.py --model all-MiniLM-L6-v2 --n 100000 1000000
     python benchmarks/scale_recall.py --model multilingual-e5-small --n 100000 1000000
     python benchmarks/scale_recall.py --model all-MiniLM-L6-v2 --n 20000 --real /tmp/pmem-scale/real-20000.npy
+    python benchmarks/scale_recall.py --model all-MiniLM-L6-v2 --n 100000 --dream   # and a dream plan
 
 `scale.py recall` measures the same thing on fake-384 vectors, which have none of a model's
 structure. Embedding 1,000,000 texts takes days on 2 cores, so here a memory (a pair of LoCoMo dev
@@ -76,8 +77,9 @@ def stand_ins(pool_vecs, lengths, n: int):
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype("<f4")
 
 
-def build(path: Path, vecs, model_name: str) -> None:
-    """A store of len(vecs) scale memories (rows, vectors, bit index), no keyword index."""
+def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> None:
+    """A store of len(vecs) scale memories (rows, vectors, bit index), no keyword index; with
+    `pool`, the memories hold their pair texts (for dream), else a placeholder."""
     from pmem.store import MemoryStore
 
     MemoryStore(path, embedder=embedder("fake-384")).close()  # the schema, nothing else
@@ -92,11 +94,11 @@ def build(path: Path, vecs, model_name: str) -> None:
                  (model_name, str(vecs.shape[1])))
     step = 50_000
     for start in range(0, len(vecs), step):
-        rows = scale.memories(start, min(start + step, len(vecs)), [""] * 2)
+        rows = scale.memories(start, min(start + step, len(vecs)), pool or [""] * 2)
         conn.executemany("INSERT INTO memories (seq, id, text, tier, pinned, tags, created_at, updated_at, source) "
                          "VALUES (?, ?, ?, ?, ?, '[]', ?, ?, 'scale')",
-                         [(start + k + 1, m.id, f"memory {start + k}", m.tier, int(m.pinned), m.created_at,
-                           m.created_at) for k, m in enumerate(rows)])
+                         [(start + k + 1, m.id, m.text if pool else f"memory {start + k}", m.tier, int(m.pinned),
+                           m.created_at, m.created_at) for k, m in enumerate(rows)])
         conn.executemany("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, 1)",
                          [(start + k + 1, vecs[start + k].tobytes()) for k in range(len(rows))])
     conn.execute("COMMIT")
@@ -135,6 +137,25 @@ def recall(path: Path, queries, ks=(10, 100)) -> dict:
     return out
 
 
+def dream_plan(path: Path, model: str) -> dict:
+    """A whole `pmem dream` plan (no chat model), timed per kind."""
+    from pmem import dream
+    from pmem.config import load
+    from pmem.store import MemoryStore
+
+    store = MemoryStore(path, config=load().with_values(embed_model=model), clock=lambda: "2026-06-01T00:00:00Z")
+    out: dict = {"n": store.counter("vectors")}
+    for kinds in (("dedup",), ("supersede",), ("merge",), ("compress",), None):
+        t, c = time.perf_counter(), time.process_time()
+        plan = dream.plan(store, only=set(kinds) if kinds else None, generator=False)
+        out["+".join(kinds) if kinds else "whole plan"] = {
+            "wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(time.process_time() - c, 1),
+            "proposals": plan.counts()}
+        print(json.dumps(out), file=sys.stderr, flush=True)
+    store.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -142,6 +163,8 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=200)
     ap.add_argument("--check", type=int, default=0, help="compare the stand-ins with the model's own vectors "
                     "of the first K pair texts")
+    ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "
+                    "(memories then hold their texts)")
     ap.add_argument("--real", type=Path, help="the model's vectors of the first N pair texts (.npy): "
                     "recall on them beside the stand-ins")
     args = ap.parse_args()
@@ -171,9 +194,11 @@ def main() -> int:
         for n in args.n:
             db = Path(tmp) / f"stand-in-{n}.db"
             t = time.perf_counter()
-            build(db, stand_ins(pvecs, lengths, n), args.model)
+            build(db, stand_ins(pvecs, lengths, n), args.model, pool if args.dream else None)
             built = round(time.perf_counter() - t, 1)
             result["runs"].append({"vectors": "stand-in", "build_s": built, **recall(db, queries)})
+            if args.dream:
+                result["runs"][-1]["dream"] = dream_plan(db, args.model)
             print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
             for p in Path(tmp).glob(db.name + "*"):
                 p.unlink()
