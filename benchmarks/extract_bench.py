@@ -120,7 +120,11 @@ def main() -> int:
     p.add_argument("--model", default=None, help="chat model (default: config chat_model); 'rules' for none")
     p.add_argument("--mode", default=None, choices=("auto", "label", "rewrite"),
                    help="extract_mode for the chat model (default: config)")
-    p.add_argument("--match", type=float, default=0.7, help="cosine for a fact to match an observation")
+    p.add_argument("--match", type=float, default=0.7, help="cosine for a fact to match an observation "
+                   "(under --judge-model)")
+    p.add_argument("--judge-model", default="all-MiniLM-L6-v2",
+                   help="embedding model that judges fact/observation matches: fixed, so the figures do "
+                        "not move with the store's embed_model (whose cosine scale differs)")
     p.add_argument("--samples", type=int, default=0, help="print N fact/observation pairs per session")
     p.add_argument("--json", dest="json_out", default=None, help="write the figures to this file")
     p.add_argument("--retrieval-from", default=None,
@@ -146,6 +150,9 @@ def main() -> int:
         gen = load_generator(args.model, threads=cfg.threads, mode=args.mode, settings=cfg)
     rows, totals = [], {"obs": 0, "found": 0, "stored": 0, "correct": 0, "ungrounded": 0, "rejected": 0}
     inputs = []
+    from pmem.embed import load_embedder
+
+    judge = load_embedder(args.judge_model, threads=cfg.threads)
     for conv in convs:
         store = MemoryStore(tmp / f"{conv['sample_id']}.db", config=cfg)
         emb = store.embedder
@@ -161,14 +168,16 @@ def main() -> int:
             parsed = ex.parse_input(text)
             stored = [f for f in result.facts if f.action in ("add", "update", "supersede")]
             obs = [o[0] for facts in conv["observation"].get(f"session_{n}_observation", {}).values() for o in facts]
-            fv, ov = emb.embed([f.text for f in stored]), emb.embed(obs)
+            fv, ov = judge.embed([f.text for f in stored]), judge.embed(obs)
             sim = cosine_matrix(fv, ov)
             found = int((sim.max(axis=0) >= args.match).sum()) if len(stored) and obs else 0
             correct = int((sim.max(axis=1) >= args.match).sum()) if len(stored) and obs else 0
             # a fact's relative dates are resolved against when it was said ("yesterday" -> "on 7 May
             # 2023"), so it is checked against the session as said and as resolved (as import_bench audits)
             ungrounded = sum(not ex.check_grounding(store.get(f.id).text, [text, _resolved(text, f.date or date)],
-                                                    emb, min_support=cfg.extract_min_support).ok for f in stored)
+                                                    emb, min_support=cfg.extract_min_support,
+                                                    min_similarity=store.thresholds().grounding).ok
+                             for f in stored)
             rows.append({"conversation": conv["sample_id"], "session": n, "tokens": tokens, "seconds": secs,
                          "s_per_1k": 1000 * secs / max(tokens, 1), "observations": len(obs), "stored": len(stored),
                          "found": found, "correct": correct, "rejected": len(result.rejected),
