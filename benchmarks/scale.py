@@ -126,7 +126,12 @@ def opened(cache: Path, n: int, label: str) -> tuple[Path, float | None]:
         return dst, None
     tmp = dst.with_suffix(".copying")
     shutil.copyfile(src, tmp)
+    from pmem import db
     from pmem.store import MemoryStore
+
+    conn = db.connect(tmp)  # stores built on the scale branch named m005_binary_vectors m003
+    conn.execute("UPDATE _pmem_migrations SET name = 'm005_binary_vectors' WHERE name = 'm003_binary_vectors'")
+    conn.close()
 
     t0 = time.perf_counter()
     MemoryStore(tmp, clock=lambda: NOW).close()

@@ -281,12 +281,17 @@ PAIRS_EXACT_MAX = 20_000  # memories above which pairs are found by LSH instead 
 
 
 def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
-    """(i, j, cosine) with i < j and cosine >= threshold, in blocks to bound memory."""
+    """(i, j, cosine) with i < j and cosine >= threshold, best first."""
+    if len(vecs) > PAIRS_EXACT_MAX:
+        return _pairs_lsh(vecs, threshold)
+    return _pairs_exact(vecs, threshold)
+
+
+def _pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
+    """Every pair compared, in blocks to bound memory."""
     import numpy as np
 
     n = len(vecs)
-    if n > PAIRS_EXACT_MAX:
-        return _pairs_lsh(vecs, threshold)
     out: list[tuple[int, int, float]] = []
     block = 1024
     for start in range(0, n, block):
@@ -300,30 +305,95 @@ def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
     return out
 
 
-def _pairs_lsh(vecs, threshold: float, bits: int = 12, miss: float = 0.001) -> list[tuple[int, int, float]]:
+LSH_LOW = 2000  # vectors nearest the centre, compared with every vector exactly (see _pairs_lsh)
+LSH_LAST: dict[str, Any] = {}  # how the last _pairs_lsh went: space, bits, tables, pairs compared
+
+
+def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = None) -> list[tuple[int, int, float]]:
     """_pairs without comparing all pairs (100,000 memories: 5e9): random-hyperplane LSH, seeded.
-    Two vectors at the threshold's angle share a `bits`-bit bucket in one table with probability
-    (1 - angle/pi)^bits; enough tables are used that such a pair is missed with probability
-    `miss` (closer pairs less often), and only pairs sharing a bucket are compared exactly."""
+
+    Two vectors at angle a share a b-bit bucket of one table with probability (1 - a/pi)^b;
+    enough tables are used that a pair at the threshold is missed with probability `miss`
+    (closer pairs less often), and only pairs sharing a bucket are compared exactly.
+
+    A model whose vectors all lean one way (multilingual-e5-small: unrelated texts at cosine
+    ~0.86) puts unrelated pairs in one bucket nearly as often as close ones, and the tables cost
+    more than all pairs. Hashing the vectors minus their mean fixes that, with a bound that keeps
+    the guarantee: for centred vectors of norms >= r, a pair at cosine t is at centred cosine >=
+    1 - (1 - t) / r^2 (law of cosines; the distance between them does not change). The LSH_LOW
+    vectors nearest the mean set r and are compared with every vector exactly. Of the two
+    spaces and 6-16 bits, the cheapest by expected comparisons (sampled) is used, unless `space`
+    ("raw" or "centred") says which; all pairs (one matrix product per block) when that is
+    cheaper still, as for e5's thresholds, which sit close to where unrelated pairs are."""
     import numpy as np
 
+    n, dim = vecs.shape
     rng = np.random.default_rng(0)
-    same = (1 - math.acos(max(-1.0, min(1.0, threshold))) / math.pi) ** bits
-    tables = max(1, math.ceil(math.log(miss) / math.log(1 - same))) if same < 1 else 1
+    sample = rng.choice(n, size=min(n, 4096), replace=False)
+    center = vecs[sample].mean(axis=0)
+    centred = vecs - center
+    norms = np.linalg.norm(centred, axis=1)
+    low = np.argsort(norms, kind="stable")[:min(LSH_LOW, n)]
+    r = float(norms[low[-1]]) if len(low) < n else 0.0
+    a, b = sample[: len(sample) // 2], sample[len(sample) // 2: 2 * (len(sample) // 2)]
+
+    def typical(x) -> float:  # the median cosine of random pairs: where unrelated pairs sit
+        xa, xb = x[a], x[b]
+        cos = np.sum(xa * xb, axis=1) / np.maximum(np.linalg.norm(xa, axis=1) * np.linalg.norm(xb, axis=1), 1e-12)
+        return float(np.median(cos))
+
+    def plan(near_cos: float, far_cos: float) -> tuple[float, int, int]:
+        near = 1 - math.acos(max(-1.0, min(1.0, near_cos))) / math.pi
+        far = 1 - math.acos(max(-1.0, min(1.0, far_cos))) / math.pi
+        best = (math.inf, 0, 0)
+        for bits in range(6, 17):
+            same = near ** bits
+            tables = max(1, math.ceil(math.log(miss) / math.log(1 - same))) if same < 1 else 1
+            # pairs compared in small bucket blocks cost ~2x a pair of one large matrix product,
+            # and each table hashes, sorts and walks its buckets (~64 pair-equivalents a vector)
+            cost = tables * (n * n * far ** bits + 64 * n)
+            best = min(best, (cost, bits, tables))
+        return best
+
+    raw = plan(threshold, typical(vecs))
+    bound = 1 - (1 - threshold) / (r * r) if r > 0 else -1.0
+    centre = plan(bound, typical(centred)) if bound > 0 else (math.inf, 0, 0)
+    centre = (centre[0] + len(low) * n, centre[1], centre[2])  # the low vectors' exact comparisons
+    use_centre = centre[0] < raw[0] if space is None else space == "centred"
+    cost, bits, tables = centre if use_centre else raw
+    LSH_LAST.clear()
+    LSH_LAST.update(space="centred" if use_centre else "raw", bits=bits, tables=tables, compared=0)
+    if cost >= n * n / 2 and space is None:
+        LSH_LAST.update(space="all pairs", compared=n * (n - 1) // 2)
+        return _pairs_exact(vecs, threshold)  # LSH would compare more than all pairs
+    hashed = centred if use_centre else vecs
     weights = 1 << np.arange(bits)
     found: dict[tuple[int, int], float] = {}
+
+    def keep(rows, cols, sims, left, right) -> None:
+        for x, y in zip(rows.tolist(), cols.tolist()):
+            i, j = int(left[x]), int(right[y])
+            if i != j:
+                found[(min(i, j), max(i, j))] = float(sims[x, y])
+
+    if use_centre:
+        for start in range(0, len(low), 256):
+            rows_idx = low[start:start + 256]
+            sims = vecs[rows_idx] @ vecs.T
+            LSH_LAST["compared"] += sims.size
+            rows, cols = np.nonzero(sims >= threshold)
+            keep(rows, cols, sims, rows_idx, np.arange(n))
     for _ in range(tables):
-        codes = ((vecs @ rng.standard_normal((vecs.shape[1], bits)).astype(np.float32)) > 0) @ weights
+        codes = ((hashed @ rng.standard_normal((dim, bits)).astype(np.float32)) > 0) @ weights
         order = np.argsort(codes, kind="stable")
         edges = np.flatnonzero(np.diff(codes[order])) + 1
         for group in np.split(order, edges):
             if len(group) < 2:
                 continue
             sims = vecs[group] @ vecs[group].T
+            LSH_LAST["compared"] += len(group) * (len(group) - 1) // 2
             rows, cols = np.nonzero(np.triu(sims >= threshold, 1))
-            for r, c in zip(rows.tolist(), cols.tolist()):
-                i, j = sorted((int(group[r]), int(group[c])))
-                found[(i, j)] = float(sims[r, c])
+            keep(rows, cols, sims, group, group)
     out = [(i, j, s) for (i, j), s in found.items()]
     out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
     return out

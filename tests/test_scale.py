@@ -279,3 +279,33 @@ def test_upkeep_gives_back_free_space_and_keeps_every_memory(store):
     assert [(h.memory.id, round(h.score, 6)) for h in search(store, "orchids balcony 17", limit=20)] == hits
     assert store.count(Filter()) == 300
     assert store.upkeep()["ran"] is False  # nothing left to give back
+
+
+def test_dream_pairs_by_lsh_on_vectors_that_all_lean_one_way(monkeypatch):
+    """e5-like vectors (unrelated pairs near cosine 0.86): hashed raw, every pair shares buckets;
+    centred, with the bound that keeps the guarantee, LSH finds what all pairs find and compares
+    far fewer pairs."""
+    np = pytest.importorskip("numpy")
+    from pmem import dream
+
+    rng = np.random.default_rng(7)
+    common = rng.standard_normal(64).astype(np.float32)
+    common /= np.linalg.norm(common)
+    spread = rng.standard_normal((3000, 64)).astype(np.float32)
+    spread /= np.linalg.norm(spread, axis=1, keepdims=True)
+    base = 2.5 * common + spread
+    near = base[:300] + 0.04 * rng.standard_normal((300, 64)).astype(np.float32)
+    vecs = np.vstack([base, near])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    assert 0.8 < float(np.median(np.sum(vecs[:1000] * vecs[1000:2000], axis=1))) < 0.9
+    monkeypatch.setattr(dream, "LSH_LOW", 100)
+    for threshold in (0.97, 0.955):
+        exact = {(i, j) for i, j, _ in dream._pairs_exact(vecs, threshold)}
+        assert len(exact) >= 250
+        compared = {}
+        for space in ("centred", "raw"):
+            found = {(i, j) for i, j, _ in dream._pairs_lsh(vecs, threshold, space=space)}
+            assert found <= exact and len(found) >= 0.99 * len(exact)
+            assert dream.LSH_LAST["space"] == space
+            compared[space] = dream.LSH_LAST["compared"]
+        assert compared["centred"] < compared["raw"] / 2  # raw buckets hold unrelated pairs too
