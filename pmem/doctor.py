@@ -89,14 +89,13 @@ def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
             conn.close()
             resume = f" (an interrupted reindex to {staged[0]} has {staged[1]} of {staged[2]} done; " \
                      f"`pmem reindex` resumes it)" if staged else ""
-            from .config import is_set
             from .provision import embed_model_for
 
             in_use = embed_model_for(cfg, row[0] if row else None)
             if row and row[0] != _model_name(in_use):
                 checks.append(Check("vectors", False, f"stored vectors come from {row[0]}, configured model is "
                                     f"{cfg.embed_model}{resume}", "pmem reindex"))
-            elif row and in_use != cfg.embed_model and not is_set(cfg, "embed_model"):
+            elif row and in_use != cfg.embed_model:  # no model configured: the store keeps its own
                 checks.append(Check("vectors", True, f"stored vectors come from {in_use}, which this store keeps "
                                     f"using; new stores use {cfg.embed_model} (about 100 languages){resume}",
                                     "pmem reindex", level="info"))

@@ -293,14 +293,13 @@ def _pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
 
     n = len(vecs)
     out: list[tuple[int, int, float]] = []
-    block = 1024
+    block = max(1, min(1024, 2**26 // max(n, 1)))  # rows per product: at most ~256 MB of float32
     for start in range(0, n, block):
-        sims = vecs[start:start + block] @ vecs.T
+        sims = vecs[start:start + block] @ vecs[start:].T  # the upper triangle only
         rows, cols = np.nonzero(sims >= threshold)
         for r, c in zip(rows.tolist(), cols.tolist()):
-            i = start + r
-            if c > i:
-                out.append((i, c, float(sims[r, c])))
+            if c > r:
+                out.append((start + r, start + c, float(sims[r, c])))
     out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
     return out
 
@@ -359,7 +358,7 @@ def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = 
     bound = 1 - (1 - threshold) / (r * r) if r > 0 else -1.0
     centre = plan(bound, typical(centred)) if bound > 0 else (math.inf, 0, 0)
     centre = (centre[0] + len(low) * n, centre[1], centre[2])  # the low vectors' exact comparisons
-    use_centre = centre[0] < raw[0] if space is None else space == "centred"
+    use_centre = centre[0] < raw[0] if space is None else space == "centred" and bound > 0
     cost, bits, tables = centre if use_centre else raw
     LSH_LAST.clear()
     LSH_LAST.update(space="centred" if use_centre else "raw", bits=bits, tables=tables, compared=0)
@@ -377,8 +376,9 @@ def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = 
                 found[(min(i, j), max(i, j))] = float(sims[x, y])
 
     if use_centre:
-        for start in range(0, len(low), 256):
-            rows_idx = low[start:start + 256]
+        step = max(1, min(256, 2**26 // n))
+        for start in range(0, len(low), step):
+            rows_idx = low[start:start + step]
             sims = vecs[rows_idx] @ vecs.T
             LSH_LAST["compared"] += sims.size
             rows, cols = np.nonzero(sims >= threshold)
@@ -504,8 +504,9 @@ def _plan_purge(ctx: Planning) -> None:
 
 
 # Universal quantifiers ("in every editor" / "always in editors") say the same thing in other
-# words: they do not make two memories different. Stems, as text.content_stems gives them.
-QUANTIFIERS = frozenset({"every", "alway", "all", "each", "ever", "any"})
+# words: they do not make two memories different. Stems, as text.content_stems gives them ("all",
+# "each", "any" are stop words there already).
+QUANTIFIERS = frozenset({"every", "alway"})
 
 
 def one_word_swapped(a: set[str], b: set[str]) -> bool:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from . import stemming
 from .errors import UsageError
 from .records import Hit
-from .stemming import query_stems
 from .store import Filter
 from .text import STOP_WORDS
 
@@ -75,7 +74,7 @@ def fts_query(text: str, languages: Collection[str] = ()) -> str | None:
         return None
     terms = ['"' + w.replace('"', '""') + '"' for w in words]
     # Beyond English: the query's Snowball stems against the index's `stems` column (m006).
-    terms += ['stems:"' + t.replace('"', '""') + '"' for t in query_stems(text, languages)]
+    terms += ['stems:"' + t.replace('"', '""') + '"' for t in stemming.query_stems(text, languages)]
     return " OR ".join(terms)
 
 

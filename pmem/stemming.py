@@ -171,7 +171,7 @@ def available() -> bool:
     and an English query never needs them."""
     from importlib.util import find_spec
 
-    return find_spec("snowballstemmer") is not None
+    return find_spec("snowballstemmer") is not None or find_spec("Stemmer") is not None
 
 
 def index_stems(text: str | None) -> str:
@@ -205,7 +205,7 @@ def query_stems(text: str, languages: Collection[str] = ()) -> list[str]:
         kept = content_words(text, "en")
         stems = [t for lang in latin for t in _stem_words(kept, lang)]
         return list(dict.fromkeys(t for t in stems if t))
-    if guess in (None, "en") and not _CYRILLIC.search(text):
+    if guess == "en" and not _CYRILLIC.search(text):
         return []
     return query_terms(text)
 

@@ -1079,11 +1079,7 @@ class MemoryStore:
         """Rewrite the file after a purge: space freed before secure_delete was on (older pmem,
         FTS merges) may still hold copies of the text, and VACUUM rebuilds every page from the
         live rows; then empty the -wal. Returns whether the -wal could be emptied."""
-        self.conn.execute("PRAGMA temp_store = MEMORY")
-        try:
-            self.conn.execute("VACUUM")
-        except self._sqlite_errors as exc:
-            raise self._db_error(exc) from None
+        self._vacuum(in_memory=True)  # no temporary file ever holds the purged text
         with self.transaction():
             self.conn.execute("DELETE FROM settings WHERE key = 'purge_pending'")
         return self.checkpoint()
@@ -1115,11 +1111,24 @@ class MemoryStore:
         free = self.conn.execute("PRAGMA freelist_count").fetchone()[0]
         return {"bytes": page * pages, "free_bytes": page * free}
 
+    def _vacuum(self, in_memory: bool) -> None:
+        """VACUUM, its temporary copy in memory or in SQLite's temporary files."""
+        previous = self.conn.execute("PRAGMA temp_store").fetchone()[0]
+        self.conn.execute(f"PRAGMA temp_store = {'MEMORY' if in_memory else 'DEFAULT'}")
+        try:
+            self.conn.execute("VACUUM")
+        except self._sqlite_errors as exc:
+            raise self._db_error(exc) from None
+        finally:
+            self.conn.execute(f"PRAGMA temp_store = {int(previous)}")
+
     def upkeep(self, min_free: float = UPKEEP_MIN_FREE) -> dict[str, Any]:
         """Give back free space: when at least `min_free` of the file is free pages (a dream that
         merged and purged, a migration that rebuilt a table), merge the keyword index's segments
-        and VACUUM, then empty the -wal. Atomic like any transaction (kill -9 leaves the old file);
-        other writers wait, so it runs where nobody waits: at the end of `pmem dream --apply`.
+        and VACUUM, then empty the -wal. Atomic like any transaction (kill -9 leaves the old file).
+        Other writers wait out SQLite's busy timeout and then fail with "locked", and a VACUUM of
+        a large file takes longer than that, so it runs where nobody waits: at the end of
+        `pmem dream --apply`.
         Returns bytes before and after, and whether it ran."""
         before = self.space()
         if before["bytes"] == 0 or before["free_bytes"] < min_free * before["bytes"]:
@@ -1128,10 +1137,9 @@ class MemoryStore:
         try:
             with self.transaction():
                 self.conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
-            self.conn.execute("PRAGMA temp_store = MEMORY")
-            self.conn.execute("VACUUM")
         except self._sqlite_errors as exc:
             raise self._db_error(exc) from None
+        self._vacuum(in_memory=False)  # its temporary copy on disk: it can be as large as the file
         self.checkpoint()
         return {"ran": True, "bytes_before": before["bytes"], "bytes_after": self.space()["bytes"],
                 "free_before": before["free_bytes"]}

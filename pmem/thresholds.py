@@ -93,15 +93,14 @@ def effective(model: str | None, settings: Any = None) -> Thresholds:
     base = for_model(model)
     if settings is None:
         return base
-    from .config import DEFAULTS
+    from .config import is_set
 
-    origins = getattr(settings, "origins", {}) or {}
     changes = {}
     for key, name in SETTINGS.items():
         value = getattr(settings, key, None)
         if value is None:
             continue
-        if origins.get(key, "default") != "default" or float(value) != float(DEFAULTS[key][0]):
+        if is_set(settings, key):
             changes[name] = float(value)
     return replace(base, **changes) if changes else base
 

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..errors import PmemError, UsageError
 from . import output as out
 from .common import JsonOpt, open_store
 
@@ -111,7 +111,8 @@ def dream(
             _notes(plan)
         if not plan.proposals:
             if as_json:
-                out.print_json({"plan": plan.to_dict(), "result": dreaming.ApplyResult().to_dict()})
+                out.print_json({"plan": plan.to_dict(), "result": dreaming.ApplyResult().to_dict(),
+                                "upkeep": None})
             else:
                 out.note("nothing to do")
             return
@@ -126,8 +127,11 @@ def dream(
             result = dreaming.apply(store, plan, progress=bar, max_seconds=left)
         upkeep = None
         if not no_upkeep and result.applied and (max_seconds is None or time.monotonic() - started < max_seconds):
-            with out.Progress("giving back free space"):
-                upkeep = store.upkeep()
+            try:  # the dream is applied and committed: upkeep failing must not hide that
+                with out.Progress("giving back free space"):
+                    upkeep = store.upkeep()
+            except PmemError as exc:
+                upkeep = {"ran": False, "error": str(exc)}
     if as_json:
         out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
         return
@@ -137,6 +141,8 @@ def dream(
         out.note(f"skipped {s['id']}: {s['reason']}")
     if result.backup:
         out.note(f"backup: {result.backup}")
+    if upkeep and upkeep.get("error"):
+        out.note(f"free space not given back: {upkeep['error']}")
     if upkeep and upkeep["ran"]:
         mb = (upkeep["bytes_before"] - upkeep["bytes_after"]) / 1e6
         out.note(f"database {upkeep['bytes_before'] / 1e6:.1f} -> {upkeep['bytes_after'] / 1e6:.1f} MB "

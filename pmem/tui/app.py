@@ -704,9 +704,8 @@ class PmemApp(App[None]):
         from ..embed import load_embedder
 
         try:
-            config = self.store.config
-            load_embedder(self.store.embed_model_name(), threads=config.threads)  # cached for the process
             with self.background() as store:
+                load_embedder(store.embed_model_name(), threads=store.config.threads)  # cached for the process
                 store.check_model()
         except PmemError as exc:
             self.call_from_thread(self._model_failed, str(exc))
