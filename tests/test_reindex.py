@@ -215,6 +215,9 @@ def test_a_store_on_the_old_default_keeps_its_model_until_reindex_moves_it(tmp_p
     assert json.loads(pmem("stats", "--json").stdout)["embed_model"] == "all-MiniLM-L6-v2.f16"
     (check,) = [c for c in run_checks(load(), db_override=db) if c.name == "vectors"]
     assert check.ok and check.level == "info" and "all-MiniLM-L6-v2" in check.detail
+    models = json.loads(pmem("models", "--json").stdout)
+    assert models["embed_model"] == "all-MiniLM-L6-v2"
+    assert {r["name"] for r in models["known"] if r["in_use"]} == {"all-MiniLM-L6-v2", "SmolLM2-135M-Instruct"}
 
     monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")  # a configured model wins: a clear mismatch
     r = runner.invoke(app, ["search", "dentist"])

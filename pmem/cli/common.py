@@ -65,6 +65,21 @@ def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
     return MemoryStore(override)
 
 
+def store_embed_model(cfg) -> str:
+    """The embedding model the database embeds with (a store on an earlier default keeps its own
+    while none is configured); the configured one when there is no database yet. Creates nothing."""
+    from .. import paths
+    from ..errors import PmemError
+
+    if not paths.db_path(db_override()).exists():
+        return cfg.embed_model
+    try:
+        with open_store(read_only=True) as store:
+            return store.embed_model_name()
+    except PmemError:
+        return cfg.embed_model
+
+
 MAX_COUNT = 2**63 - 1  # SQLite's largest integer
 
 

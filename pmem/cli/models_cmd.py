@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from . import output as out
-from .common import JsonOpt, PmemGroup
+from .common import JsonOpt, PmemGroup, store_embed_model
 
 
 def register(app: typer.Typer) -> None:
@@ -34,17 +34,19 @@ def _models_list(as_json: bool) -> None:
     from .. import config, paths, provision
 
     cfg = config.load()
+    embed = store_embed_model(cfg)  # a store on an earlier default keeps its own model
     rows = []
     for name, info in provision.known_models().items():
         f = provision.model_file(name, paths.models_dir())
         rows.append({"name": name, "kind": info.kind, "installed": f.exists(), "path": str(f),
-                     "in_use": name in (cfg.embed_model, cfg.chat_model)})
+                     "in_use": name in (embed, cfg.chat_model)})
     found = provision.discover_local_ggufs()
-    data = {"embed_model": cfg.embed_model, "chat_model": cfg.chat_model, "known": rows, "found": found}
+    data = {"embed_model": embed, "chat_model": cfg.chat_model, "known": rows, "found": found}
     if as_json:
         out.print_json(data)
         return
-    out.echo(f"embedding model: {cfg.embed_model}")
+    out.echo(f"embedding model: {embed}" + ("" if embed == cfg.embed_model
+                                            else f" (this database's; the default is {cfg.embed_model})"))
     out.echo(f"chat model:      {cfg.chat_model}")
     out.echo("")
     for r in rows:

@@ -9,23 +9,7 @@ import typer
 from .. import timeutil
 from ..errors import NotFound, UsageError
 from . import output as out
-from .common import JsonOpt, db_override, open_store
-
-
-def _store_model(cfg) -> str:
-    """The model the server loads first: the one the database embeds with (a store on an earlier
-    default keeps its own while none is configured); the configured one when there is none yet.
-    Other models load on first request."""
-    from .. import paths
-    from ..errors import PmemError
-
-    if not paths.db_path(db_override()).exists():
-        return cfg.embed_model
-    try:
-        with open_store(read_only=True) as store:
-            return store.embed_model_name()
-    except PmemError:
-        return cfg.embed_model
+from .common import JsonOpt, store_embed_model
 
 
 def register(app: typer.Typer) -> None:
@@ -83,7 +67,7 @@ def serve(
     from .pull_progress import PullBars
 
     with PullBars() as bars:  # a first use fetches the model here, with the same progress as `models pull`
-        model = resolve_model(_store_model(cfg), "embed", progress=bars)
+        model = resolve_model(store_embed_model(cfg), "embed", progress=bars)
     if detach:
         argv = ["serve"] + (["--idle", idle] if idle else [])
         argv += [f"--threads={threads}"] if threads is not None else []
