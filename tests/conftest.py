@@ -81,3 +81,19 @@ def tstore(fake_config, tmp_path):
     seed_tui_store(s)
     yield s
     s.close()
+
+
+def schema_before(path, migration: str):
+    """A new database at `path` with every migration before `migration` applied, as an older pmem
+    left it; returns the open connection (the caller adds rows and closes it)."""
+    from pmem import db, migrations
+
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL "
+                 "DEFAULT CURRENT_TIMESTAMP)")
+    names = [name for name, _ in migrations.MIGRATIONS]
+    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:names.index(migration)], start=1):
+        fn(conn)
+        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
+        conn.execute(f"PRAGMA user_version = {index}")
+    return conn

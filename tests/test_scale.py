@@ -171,19 +171,12 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
 
 def _old_store(path, fake_config, n: int):
     """A database as pmem wrote it before migration m005_binary_vectors: float32 vectors in vec0."""
-    from pmem import db, migrations
+    from conftest import schema_before
+
     from pmem.embed import FakeEmbedder
     from pmem.records import MEMORY_COLUMNS
 
-    conn = db.connect(path)
-    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL "
-                 "DEFAULT CURRENT_TIMESTAMP)")
-    names = [name for name, _ in migrations.MIGRATIONS]
-    before = migrations.MIGRATIONS[:names.index("m005_binary_vectors")]
-    for index, (name, fn) in enumerate(before, start=1):
-        fn(conn)
-        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
-        conn.execute(f"PRAGMA user_version = {index}")
+    conn = schema_before(path, "m005_binary_vectors")
     e = FakeEmbedder(64)
     conn.execute("CREATE VIRTUAL TABLE memory_vec USING vec0(seq INTEGER PRIMARY KEY, "
                  "embedding float[64] distance_metric=cosine, live integer)")

@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 
 pytest.importorskip("snowballstemmer")
 
-from pmem import Memory, db, migrations, search  # noqa: E402
+from conftest import schema_before  # noqa: E402
+
+from pmem import Memory, migrations, search  # noqa: E402
 from pmem.cli.app import app  # noqa: E402
 from pmem.search import fts_query  # noqa: E402
 from pmem.stemming import index_language, index_stems  # noqa: E402
@@ -80,13 +82,7 @@ def test_every_write_path_keeps_the_stems_column(store):
 
 def test_migration_adds_stems_to_an_existing_store(tmp_path, fake_config):
     path = tmp_path / "old.db"
-    conn = db.connect(path)
-    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    before = [name for name, _ in migrations.MIGRATIONS].index("m006_stems")
-    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before], start=1):
-        fn(conn)
-        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
-        conn.execute(f"PRAGMA user_version = {index}")
+    conn = schema_before(path, "m006_stems")
     for mid, text in (("aaaa0001", "Я оставил ключи у соседки"), ("bbbb0001", "The parking permit expires")):
         conn.execute("INSERT INTO memories (id, text, tier, created_at, updated_at) "
                      "VALUES (?, ?, 'archival', '2023-01-01T00:00:00Z', '2023-01-01T00:00:00Z')", (mid, text))
@@ -155,13 +151,7 @@ def test_a_short_latin_query_is_stemmed_in_the_languages_the_store_holds(store):
 def test_migration_counts_languages_and_fills_stems_missing_from_the_index(tmp_path, fake_config):
     """A store indexed without the stemmers (m006 ran with no snowballstemmer) gets its stems."""
     path = tmp_path / "old.db"
-    conn = db.connect(path)
-    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    before = [name for name, _ in migrations.MIGRATIONS].index("m007_languages")
-    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before], start=1):
-        fn(conn)
-        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
-        conn.execute(f"PRAGMA user_version = {index}")
+    conn = schema_before(path, "m007_languages")
     for mid, text in (("aaaa0001", "Я оставил ключи у соседки"), ("bbbb0001", "The parking permit expires"),
                       ("cccc0001", "Las manzanas están en la cocina")):
         conn.execute("INSERT INTO memories (id, text, tier, created_at, updated_at) "

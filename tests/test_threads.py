@@ -8,8 +8,9 @@ import json
 import random
 
 import pytest
+from conftest import schema_before
 
-from pmem import Memory, db, dream, estimate_tokens, migrations, recall, render, search, transfer
+from pmem import Memory, dream, estimate_tokens, migrations, recall, render, search, transfer
 from pmem.errors import UsageError
 from pmem.records import TIERS
 from pmem.search import Tuning
@@ -330,13 +331,7 @@ def test_extract_sources_join_the_thread_of_their_source(store):
 
 def test_migration_threads_an_existing_store(tmp_path, fake_config):
     path = tmp_path / "old.db"
-    conn = db.connect(path)
-    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    before_threads = [name for name, _ in migrations.MIGRATIONS].index("m004_threads")
-    for index, (name, fn) in enumerate(migrations.MIGRATIONS[:before_threads], start=1):
-        fn(conn)
-        conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
-        conn.execute(f"PRAGMA user_version = {index}")
+    conn = schema_before(path, "m004_threads")
 
     def row(mid, text, created, tier="episodic", source="chat", derived="[]", merged=None):
         conn.execute("INSERT INTO memories (id, text, tier, source, created_at, updated_at, derived_from, "
