@@ -75,6 +75,14 @@ def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
                                 "restore from a backup in " + str(paths.backups_dir())))
             checks.append(Check("permissions", mode & 0o077 == 0, f"{path} mode {oct(mode)}",
                                 f"chmod 600 {path}"))
+            page, pages, free = (conn.execute(f"PRAGMA {name}").fetchone()[0]
+                                 for name in ("page_size", "page_count", "freelist_count"))
+            from .store import UPKEEP_MIN_FREE
+
+            if pages and free >= UPKEEP_MIN_FREE * pages and free * page >= UPKEEP_BYTES:
+                checks.append(Check("free space", True, f"{free * page / 1e6:.0f} MB of the "
+                                    f"{pages * page / 1e6:.0f} MB file is free pages",
+                                    "pmem dream --apply gives it back at its end", level="info"))
             from .migrations import MIGRATIONS, applied
 
             done = applied(conn)
@@ -149,6 +157,9 @@ def _server_check(cfg: Settings) -> Check:
     if sock.exists():
         return Check("server", True, f"not running; stale socket {sock} (the next `pmem serve` replaces it)")
     return Check("server", True, "not running (optional: `pmem serve --detach` makes search and add faster)")
+
+
+UPKEEP_BYTES = 10_000_000  # free space worth mentioning (and the share at which a dream gives it back)
 
 
 def _model_name(spec: str) -> str:

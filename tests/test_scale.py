@@ -302,3 +302,18 @@ def test_dream_pairs_by_lsh_on_vectors_that_all_lean_one_way(monkeypatch):
             assert dream.LSH_LAST["space"] == space
             compared[space] = dream.LSH_LAST["compared"]
         assert compared["centred"] < compared["raw"] / 2  # raw buckets hold unrelated pairs too
+
+
+def test_doctor_mentions_free_space_a_dream_would_give_back(store, monkeypatch):
+    from pmem import doctor
+    from pmem.config import load
+
+    store.insert([Memory(id="", text=f"memory {i} about the orchids") for i in range(50)])
+    store.insert([Memory(id="", text=("bulk words of an import " * 60) + str(i)) for i in range(600)])
+    store.undo()
+    store.checkpoint()
+    monkeypatch.setattr(doctor, "UPKEEP_BYTES", 1)
+    (check,) = [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "free space"]
+    assert check.ok and check.level == "info" and "pmem dream --apply" in check.fix
+    store.upkeep()
+    assert [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "free space"] == []
