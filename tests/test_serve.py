@@ -54,7 +54,12 @@ class CountingFake(FakeEmbedder):
 @pytest.fixture
 def server(short_home):
     CountingFake.loads = 0
-    s = srv.Server(threads=1, loader=CountingFake)
+    yield from _serving(CountingFake)
+
+
+def _serving(loader):
+    """A bound server on its own thread, for one test; it must stop when shut down."""
+    s = srv.Server(threads=1, loader=loader)
     s.bind()
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
@@ -615,13 +620,7 @@ class QueryFake(FakeEmbedder):
 
 @pytest.fixture
 def query_server(short_home):
-    s = srv.Server(threads=1, loader=QueryFake)
-    s.bind()
-    thread = threading.Thread(target=s.serve, daemon=True)
-    thread.start()
-    yield s
-    s.shutdown()
-    thread.join(5)
+    yield from _serving(QueryFake)
 
 
 def _close(got, want):
