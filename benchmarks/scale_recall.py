@@ -1,4 +1,4 @@
-"""Recall of the approximate vector path (sign bits, then float32 rescoring) against the exact
+"""Recall of the approximate vector path (bit codes, then float32 rescoring) against the exact
 scan, on vectors from a real embedding model, at 20,000 / 100,000 / 1,000,000 memories.
 
     python benchmarks/scale_recall.py --model all-MiniLM-L6-v2 --n 100000 1000000

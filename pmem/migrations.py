@@ -3,6 +3,7 @@ PRAGMA user_version record where a database stands."""
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Callable
 
@@ -232,45 +233,61 @@ def create_vector_tables(conn, dim: int) -> None:
 
 
 BITS_FROM = 10_000  # vectors from which the bit index is built (smaller stores search exactly)
-CENTER_SAMPLE = 4096  # vectors averaged for the centre subtracted before taking signs
+CENTER_SAMPLE = 4096  # vectors whose per-dimension mean and spread set the bit thresholds
+LEVEL_Z = 0.67  # thresholds at mean -/+ 0.67 standard deviations: a normal's tertiles
 
 
 def build_bits(conn) -> bool:
-    """(Re)build memory_bits: the signs of each vector minus the store's mean vector, in a vec0
-    bit[] table partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants
-    and each partition's top-k stays small (vec0's top-k selection costs O(rows * k)).
+    """(Re)build memory_bits: two bits per dimension of each vector, in a vec0 bit[] table
+    partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants and each
+    partition's top-k stays small (vec0's top-k selection costs O(rows * k)).
 
-    Embeddings share a common direction (all-MiniLM's, and the fake embedder's, by their
-    features), so raw signs are mostly the same bits for every text; centring makes the Hamming
-    distance follow the angle between what differs (recall@10 0.1 -> see benchmarks/README.md)."""
+    The bits are a thermometer code: for each dimension, whether the value is above its low
+    threshold and whether it is above its high one (the store's mean -/+ LEVEL_Z standard
+    deviations, kept as `bit_lo` / `bit_hi` in settings), so the Hamming distance between two
+    codes sums how many levels apart the vectors are per dimension. Embeddings share a common
+    direction, so raw signs are mostly the same bits for every text (recall@10 0.1); signs of the
+    centred vector (one bit, m005) gave multilingual-e5-small recall@10 0.85 at 1,000,000, these
+    three levels 0.96 (benchmarks/README.md)."""
     dim_row = conn.execute("SELECT value FROM settings WHERE key = 'embed_dim'").fetchone()
     dim = int(dim_row[0]) if dim_row else 0
     conn.execute("DROP TABLE IF EXISTS memory_bits")
-    conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
+    conn.execute("DELETE FROM settings WHERE key IN ('bit_center', 'bit_lo', 'bit_hi')")
     total = conn.execute("SELECT count(*) FROM memory_vec").fetchone()[0] if dim else 0
     if not dim or dim % 8 or not total:
         return False
     step = max(1, total // CENTER_SAMPLE)
-    mean = [0.0] * dim
+    sums, squares = [0.0] * dim, [0.0] * dim
     count = 0
     for (blob,) in conn.execute("SELECT embedding FROM memory_vec WHERE seq % ? = 0 LIMIT ?", (step, CENTER_SAMPLE)):
         if len(blob) == 4 * dim:
             for i, v in enumerate(struct.unpack(f"<{dim}f", blob)):
-                mean[i] += v
+                sums[i] += v
+                squares[i] += v * v
             count += 1
-    center = struct.pack(f"<{dim}f", *(v / max(count, 1) for v in mean))
-    conn.execute("INSERT INTO settings (key, value) VALUES ('bit_center', ?)", (center.hex(),))
+    count = max(count, 1)
+    means = [s / count for s in sums]
+    spreads = [LEVEL_Z * math.sqrt(max(q / count - m * m, 0.0)) for q, m in zip(squares, means)]
+    lo = struct.pack(f"<{dim}f", *(m - d for m, d in zip(means, spreads)))
+    hi = struct.pack(f"<{dim}f", *(m + d for m, d in zip(means, spreads)))
+    conn.execute("INSERT INTO settings (key, value) VALUES ('bit_lo', ?), ('bit_hi', ?)", (lo.hex(), hi.hex()))
     conn.execute(f"CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, "
-                 f"part INTEGER PARTITION KEY, bits bit[{dim}], live INTEGER)")
+                 f"part INTEGER PARTITION KEY, bits bit[{2 * dim}], live INTEGER)")
     for tier_index, tier in enumerate(("core", "archival", "episodic")):
         # Sorted by partition, so consecutive inserts fill the same vec0 chunk.
         conn.execute(
-            "INSERT INTO memory_bits (seq, part, bits, live) "
-            "SELECT seq, part, vec_quantize_binary(vec_sub(embedding, ?)), live FROM ("
+            f"INSERT INTO memory_bits (seq, part, bits, live) SELECT seq, part, {LEVELS_SQL.format(v='embedding')}, "
+            "live FROM ("
             f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {BIT_PARTS} AS part, v.embedding, v.live "
-            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = ? "
-            f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", (center, tier))
+            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = :tier "
+            f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", {"lo": lo, "hi": hi, "tier": tier})
     return True
+
+
+# The thermometer code of the float32 vector `v` (named parameters :lo and :hi: bit_lo, bit_hi). `||` of
+# the two differences, cast back to a blob, is one float32 vector of 2 * dim values (vec_bit and
+# the vec_ functions refuse a concatenation directly); vec_quantize_binary keeps a bit per value > 0.
+LEVELS_SQL = "vec_quantize_binary(CAST(vec_sub({v}, :lo) || vec_sub({v}, :hi) AS BLOB))"
 
 
 def bit_part(tier_index: int, seq: int) -> int:
@@ -393,6 +410,17 @@ def m007_languages(conn) -> None:
                      [(f"lang:{k}", n) for k, n in per.items()])
     conn.executemany("UPDATE memories_fts SET stems = ? WHERE rowid = ?", stale)
 
+
+
+@migration
+def m008_bit_levels(conn) -> None:
+    """The bit index moves from one sign bit per dimension to two (build_bits): with
+    multilingual-e5-small, the default model now, recall@10 of the fast path at 1,000,000
+    memories was 0.85. Stores below BITS_FROM have no bit index, and an index m005 built just
+    now already has two bits: nothing to do."""
+    has_bits = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_bits'").fetchone()
+    if has_bits and not conn.execute("SELECT 1 FROM settings WHERE key = 'bit_lo'").fetchone():
+        build_bits(conn)
 
 def applied(conn) -> list[str]:
     exists = conn.execute(

@@ -182,7 +182,7 @@ class MemoryStore:
         self._reindex_target = False  # during reindex(): embed with the configured model
         self._op: str | None = None
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
-        self._center_blob: bytes | None = None  # the mean vector subtracted before taking signs
+        self._levels_blobs: dict[str, bytes] | None = None  # the bit code's thresholds (bit_lo, bit_hi)
         self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
         self._sqlite_errors = db.errors()
         self._forgiven: tuple[type[Exception], ...] = (DatabaseError, *self._sqlite_errors)  # best-effort writes
@@ -403,26 +403,27 @@ class MemoryStore:
         self._put_bits(seq, blob, m)
 
     def _put_bits(self, seq: int, blob: bytes, m: Memory) -> None:
-        """The sign bits of a vector, in the partition of the memory's tier."""
+        """The bit code of a vector, in the partition of the memory's tier."""
         if not self._has_bits():
             if self.counter("vectors") >= migrations.BITS_FROM:
                 self.build_bits()  # once, when the store grows past BITS_FROM (includes this row)
             return
         self.conn.execute("DELETE FROM memory_bits WHERE seq = ?", (seq,))
         self.conn.execute("INSERT INTO memory_bits (seq, part, bits, live) "
-                          "VALUES (?, ?, vec_quantize_binary(vec_sub(?, ?)), ?)",
-                          (seq, migrations.bit_part(TIERS.index(m.tier), seq), blob, self._center(),
-                           int(self._live(m))))
+                          f"VALUES (:seq, :part, {migrations.LEVELS_SQL.format(v=':v')}, :live)",
+                          {"seq": seq, "part": migrations.bit_part(TIERS.index(m.tier), seq), "v": blob,
+                           "live": int(self._live(m)), **self._levels()})
 
-    def _center(self) -> bytes:
-        if self._center_blob is None:
-            self._center_blob = bytes.fromhex(self.setting("bit_center") or "")
-        return self._center_blob
+    def _levels(self) -> dict[str, bytes]:
+        """The thresholds of the bit index's thermometer code (migrations.build_bits)."""
+        if self._levels_blobs is None:
+            self._levels_blobs = {k: bytes.fromhex(self.setting(f"bit_{k}") or "") for k in ("lo", "hi")}
+        return self._levels_blobs
 
     def build_bits(self) -> bool:
         """(Re)build the bit index of the vectors (done by itself past migrations.BITS_FROM)."""
         with self.transaction():
-            self._bits, self._center_blob = None, None
+            self._bits, self._levels_blobs = None, None
             return migrations.build_bits(self.conn)
 
     def _sync_vec(self, seq: int, m: Memory) -> None:
@@ -632,11 +633,12 @@ class MemoryStore:
         """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
 
         Below `exact_below` vectors, or when the filter keeps few memories, the distance is
-        computed for every filtered row (exact). Above, the sign bits of the vectors answer first:
-        vec0 finds the nearest by Hamming distance in each partition of the wanted tiers (live
-        rows only unless asked), and the best `BIT_POOL` (at least 2n) of those are rescored with
-        their float32 vectors and filtered. Where that pool holds every filtered memory, the
-        result equals the exact one; otherwise it is approximate (recall in benchmarks/README.md)."""
+        computed for every filtered row (exact). Above, the bit codes of the vectors answer first
+        (two bits per dimension, migrations.build_bits): vec0 finds the nearest by Hamming distance
+        in each partition of the wanted tiers (live rows only unless asked), and the best
+        `BIT_POOL` (at least 2n) of those are rescored with their float32 vectors and filtered.
+        Where that pool holds every filtered memory, the result equals the exact one; otherwise
+        it is approximate (recall in benchmarks/README.md)."""
         if n <= 0 or not self._has_vec_table():
             return []
         where, params = flt.where(self.clock())
@@ -661,12 +663,14 @@ class MemoryStore:
         pool = max(BIT_POOL, 2 * n) * in_knn // wanted
         parts = [migrations.bit_part(TIERS.index(t), p) for t in flt.tiers
                  for p in range(migrations.BIT_PARTS)]
+        code = self.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
+                                 {"v": vector, **self._levels()}).fetchone()[0]
         for _ in range(3):
             k = -(-pool // migrations.BIT_PARTS) + 8
             if k > KNN_MAX:
                 return None
             knn = " UNION ALL ".join(
-                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_quantize_binary(vec_sub(?, ?)) "
+                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_bit(?) "
                 f"AND k = ? "
                 f"AND part = {p}{' AND live = 1' if live else ''}" for p in parts)
             sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}) ORDER BY h, s LIMIT ?) "
@@ -675,7 +679,7 @@ class MemoryStore:
                    f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
             args: list[Any] = []
             for _p in parts:
-                args += [vector, self._center(), k]
+                args += [code, k]
             rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, pool, vector, *params, int(n)])]
             if len(rows) >= n:
                 return rows
@@ -1285,8 +1289,8 @@ class MemoryStore:
             self.conn.execute("DROP TABLE IF EXISTS memory_vec")
             self.conn.execute("DROP TABLE IF EXISTS memory_bits")
             self.conn.execute("DELETE FROM counts WHERE key = 'vectors'")
-            self.conn.execute("DELETE FROM settings WHERE key = 'bit_center'")
-            self._center_blob = None
+            self.conn.execute("DELETE FROM settings WHERE key IN ('bit_lo', 'bit_hi')")
+            self._levels_blobs = None
             self.conn.execute("DELETE FROM settings WHERE key IN ('embed_model', 'embed_dim')")
             self._bits = None
             self._ensure_vec_table()

@@ -233,7 +233,7 @@ def test_the_bit_index_is_built_when_the_store_grows_past_bits_from(store, monke
     store.insert([Memory(id="", text=f"memory {i}") for i in range(40)])
     assert not store._has_bits()
     store.insert([Memory(id="", text=f"more {i}") for i in range(30)])
-    assert store._has_bits() and store.setting("bit_center")
+    assert store._has_bits() and store.setting("bit_lo") and store.setting("bit_hi")
     q = store.conn.execute
     assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
     store.reindex()
@@ -317,3 +317,71 @@ def test_doctor_mentions_free_space_a_dream_would_give_back(store, monkeypatch):
     assert check.ok and check.level == "info" and "pmem dream --apply" in check.fix
     store.upkeep()
     assert [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "free space"] == []
+
+
+def _levels(blob: bytes, lo: bytes, hi: bytes) -> list[int]:
+    """A vector's level per dimension: 0 below bit_lo, 1 between, 2 above bit_hi."""
+    v, a, b = (store_module.deserialize(x) for x in (blob, lo, hi))
+    return [(x > p) + (x > q) for x, p, q in zip(v, a, b)]
+
+
+def test_bit_codes_hold_two_levels_per_dimension(store):
+    """memory_bits holds, for each dimension, whether the value is above bit_lo and whether it is
+    above bit_hi (thresholds around each dimension's mean), so Hamming distance = level distance."""
+    _fill(store, 300)
+    dim = store.embedder.dim
+    lo, hi = (bytes.fromhex(store.setting(k)) for k in ("bit_lo", "bit_hi"))
+    assert all(p < q for p, q in zip(store_module.deserialize(lo), store_module.deserialize(hi)))
+    q = store.conn.execute
+    assert f"bit[{2 * dim}]" in q("SELECT sql FROM sqlite_master WHERE name = 'memory_bits'").fetchone()[0]
+    rows = q("SELECT b.seq, b.bits, v.embedding FROM memory_bits b JOIN memory_vec v ON v.seq = b.seq "
+             "ORDER BY b.seq LIMIT 40").fetchall()
+    assert len(rows) == 40
+    spread = set()
+    for seq, bits, blob in rows:
+        levels = _levels(blob, lo, hi)
+        spread.update(levels)
+        want = [level >= 1 for level in levels] + [level == 2 for level in levels]
+        got = [bool(bits[i // 8] >> (i % 8) & 1) for i in range(2 * dim)]  # vec0 packs bits LSB first
+        assert got == want, seq
+    assert spread == {0, 1, 2}
+    (_, b1, v1), (_, b2, v2) = rows[0], rows[1]
+    hamming = q("SELECT vec_distance_hamming(vec_bit(?), vec_bit(?))", (b1, b2)).fetchone()[0]
+    assert hamming == sum(abs(x - y) for x, y in zip(_levels(v1, lo, hi), _levels(v2, lo, hi)))
+
+
+def test_a_store_with_one_bit_codes_is_migrated_to_two(fake_config, tmp_path, monkeypatch):
+    """m008: a bit index of sign bits (as pmem wrote it before) is rebuilt with two bits per
+    dimension; searching through it then answers as the exact scan does where the pool covers."""
+    from pmem.store import MemoryStore
+
+    path = tmp_path / "m007.db"
+    store = MemoryStore(path, config=fake_config)
+    _fill(store, 200)
+    q = store.conn.execute
+    with store.transaction():  # as pmem left it before m008: sign bits of the centred vectors
+        q("DROP TABLE memory_bits")
+        q("DELETE FROM settings WHERE key IN ('bit_lo', 'bit_hi')")
+        q("INSERT INTO settings (key, value) VALUES ('bit_center', ?)", (serialize([0.0] * 64).hex(),))
+        q("CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, part INTEGER PARTITION KEY, "
+          "bits bit[64], live INTEGER)")
+        q("INSERT INTO memory_bits (seq, part, bits, live) SELECT seq, seq % 16, vec_quantize_binary(embedding), "
+          "live FROM memory_vec")
+        q("DELETE FROM _pmem_migrations WHERE name = 'm008_bit_levels'")
+    query = store.query_vector("note 17 about topic 17")
+    exact = semantic_ranks(store, "", Filter(), 10, vector=query)
+    store.close()
+    store = MemoryStore(path, config=fake_config)
+    try:
+        q = store.conn.execute
+        assert "bit[128]" in q("SELECT sql FROM sqlite_master WHERE name = 'memory_bits'").fetchone()[0]
+        assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 200
+        assert store.setting("bit_center") is None and store.setting("bit_lo") and store.setting("bit_hi")
+        monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+        monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+        store.exact_below = 0
+        assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
+        _, created = store.add("one more memory after the migration")
+        assert created and q("SELECT count(*) FROM memory_bits").fetchone()[0] == 201
+    finally:
+        store.close()
