@@ -223,6 +223,11 @@ def main() -> None:
     if args.child_search:
         return child_search(*args.child_search)
 
+    import compileall
+
+    import pmem
+
+    compileall.compile_dir(str(Path(pmem.__file__).parent), quiet=1)  # as installed (see scale.compiled)
     args.dir.mkdir(parents=True, exist_ok=True)
     small, large = ensure_store(args.dir, 10_000), ensure_store(args.dir, 100_000)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each, medians; "

@@ -15,9 +15,10 @@ in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import stemming
 from .errors import UsageError
@@ -99,6 +100,33 @@ def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
     return store.semantic_ranks(blob, flt, n)
 
 
+def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int,
+                context_weight: float) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """keyword_ranks and semantic_ranks of a hybrid search. On a large store the keyword side
+    runs on the store's side reader in another thread while this one embeds the query and ranks
+    by meaning (at 100,000 memories each side costs ~15 ms: benchmarks/README.md)."""
+    with store.side_reader() as side:
+        if side is None:
+            return keyword_ranks(store, query, flt, n, context_weight), semantic_ranks(store, query, flt, n)
+        out: dict[str, Any] = {}
+
+        def keyword() -> None:
+            try:
+                out["kw"] = keyword_ranks(side, query, flt, n, context_weight)
+            except BaseException as exc:  # raised again on this thread below
+                out["error"] = exc
+
+        worker = threading.Thread(target=keyword, name="pmem-keyword-side", daemon=True)
+        worker.start()
+        try:
+            sem = semantic_ranks(store, query, flt, n)
+        finally:
+            worker.join()
+        if "error" in out:
+            raise out["error"]
+        return out["kw"], sem
+
+
 def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
     """Scale scores to [0, 1] within one result list (a single result scores 1)."""
     if not pairs:
@@ -159,8 +187,12 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     if not query:
         raise UsageError("empty query")
     n = max(limit, tuning.candidates)
-    kw = keyword_ranks(store, query, flt, n, tuning.context_weight) if mode in ("hybrid", "keyword") else []
-    sem = semantic_ranks(store, query, flt, n) if mode in ("hybrid", "semantic") else []
+    if mode == "hybrid":
+        kw, sem = _both_sides(store, query, flt, n, tuning.context_weight)
+    elif mode == "keyword":
+        kw, sem = keyword_ranks(store, query, flt, n, tuning.context_weight), []
+    else:
+        kw, sem = [], semantic_ranks(store, query, flt, n)
 
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
     sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}

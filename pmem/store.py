@@ -12,6 +12,7 @@ import json
 import os
 import re
 import struct
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the n
 UPKEEP_MIN_FREE = 0.2  # share of the file in free pages from which upkeep() runs VACUUM
 BIT_POOL = 512  # nearest by Hamming distance rescored with float32 (at least 2n); 256: e5 recall@10 0.93 at 100k
 MAX_THREAD = 500  # characters of a thread name
+SIDE_READS_FROM = 10_000  # memories from which search reads its keyword side on a second connection
 
 Progress = Callable[[int, int], None]
 
@@ -184,6 +186,8 @@ class MemoryStore:
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
         self._levels_blobs: dict[str, bytes] | None = None  # the bit code's thresholds (bit_lo, bit_hi)
         self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
+        self._side: MemoryStore | None = None  # a second connection for reads on another thread
+        self._side_lock = threading.Lock()
         self._sqlite_errors = db.errors()
         self._forgiven: tuple[type[Exception], ...] = (DatabaseError, *self._sqlite_errors)  # best-effort writes
         self.conn = db.connect(self.path)
@@ -202,7 +206,31 @@ class MemoryStore:
 
     def close(self) -> None:
         """Close the database connection; the store cannot be used afterwards."""
+        with self._side_lock:
+            if self._side is not None:
+                self._side.close()
+                self._side = None
         self.conn.close()
+
+    @contextmanager
+    def side_reader(self) -> Iterator[MemoryStore | None]:
+        """A second store on the same file, for reads on another thread while this one works
+        (search ranks its keyword side there while this connection ranks by meaning; SQLite
+        releases the GIL while it steps). None where that could not see what this connection sees
+        or would not pay: in a transaction, in memory, below SIDE_READS_FROM memories, or while
+        another thread holds it. Opened once, closed with this store."""
+        if self.conn.in_transaction or str(self.path) == ":memory:" or not self._side_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            if self._side is None:
+                if self._estimate(Filter.everything()) < SIDE_READS_FROM:
+                    yield None
+                    return
+                self._side = MemoryStore(self.path, config=self.config, clock=self.clock)
+            yield self._side
+        finally:
+            self._side_lock.release()
 
     def __enter__(self) -> "MemoryStore":
         return self

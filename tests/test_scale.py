@@ -385,3 +385,41 @@ def test_a_store_with_one_bit_codes_is_migrated_to_two(fake_config, tmp_path, mo
         assert created and q("SELECT count(*) FROM memory_bits").fetchone()[0] == 201
     finally:
         store.close()
+
+
+def test_hybrid_search_reads_its_keyword_side_on_a_second_connection(store, monkeypatch):
+    """Past SIDE_READS_FROM memories the keyword side runs on another thread and connection:
+    the same hits as one connection gives; never inside a transaction, where the second
+    connection could not see this one's uncommitted rows."""
+    _fill(store, 300)
+    queries = ("topic 5 word3", "note 17", "about word6")
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 10**9)
+    alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    assert store._side is None
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
+    threads = []
+    real = store_module.MemoryStore.keyword_ranks
+
+    def spy(self, *args, **kwargs):
+        import threading
+
+        threads.append((self is store, threading.current_thread().name))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.MemoryStore, "keyword_ranks", spy)
+    both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    assert both == alone
+    assert threads == [(False, "pmem-keyword-side")] * 3 and store._side is not None
+    threads.clear()
+    with store.transaction():
+        store.insert([Memory(id="fresh1", text="zebracorn appears only in this transaction")])
+        hits = search(store, "zebracorn", limit=3)
+        assert [h.memory.id for h in hits][:1] == ["fresh1"]
+    assert threads == [(True, "MainThread")]
+    from pmem import db
+
+    side = store._side
+    store.close()
+    assert store._side is None
+    with pytest.raises(db.errors(), match="closed"):
+        side.conn.execute("SELECT 1")
