@@ -8,6 +8,7 @@ import struct
 from typing import Callable
 
 from .errors import DatabaseError
+from .records import TIERS
 
 MIGRATIONS: list[tuple[str, Callable]] = []
 
@@ -221,7 +222,8 @@ def m004_threads(conn) -> None:
     install_keyword_window(conn, *KEYWORD_WINDOW)
 
 
-BIT_PARTS = 16  # vec0 partitions per tier in memory_bits (see MemoryStore.semantic_ranks)
+BIT_PARTS = 16  # vec0 partitions per tier in memory_bits (see MemoryStore.semantic_ranks)...
+WHOLE_TIERS = ("core",)  # ...but one for a tier that stays small (each partition's KNN costs ~0.2 ms)
 
 
 def create_vector_tables(conn, dim: int) -> None:
@@ -239,8 +241,9 @@ LEVEL_Z = 0.67  # thresholds at mean -/+ 0.67 standard deviations: a normal's te
 
 def build_bits(conn) -> bool:
     """(Re)build memory_bits: two bits per dimension of each vector, in a vec0 bit[] table
-    partitioned by tier and seq % BIT_PARTS, so a search reads only the tiers it wants and each
-    partition's top-k stays small (vec0's top-k selection costs O(rows * k)).
+    partitioned by tier and seq % BIT_PARTS (the core tier in one partition: it holds what is
+    pinned, hundreds of memories), so a search reads only the tiers it wants and each partition's
+    top-k stays small (vec0's top-k selection costs O(rows * k)).
 
     The bits are a thermometer code: for each dimension, whether the value is above its low
     threshold and whether it is above its high one (the store's mean -/+ LEVEL_Z standard
@@ -273,14 +276,14 @@ def build_bits(conn) -> bool:
     conn.execute("INSERT INTO settings (key, value) VALUES ('bit_lo', ?), ('bit_hi', ?)", (lo.hex(), hi.hex()))
     conn.execute(f"CREATE VIRTUAL TABLE memory_bits USING vec0(seq INTEGER PRIMARY KEY, "
                  f"part INTEGER PARTITION KEY, bits bit[{2 * dim}], live INTEGER)")
-    for tier_index, tier in enumerate(("core", "archival", "episodic")):
+    for tier_index, tier in enumerate(TIERS):
         # Sorted by partition, so consecutive inserts fill the same vec0 chunk.
         conn.execute(
             f"INSERT INTO memory_bits (seq, part, bits, live) SELECT seq, part, {LEVELS_SQL.format(v='embedding')}, "
             "live FROM ("
-            f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {BIT_PARTS} AS part, v.embedding, v.live "
+            f"SELECT v.seq, {tier_index * BIT_PARTS} + v.seq % {bit_parts(tier)} AS part, v.embedding, v.live "
             "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE m.tier = :tier "
-            f"ORDER BY v.seq % {BIT_PARTS}, v.seq)", {"lo": lo, "hi": hi, "tier": tier})
+            f"ORDER BY v.seq % {bit_parts(tier)}, v.seq)", {"lo": lo, "hi": hi, "tier": tier})
     return True
 
 
@@ -290,8 +293,13 @@ def build_bits(conn) -> bool:
 LEVELS_SQL = "vec_quantize_binary(CAST(vec_sub({v}, :lo) || vec_sub({v}, :hi) AS BLOB))"
 
 
+def bit_parts(tier: str) -> int:
+    """How many partitions of memory_bits hold `tier`."""
+    return 1 if tier in WHOLE_TIERS else BIT_PARTS
+
+
 def bit_part(tier_index: int, seq: int) -> int:
-    return tier_index * BIT_PARTS + seq % BIT_PARTS
+    return tier_index * BIT_PARTS + seq % bit_parts(TIERS[tier_index])
 
 
 def _count_triggers(conn, table: str, key: str) -> None:

@@ -683,30 +683,34 @@ class MemoryStore:
                    params: builtins.list[Any]) -> builtins.list[tuple[int, float]] | None:
         """The approximate path of `semantic_ranks`; None when the exact scan should answer."""
         live = not (flt.include_forgotten or flt.include_merged)
-        in_knn = self._estimate(Filter(tiers=flt.tiers, include_expired=True, include_superseded=True,
-                                       include_forgotten=not live, include_merged=not live))
+        rows = {t: self._estimate(Filter(tiers=(t,), include_expired=True, include_superseded=True,
+                                         include_forgotten=not live, include_merged=not live))
+                for t in flt.tiers}
+        in_knn = sum(rows.values())
         wanted = self._estimate(flt)
         if wanted <= EXACT_SCAN_MAX or in_knn == 0:
             return None
         pool = max(BIT_POOL, 2 * n) * in_knn // wanted
-        parts = [migrations.bit_part(TIERS.index(t), p) for t in flt.tiers
-                 for p in range(migrations.BIT_PARTS)]
+        # (partition, its tier's partitions, its tier's rows): each partition must be able to give
+        # an even share of the pool, and never needs more than its tier holds.
+        parts = [(migrations.bit_part(TIERS.index(t), p), migrations.bit_parts(t), rows[t]) for t in flt.tiers
+                 for p in range(migrations.bit_parts(t))]
         code = self.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
                                  {"v": vector, **self._levels()}).fetchone()[0]
         for _ in range(3):
-            k = -(-pool // migrations.BIT_PARTS) + 8
-            if k > KNN_MAX:
+            ks = [min(-(-pool // count), tier_rows) + 8 for _, count, tier_rows in parts]
+            if max(ks) > KNN_MAX:
                 return None
             knn = " UNION ALL ".join(
                 f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_bit(?) "
                 f"AND k = ? "
-                f"AND part = {p}{' AND live = 1' if live else ''}" for p in parts)
+                f"AND part = {p}{' AND live = 1' if live else ''}" for p, _, _ in parts)
             sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}) ORDER BY h, s LIMIT ?) "
                    f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM pool "
                    f"JOIN memories m ON m.seq = pool.seq JOIN memory_vec v ON v.seq = m.seq "
                    f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
             args: list[Any] = []
-            for _p in parts:
+            for k in ks:
                 args += [code, k]
             rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, pool, vector, *params, int(n)])]
             if len(rows) >= n:
