@@ -121,10 +121,23 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int,
         try:
             sem = semantic_ranks(store, query, flt, n)
         finally:
-            worker.join()
+            _join(worker)
         if "error" in out:
             raise out["error"]
         return out["kw"], sem
+
+
+def _join(worker: threading.Thread) -> None:
+    """Wait for `worker` even through Ctrl-C: it reads on the side connection, which the next
+    search or close() may use once this returns. The interrupt is raised again afterwards."""
+    interrupted: BaseException | None = None
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:

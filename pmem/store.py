@@ -184,7 +184,6 @@ class MemoryStore:
         self._reindex_target = False  # during reindex(): embed with the configured model
         self._op: str | None = None
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
-        self._levels_blobs: dict[str, bytes] | None = None  # the bit code's thresholds (bit_lo, bit_hi)
         self.exact_below = EXACT_BELOW  # vectors below which semantic search is exact
         self._side: MemoryStore | None = None  # a second connection for reads on another thread
         self._side_lock = threading.Lock()
@@ -223,11 +222,13 @@ class MemoryStore:
             yield None
             return
         try:
-            if self._side is None:
-                if self._estimate(Filter.everything()) < SIDE_READS_FROM:
-                    yield None
-                    return
-                self._side = MemoryStore(self.path, config=self.config, clock=self.clock)
+            if self._side is None and self._estimate(Filter.everything()) >= SIDE_READS_FROM:
+                try:
+                    self._side = MemoryStore(self.path, config=self.config, clock=self.clock)
+                except self._forgiven:
+                    pass  # busy, out of file handles...: this search stays on one connection
+            if self._side is not None:  # it ranks as this store does, now
+                self._side.clock, self._side.exact_below = self.clock, self.exact_below
             yield self._side
         finally:
             self._side_lock.release()
@@ -443,15 +444,15 @@ class MemoryStore:
                            "live": int(self._live(m)), **self._levels()})
 
     def _levels(self) -> dict[str, bytes]:
-        """The thresholds of the bit index's thermometer code (migrations.build_bits)."""
-        if self._levels_blobs is None:
-            self._levels_blobs = {k: bytes.fromhex(self.setting(f"bit_{k}") or "") for k in ("lo", "hi")}
-        return self._levels_blobs
+        """The thresholds of the bit index's thermometer code (migrations.build_bits), read each
+        time: another process may have rebuilt the index with new ones."""
+        rows = dict(self.conn.execute("SELECT key, value FROM settings WHERE key IN ('bit_lo', 'bit_hi')"))
+        return {k: bytes.fromhex(rows.get(f"bit_{k}") or "") for k in ("lo", "hi")}
 
     def build_bits(self) -> bool:
         """(Re)build the bit index of the vectors (done by itself past migrations.BITS_FROM)."""
         with self.transaction():
-            self._bits, self._levels_blobs = None, None
+            self._bits = None
             return migrations.build_bits(self.conn)
 
     def _sync_vec(self, seq: int, m: Memory) -> None:
@@ -698,21 +699,29 @@ class MemoryStore:
         code = self.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
                                  {"v": vector, **self._levels()}).fetchone()[0]
         for _ in range(3):
-            ks = [min(-(-pool // count), tier_rows) + 8 for _, count, tier_rows in parts]
+            # A tier kept whole is one partition: past KNN_MAX its top-k is capped (approximate),
+            # where the exact scan of every tier would cost far more.
+            ks = [min(-(-pool // count), tier_rows, KNN_MAX - 8 if count == 1 else tier_rows) + 8
+                  for _, count, tier_rows in parts]
             if max(ks) > KNN_MAX:
                 return None
             knn = " UNION ALL ".join(
                 f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_bit(?) "
                 f"AND k = ? "
                 f"AND part = {p}{' AND live = 1' if live else ''}" for p, _, _ in parts)
-            sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}) ORDER BY h, s LIMIT ?) "
+            # One partition alone (the core tier) is its own pool: SQLite would flatten it into
+            # the ORDER BY ... LIMIT, and vec0 refuses a LIMIT beside its k.
+            best = " ORDER BY h, s LIMIT ?" if len(parts) > 1 else ""
+            sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}){best}) "
                    f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM pool "
                    f"JOIN memories m ON m.seq = pool.seq JOIN memory_vec v ON v.seq = m.seq "
                    f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
             args: list[Any] = []
             for k in ks:
                 args += [code, k]
-            rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, pool, vector, *params, int(n)])]
+            if best:
+                args.append(pool)
+            rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, vector, *params, int(n)])]
             if len(rows) >= n:
                 return rows
             pool *= 4  # the filter kept fewer than estimated: a larger pool, then the exact scan
@@ -1322,7 +1331,6 @@ class MemoryStore:
             self.conn.execute("DROP TABLE IF EXISTS memory_bits")
             self.conn.execute("DELETE FROM counts WHERE key = 'vectors'")
             self.conn.execute("DELETE FROM settings WHERE key IN ('bit_lo', 'bit_hi')")
-            self._levels_blobs = None
             self.conn.execute("DELETE FROM settings WHERE key IN ('embed_model', 'embed_dim')")
             self._bits = None
             self._ensure_vec_table()

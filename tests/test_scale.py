@@ -50,7 +50,7 @@ def _brute(store, query: bytes, flt: Filter, k: int) -> list[tuple[float, int]]:
     return sorted((_cos_dist(blob, query), seq) for seq, blob in rows)[:k]
 
 
-FILTERS = [Filter(), Filter(tiers=("episodic",)), Filter(tiers=TIERS), Filter(tags=("x",)),
+FILTERS = [Filter(), Filter(tiers=("episodic",)), Filter(tiers=("core",)), Filter(tiers=TIERS), Filter(tags=("x",)),
            Filter(pinned=True), Filter(include_forgotten=True), Filter.everything(),
            Filter(as_of="2025-03-01T00:00:00Z"), Filter(since="2025-01-10T00:00:00Z")]
 
@@ -423,3 +423,84 @@ def test_hybrid_search_reads_its_keyword_side_on_a_second_connection(store, monk
     assert store._side is None
     with pytest.raises(db.errors(), match="closed"):
         side.conn.execute("SELECT 1")
+
+
+def test_side_reader_is_none_where_it_cannot_serve(store, fake_config, monkeypatch):
+    from pmem.store import MemoryStore
+
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 1)
+    store.add("one memory")
+    with store.side_reader() as side:
+        assert side is not None
+        with store.side_reader() as again:  # held (another thread's search): stay on one connection
+            assert again is None
+    memory = MemoryStore(":memory:", config=fake_config)
+    try:
+        memory.add("one memory")
+        with memory.side_reader() as side:
+            assert side is None
+    finally:
+        memory.close()
+
+
+def test_an_error_on_the_keyword_side_is_raised_by_search(store, monkeypatch):
+    from pmem.errors import DatabaseError
+
+    _fill(store, 120)
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
+    real = store_module.MemoryStore.keyword_ranks
+
+    def failing(self, *args, **kwargs):
+        if self is not store:
+            raise DatabaseError("database is locked by another process; try again")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.MemoryStore, "keyword_ranks", failing)
+    with pytest.raises(DatabaseError, match="locked"):
+        search(store, "note 17", limit=5)
+    assert [h.memory.id for h in search(store, "note 17", limit=5, mode="keyword")][:1] == ["m00017"]
+
+
+def test_bit_codes_follow_thresholds_another_process_rebuilt(store, fake_config):
+    """A long-lived process (the TUI, the MCP server) writes and queries codes with the thresholds
+    in the database now, not those it read first."""
+    from pmem import migrations
+    from pmem.store import MemoryStore
+
+    rng = _fill(store, 300)
+    store.add("a first write reads the thresholds")
+    other = MemoryStore(store.path, config=fake_config)
+    try:
+        shifted = [serialize([3.0 + rng.gauss(0, 1) for _ in range(64)]) for _ in range(300)]
+        other.insert([Memory(id=f"s{i:04d}", text=f"shifted {i}") for i in range(300)], vectors=shifted)
+        before = store.setting("bit_lo")
+        assert other.build_bits() and other.setting("bit_lo") != before
+    finally:
+        other.close()
+    memory, _ = store.add("written after the rebuild")
+    q = store.conn.execute
+    seq = store._seq(memory.id)
+    stored = q("SELECT bits FROM memory_bits WHERE seq = ?", (seq,)).fetchone()[0]
+    fresh = q(f"SELECT {migrations.LEVELS_SQL.format(v='v.embedding')} FROM memory_vec v WHERE v.seq = :seq",
+              {"seq": seq, "lo": bytes.fromhex(store.setting("bit_lo")),
+               "hi": bytes.fromhex(store.setting("bit_hi"))}).fetchone()[0]
+    assert stored == fresh
+
+
+def test_a_large_core_tier_caps_its_one_partition_instead_of_scanning(store, monkeypatch):
+    """The core tier is one partition: its top-k is capped at KNN_MAX, so a search of a core tier
+    larger than that stays on the bit path (every result still from the tier, best first)."""
+    rng = random.Random(4)
+    memories = [Memory(id=f"c{i:04d}", text=f"pinned {i}", tier="core", pinned=True) for i in range(120)]
+    store.insert(memories, vectors=[serialize([rng.gauss(0, 1) for _ in range(64)]) for _ in range(120)])
+    assert store.build_bits()
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_module, "KNN_MAX", 48)  # below the core tier's 120 rows
+    store.exact_below = 0
+    query = serialize([rng.gauss(0, 1) for _ in range(64)])
+    flt = Filter(tiers=("core",))
+    where, params = flt.where(store.clock())
+    rows = store._bit_ranks(query, flt, 10, where, params)
+    assert rows is not None and len(rows) == 10  # not handed to the exact scan
+    assert [d for _, d in rows] == sorted(d for _, d in rows)
+    assert store.conn.execute("SELECT count(*) FROM memory_bits WHERE part = 0").fetchone()[0] == 120
