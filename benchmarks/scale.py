@@ -248,13 +248,15 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
     }
     paint = Path(__file__).with_name("tui_bench.py")
     try:
-        walls = []
-        for _ in range(runs):
-            r = subprocess.run([sys.executable, str(paint), "--child-paint", str(path)], env=env, check=True,
-                               capture_output=True, text=True)
-            walls.append(json.loads(r.stdout.strip().splitlines()[-1])["first_paint_s"])
-        out["process"]["tui_first_paint"] = {"median_s": round(statistics.median(walls), 3),
-                                             "min_s": round(min(walls), 3)}
+        walls: dict[str, list[float]] = {"--child-paint": [], "--child-floor": []}
+        for _ in range(runs):  # pmem's TUI and a bare Textual app, alternating
+            for child, args in (("--child-paint", [str(path)]), ("--child-floor", [])):
+                r = subprocess.run([sys.executable, str(paint), child, *args], env=env, check=True,
+                                   capture_output=True, text=True)
+                walls[child].append(json.loads(r.stdout.strip().splitlines()[-1])["first_paint_s"])
+        out["process"]["tui_first_paint"] = {"median_s": round(statistics.median(walls["--child-paint"]), 3),
+                                             "min_s": round(min(walls["--child-paint"]), 3),
+                                             "bare_textual_median_s": round(statistics.median(walls["--child-floor"]), 3)}
     except (subprocess.CalledProcessError, ValueError, KeyError) as exc:
         out["process"]["tui_first_paint"] = {"error": str(exc)[:200]}
     log = cache / "build-1000000.jsonl"
@@ -330,15 +332,19 @@ def recall(cache: Path, n: int, label: str, k: int) -> dict:
     return out
 
 
-def quality() -> dict:
+def quality(pool: int | None = None) -> dict:
     """LoCoMo dev evidence R@5/R@10 of hybrid search with the real embedding model, the exact
     vector search and the bit-vector path forced on (pool BIT_POOL of ~600 memories a
-    conversation), in the same run and the same stores."""
+    conversation, or `pool`: 0 leaves the least the path takes, 2n = 200, a third of a store),
+    in the same run and the same stores."""
     import tempfile
 
     from pmem import Memory, MemoryStore
     from pmem import store as store_module
     from pmem.search import search
+
+    if pool is not None:
+        store_module.BIT_POOL = pool
 
     hits = {"exact": {5: 0, 10: 0}, "fast": {5: 0, 10: 0}}
     total = 0
@@ -361,8 +367,8 @@ def quality() -> dict:
                         if set(q["evidence"]) & set(ranked[:k]):
                             hits[name][k] += 1
             store.close()
-    return {"questions": total, **{f"{name}_R@{k}": round(v / total, 3) for name, d in hits.items()
-                                   for k, v in d.items()}}
+    return {"questions": total, "bit_pool": store_module.BIT_POOL,
+            **{f"{name}_R@{k}": round(v / total, 3) for name, d in hits.items() for k, v in d.items()}}
 
 
 def pairs(cache: Path, n: int, label: str) -> dict:
@@ -395,6 +401,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="whole-process runs per command")
     ap.add_argument("--upkeep", action="store_true", help="also time FTS optimize + VACUUM on a copy")
     ap.add_argument("--dream", action="store_true", help="also time `pmem dream` planning")
+    ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
     args = ap.parse_args()
     if args.what == "build":
         build(args.cache, args.n)
@@ -405,7 +412,7 @@ def main() -> int:
     elif args.what == "pairs":
         print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
     else:
-        print(json.dumps(quality(), indent=1))
+        print(json.dumps(quality(args.pool), indent=1))
     return 0
 
 
