@@ -164,9 +164,22 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     # Only common words: the newest rows that hold them, still ranked by BM25 and filtered.
     only = keyword_ranks(store, "common filler", Filter(), 10)
     assert len(only) == 10
-    # Fewer rare matches than asked: the full query fills the rest.
-    more = keyword_ranks(store, "common rare3", Filter(), 100)
+    # Fewer rare matches than asked: every row with the rare word first, then the newest rows
+    # with the common words, never one BM25 over every row holding a common word.
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    more = keyword_ranks(store, "common rare3 nowhere", Filter(), 100)
+    store.conn.set_trace_callback(None)
     assert len(more) == 100
+    texts = [store.memories_by_seq([s])[s].text for s, _ in more]
+    holding = sum(" rare3 " in t for t in texts)
+    assert holding == sum(i % 40 == 3 for i in range(1500)) and all(" rare3 " in t for t in texts[:holding])
+    assert [r for _, r in more] == sorted(r for _, r in more)
+    ranked = [sql for sql in statements if "bm25(" in sql]
+    assert ranked and all("'\"rare3\" OR \"nowhere\"'" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
+    # A filter that keeps fewer of the newest rows than asked: the whole query still answers.
+    some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
+    assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
 
 def _old_store(path, fake_config, n: int):
