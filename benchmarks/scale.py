@@ -332,6 +332,44 @@ def recall(cache: Path, n: int, label: str, k: int) -> dict:
     return out
 
 
+class _RolledBack(Exception):
+    pass
+
+
+def rates(cache: Path, sizes: list[int], label: str, batch: int = 1000, rounds: int = 9) -> dict:
+    """Import throughput against the size of the store, side by side: `batch` new memories
+    inserted (the `pmem import` path, fake embedder) into an empty store and into each cached
+    store, alternating, each batch rolled back so every round meets the same store."""
+    import tempfile
+
+    os.environ["PMEM_EMBED_MODEL"] = EMBED
+    from pmem.store import MemoryStore
+
+    pool = turns()
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        stores = {0: MemoryStore(Path(tmp) / "empty.db", clock=lambda: NOW)}
+        for n in sizes:
+            stores[n] = MemoryStore(opened(cache, n, label)[0], clock=lambda: NOW)
+        per_s: dict[int, list[float]] = {n: [] for n in stores}
+        for r in range(rounds + 1):  # the first round warms the caches and is not counted
+            fresh = memories(3_000_000 + r * batch, 3_000_000 + (r + 1) * batch, pool)
+            for n, store in stores.items():
+                t = time.perf_counter()
+                try:
+                    with store.transaction():
+                        store.insert(fresh, summary="rate")
+                        dt = time.perf_counter() - t
+                        raise _RolledBack  # the next round meets the same store
+                except _RolledBack:
+                    pass
+                if r:
+                    per_s[n].append(batch / dt)
+        for store in stores.values():
+            store.close()
+    return {"batch": batch, "rounds": rounds, "load": os.getloadavg(),
+            "memories_per_s": {str(n): round(statistics.median(v), 1) for n, v in per_s.items()}}
+
+
 def quality(pool: int | None = None) -> dict:
     """LoCoMo dev evidence R@5/R@10 of hybrid search with the real embedding model, the exact
     vector search and the bit-vector path forced on (pool BIT_POOL of ~600 memories a
@@ -393,7 +431,7 @@ def pairs(cache: Path, n: int, label: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs"])
+    ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -409,6 +447,8 @@ def main() -> int:
         print(json.dumps(measure(args.cache, args.n, args.label, args.runs, args.upkeep, args.dream), indent=1))
     elif args.what == "recall":
         print(json.dumps([recall(args.cache, args.n, args.label, k) for k in (10, 100)], indent=1))
+    elif args.what == "rates":
+        print(json.dumps(rates(args.cache, list(SIZES), args.label), indent=1))
     elif args.what == "pairs":
         print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
     else:
