@@ -419,7 +419,6 @@ def m007_languages(conn) -> None:
     conn.executemany("UPDATE memories_fts SET stems = ? WHERE rowid = ?", stale)
 
 
-
 @migration
 def m008_bit_levels(conn) -> None:
     """The bit index moves from one sign bit per dimension to two (build_bits): with
@@ -429,6 +428,7 @@ def m008_bit_levels(conn) -> None:
     has_bits = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_bits'").fetchone()
     if has_bits and not conn.execute("SELECT 1 FROM settings WHERE key = 'bit_lo'").fetchone():
         build_bits(conn)
+
 
 def applied(conn) -> list[str]:
     exists = conn.execute(
