@@ -311,6 +311,7 @@ def processes(models: list[str], runs: int) -> dict:
         tmp = Path(tmp_name)
         home = tmp / "h"  # short: the server's socket path must fit in 104 bytes
         base = dict(os.environ, PMEM_HOME=str(home), PYTHONPATH=str(HERE.parent))
+        base.pop("PYTHONDONTWRITEBYTECODE", None)  # as latency.py: users' Pythons cache bytecode
         for m in models:
             from pmem.embed import load_embedder
 

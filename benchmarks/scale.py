@@ -145,17 +145,6 @@ def med(xs: list[float]) -> float:
     return round(statistics.median(xs) * 1000, 2)
 
 
-def compiled() -> None:
-    """Byte-compile pmem, as an installed one is: where PYTHONDONTWRITEBYTECODE is set (this
-    machine), an edited module is otherwise compiled again by every timed process (pmem.store
-    alone: 16 ms)."""
-    import compileall
-
-    import pmem
-
-    compileall.compile_dir(str(Path(pmem.__file__).parent), quiet=1)
-
-
 def timed_process(cmd: list[str], env: dict, runs: int) -> dict:
     """Wall time and CPU time (user + system) of whole processes: on a shared machine the CPU time
     is the figure that does not depend on what else runs."""
@@ -238,8 +227,10 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
     store.close()
     alone.close()
 
-    compiled()
     env = dict(os.environ, PMEM_HOME=str(cache / "home"), PMEM_EMBED_MODEL=EMBED, PMEM_SERVER="off")
+    # As latency.py: users' Pythons cache bytecode; without it every timed process compiled each
+    # module edited since its last .pyc again (pmem.store alone: 16 ms).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = [sys.executable, "-m", "pmem", "--db", str(path)]
     out["process"] = {
         "search": timed_process([*py, "search", qs[0], "--json"], env, runs),

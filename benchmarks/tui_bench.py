@@ -220,7 +220,9 @@ def child_keys(db: str) -> None:
 
 def run_child(*args: str) -> dict:
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True)
+    # As latency.py: users' Pythons cache bytecode (without it each child compiles edited modules again).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True, env=env)
     data = json.loads(out.stdout.strip().splitlines()[-1])
     data["process_wall_s"] = time.perf_counter() - t
     return data
@@ -248,11 +250,6 @@ def main() -> None:
     if args.child_search:
         return child_search(*args.child_search)
 
-    import compileall
-
-    import pmem
-
-    compileall.compile_dir(str(Path(pmem.__file__).parent), quiet=1)  # as installed (see scale.compiled)
     args.dir.mkdir(parents=True, exist_ok=True)
     small, large = ensure_store(args.dir, 10_000), ensure_store(args.dir, 100_000)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs each, medians; "
