@@ -323,6 +323,70 @@ def recall(cache: Path, n: int, label: str, k: int) -> dict:
     return out
 
 
+def distinct_texts(n: int) -> list[str]:
+    """Up to `n` distinct sentences from the docstrings of the Python files this interpreter can
+    import (its standard library, then site-packages; sorted paths, so the same installs give the
+    same texts): natural English of varied topics, with the near-duplicates real prose has
+    ("Return the ..."), unlike the pairs of LoCoMo turns, where each turn is in ~70 memories."""
+    import ast
+    import re
+    import sysconfig
+
+    from pmem.secretscan import first_secret  # what `pmem import` would refuse
+
+    roots = [sysconfig.get_paths()["stdlib"], *(p for p in sys.path if p.endswith("site-packages"))]
+    seen: set[str] = set()
+    out: list[str] = []
+    for root in roots:
+        for f in sorted(Path(root).rglob("*.py")):
+            try:
+                tree = ast.parse(f.read_text(encoding="utf-8", errors="replace"))
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for para in re.split(r"\n\s*\n", ast.get_docstring(node) or ""):
+                    for sent in re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(para.split())):
+                        if (40 <= len(sent) <= 400 and sent not in seen and sent.isprintable()
+                                and not sent.startswith((">>>", "..", ":")) and first_secret(sent) is None):
+                            seen.add(sent)
+                            out.append(sent)
+                            if len(out) >= n:
+                                return out
+    return out
+
+
+def distinct(cache: Path, n: int) -> dict:
+    """A store of `n` distinct texts (distinct_texts, fake-384 vectors, built once and cached),
+    then a whole `pmem dream` plan on it, timed per kind (no chat model)."""
+    os.environ["PMEM_EMBED_MODEL"] = EMBED
+    from pmem.records import Memory
+    from pmem.store import MemoryStore
+
+    path = cache / f"distinct-{n}.db"
+    out: dict = {"n": n, "load_start": os.getloadavg()}
+    if not path.exists():
+        texts = distinct_texts(n)
+        work = path.with_suffix(".building")
+        work.unlink(missing_ok=True)
+        store = MemoryStore(work, clock=lambda: NOW)
+        t = time.perf_counter()
+        for start in range(0, len(texts), CHUNK):
+            store.insert([Memory(id="", text=x, created_at=f"2025-{1 + (start + k) % 12:02d}-01T00:00:00Z")
+                          for k, x in enumerate(texts[start:start + CHUNK])], summary=f"distinct {start}")
+        out["build_s"] = round(time.perf_counter() - t, 1)
+        store.checkpoint()
+        store.close()
+        work.rename(path)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_recall import dream_plan
+
+    out["dream"] = dream_plan(path, EMBED)
+    out["load_end"] = os.getloadavg()
+    return out
+
+
 class _RolledBack(Exception):
     pass
 
@@ -422,7 +486,7 @@ def pairs(cache: Path, n: int, label: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates"])
+    ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates", "distinct"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -438,6 +502,8 @@ def main() -> int:
         print(json.dumps(measure(args.cache, args.n, args.label, args.runs, args.upkeep, args.dream), indent=1))
     elif args.what == "recall":
         print(json.dumps([recall(args.cache, args.n, args.label, k) for k in (10, 100)], indent=1))
+    elif args.what == "distinct":
+        print(json.dumps(distinct(args.cache, args.n), indent=1))
     elif args.what == "rates":
         print(json.dumps(rates(args.cache, list(SIZES), args.label), indent=1))
     elif args.what == "pairs":

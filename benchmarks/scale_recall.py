@@ -168,7 +168,7 @@ def dream_plan(path: Path, model: str) -> dict:
         plan = dream.plan(store, only=set(kinds) if kinds else None, generator=False)
         out["+".join(kinds) if kinds else "whole plan"] = {
             "wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(time.process_time() - c, 1),
-            "proposals": plan.counts()}
+            "proposals": plan.counts(), "last_pair_search": dict(dream.LSH_LAST)}
         print(json.dumps(out), file=sys.stderr, flush=True)
     store.close()
     return out
