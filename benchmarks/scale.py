@@ -357,24 +357,43 @@ def distinct_texts(n: int) -> list[str]:
     return out
 
 
-def distinct(cache: Path, n: int) -> dict:
-    """A store of `n` distinct texts (distinct_texts, fake-384 vectors, built once and cached),
-    then a whole `pmem dream` plan on it, timed per kind (no chat model)."""
-    os.environ["PMEM_EMBED_MODEL"] = EMBED
+def distinct(cache: Path, n: int, model: str = EMBED) -> dict:
+    """A store of `n` distinct texts (distinct_texts, built once and cached) with `model`'s
+    vectors (a real model's are embedded once and kept beside it as .npy), then a whole
+    `pmem dream` plan on it, timed per kind (no chat model)."""
+    os.environ["PMEM_EMBED_MODEL"] = model
     from pmem.records import Memory
     from pmem.store import MemoryStore
 
-    path = cache / f"distinct-{n}.db"
-    out: dict = {"n": n, "load_start": os.getloadavg()}
+    path = cache / f"distinct-{n}{'' if model == EMBED else '-' + model}.db"
+    out: dict = {"n": n, "model": model, "load_start": os.getloadavg()}
     if not path.exists():
         texts = distinct_texts(n)
+        vectors = None
+        if model != EMBED:
+            import numpy as np
+
+            from pmem.embed import load_embedder
+
+            npy = cache / f"distinct-{n}-{model}.npy"
+            if not npy.exists():
+                t = time.perf_counter()
+                embedder = load_embedder(model)
+                rows = []
+                for start in range(0, len(texts), 256):
+                    rows.extend(embedder.embed(texts[start:start + 256]))
+                    print(f"embedded {start + 256:,}/{len(texts):,}", file=sys.stderr, flush=True)
+                np.save(npy, np.array(rows, dtype="<f4"))
+                out["embed_s"] = round(time.perf_counter() - t, 1)
+            vectors = [row.tobytes() for row in np.load(npy).astype("<f4")]
         work = path.with_suffix(".building")
         work.unlink(missing_ok=True)
         store = MemoryStore(work, clock=lambda: NOW)
         t = time.perf_counter()
         for start in range(0, len(texts), CHUNK):
             store.insert([Memory(id="", text=x, created_at=f"2025-{1 + (start + k) % 12:02d}-01T00:00:00Z")
-                          for k, x in enumerate(texts[start:start + CHUNK])], summary=f"distinct {start}")
+                          for k, x in enumerate(texts[start:start + CHUNK])], summary=f"distinct {start}",
+                         vectors=vectors[start:start + CHUNK] if vectors else None)
         out["build_s"] = round(time.perf_counter() - t, 1)
         store.checkpoint()
         store.close()
@@ -382,7 +401,7 @@ def distinct(cache: Path, n: int) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from scale_recall import dream_plan
 
-    out["dream"] = dream_plan(path, EMBED)
+    out["dream"] = dream_plan(path, model)
     out["load_end"] = os.getloadavg()
     return out
 
@@ -495,6 +514,7 @@ def main() -> int:
     ap.add_argument("--upkeep", action="store_true", help="also time FTS optimize + VACUUM on a copy")
     ap.add_argument("--dream", action="store_true", help="also time `pmem dream` planning")
     ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
+    ap.add_argument("--model", help="distinct: the embedding model (default fake-384)")
     args = ap.parse_args()
     if args.what == "build":
         build(args.cache, args.n)
@@ -503,7 +523,7 @@ def main() -> int:
     elif args.what == "recall":
         print(json.dumps([recall(args.cache, args.n, args.label, k) for k in (10, 100)], indent=1))
     elif args.what == "distinct":
-        print(json.dumps(distinct(args.cache, args.n), indent=1))
+        print(json.dumps(distinct(args.cache, args.n, args.model or EMBED), indent=1))
     elif args.what == "rates":
         print(json.dumps(rates(args.cache, list(SIZES), args.label), indent=1))
     elif args.what == "pairs":
