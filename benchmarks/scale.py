@@ -362,6 +362,8 @@ def distinct(cache: Path, n: int, model: str = EMBED) -> dict:
     vectors (a real model's are embedded once and kept beside it as .npy), then a whole
     `pmem dream` plan on it, timed per kind (no chat model)."""
     os.environ["PMEM_EMBED_MODEL"] = model
+    from scale_recall import dream_plan, pool_vectors  # scale.py's folder is on sys.path
+
     from pmem.records import Memory
     from pmem.store import MemoryStore
 
@@ -371,21 +373,9 @@ def distinct(cache: Path, n: int, model: str = EMBED) -> dict:
         texts = distinct_texts(n)
         vectors = None
         if model != EMBED:
-            import numpy as np
-
-            from pmem.embed import load_embedder
-
-            npy = cache / f"distinct-{n}-{model}.npy"
-            if not npy.exists():
-                t = time.perf_counter()
-                embedder = load_embedder(model)
-                rows = []
-                for start in range(0, len(texts), 256):
-                    rows.extend(embedder.embed(texts[start:start + 256]))
-                    print(f"embedded {start + 256:,}/{len(texts):,}", file=sys.stderr, flush=True)
-                np.save(npy, np.array(rows, dtype="<f4"))
-                out["embed_s"] = round(time.perf_counter() - t, 1)
-            vectors = [row.tobytes() for row in np.load(npy).astype("<f4")]
+            t = time.perf_counter()
+            vectors = [row.tobytes() for row in pool_vectors(model, texts, name=f"distinct-{n}")]
+            out["embed_s"] = round(time.perf_counter() - t, 1)
         work = path.with_suffix(".building")
         work.unlink(missing_ok=True)
         store = MemoryStore(work, clock=lambda: NOW)
@@ -398,9 +388,6 @@ def distinct(cache: Path, n: int, model: str = EMBED) -> dict:
         store.checkpoint()
         store.close()
         work.rename(path)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from scale_recall import dream_plan
-
     out["dream"] = dream_plan(path, model)
     out["load_end"] = os.getloadavg()
     return out

@@ -47,10 +47,11 @@ def embedder(model: str):
     return load_embedder(model)
 
 
-def pool_vectors(model: str, pool: list[str]):
+def pool_vectors(model: str, pool: list[str], name: str = "pool"):
+    """The model's vectors of `pool`, embedded once and kept as CACHE/NAME-MODEL.npy."""
     import numpy as np
 
-    path = CACHE / f"pool-{model}.npy"
+    path = CACHE / f"{name}-{model}.npy"
     if path.exists():
         return np.load(path)
     vecs = np.array(embedder(model).embed(pool), dtype="<f4")
