@@ -95,3 +95,18 @@ def test_upgrade_from_first_schema_keeps_data(tmp_path, fake_config):
         assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
         indexes = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "memories_created_seq" in indexes and "memories_tier" not in indexes
+
+
+def test_file_databases_are_read_through_a_memory_map(tmp_path, fake_config):
+    """Reads of a store go through mmap (the keyword side of a large store's search looks up
+    thousands of rows); what was written reads back the same through a new mapped connection."""
+    path = tmp_path / "m.db"
+    with MemoryStore(path, config=fake_config) as store:
+        assert store.conn.execute("PRAGMA mmap_size").fetchone()[0] > 0
+        memory, _ = store.add("mapped reads still find this")
+    conn = db.connect(path, create=False)
+    try:
+        assert conn.execute("PRAGMA mmap_size").fetchone()[0] > 0
+        assert conn.execute("SELECT text FROM memories WHERE id = ?", (memory.id,)).fetchone()[0] == memory.text
+    finally:
+        conn.close()
