@@ -112,12 +112,14 @@ def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> N
 _EXACT: dict = {}
 
 
-def recall(path: Path, queries, ks=(10, 100), pool: int = 0) -> dict:
+def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None = None) -> dict:
     from pmem import store as store_module
     from pmem.store import Filter, MemoryStore
 
     if pool:
         store_module.BIT_POOL = pool
+    if slack is not None:
+        store_module.PART_SLACK = slack
 
     store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: scale.NOW)
     # A near-tie: 0.01 of cosine distance on MiniLM's scale, rescaled to the model's (e5 spreads
@@ -128,7 +130,8 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0) -> dict:
         return thresholds.for_model(name).score_floor
 
     tie = 0.01 * (1 - floor(store.vector_model()[0])) / (1 - floor("all-MiniLM-L6-v2"))
-    out: dict = {"n": store.counter("vectors"), "bit_pool": store_module.BIT_POOL, "near_tie": round(tie, 4)}
+    out: dict = {"n": store.counter("vectors"), "bit_pool": store_module.BIT_POOL,
+                 "part_slack": store_module.PART_SLACK, "near_tie": round(tie, 4)}
     flt = Filter()
     for k in ks:
         got, near, fast_ms, exact_ms = [], [], [], []
@@ -184,6 +187,8 @@ def main() -> int:
                     "of the first K pair texts")
     ap.add_argument("--pools", type=int, nargs="+", default=[0],
                     help="rescoring pools (store.BIT_POOL) to compare; 0: pmem's")
+    ap.add_argument("--slacks", type=int, nargs="+", default=[None],
+                    help="rows each bit partition gives beyond its share of the pool (store.PART_SLACK)")
     ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "
                     "(memories then hold their texts)")
     ap.add_argument("--real", type=Path, help="the model's vectors of the first N pair texts (.npy): "
@@ -218,8 +223,10 @@ def main() -> int:
             build(db, stand_ins(pvecs, lengths, n), args.model, pool if args.dream else None)
             built = round(time.perf_counter() - t, 1)
             for pool in args.pools:
-                result["runs"].append({"vectors": "stand-in", "build_s": built, **recall(db, queries, pool=pool)})
-                print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
+                for slack in args.slacks:
+                    result["runs"].append({"vectors": "stand-in", "build_s": built,
+                                           **recall(db, queries, pool=pool, slack=slack)})
+                    print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
             if args.dream:
                 result["runs"][-1]["dream"] = dream_plan(db, args.model)
             for p in Path(tmp).glob(db.name + "*"):

@@ -430,6 +430,16 @@ def m008_bit_levels(conn) -> None:
         build_bits(conn)
 
 
+@migration
+def m009_core_index(conn) -> None:
+    """An index of the core tier alone: `pmem recall` lists every core memory on each call, which
+    walked the whole store in date order (3.5 s cold, 0.31 s warm at 1,000,000 memories), and
+    search ranks the core tier exactly through it instead of a bit-index top-k as large as the
+    pool. A partial index serves only queries that name the tier literally, so lists of other
+    tiers keep walking memories_created_seq (a plain tier index made SQLite sort: m002)."""
+    conn.execute("CREATE INDEX IF NOT EXISTS memories_core ON memories(created_at, seq) WHERE tier = 'core'")
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

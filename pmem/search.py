@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from . import stemming
 from .errors import UsageError
 from .records import Hit
-from .store import Filter
+from .store import Filter, PartitionScan
 from .text import STOP_WORDS
 
 if TYPE_CHECKING:
@@ -91,36 +91,41 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
 
 
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
-                   vector: bytes | None = None) -> list[tuple[int, float]]:
+                   vector: bytes | None = None, scan: PartitionScan | None = None) -> list[tuple[int, float]]:
     """(seq, cosine distance) best first, after filters: exact below `store.exact_below` vectors,
     above through the store's bit index rescored with float32 (MemoryStore.semantic_ranks)."""
     if not store.has_vectors():
         return []
     blob = vector if vector is not None else store.query_vector(query)
-    return store.semantic_ranks(blob, flt, n)
+    return store.semantic_ranks(blob, flt, n, scan)
 
 
 def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int,
                 context_weight: float) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """keyword_ranks and semantic_ranks of a hybrid search. On a large store the keyword side
     runs on the store's side reader in another thread while this one embeds the query and ranks
-    by meaning (at 100,000 memories each side costs ~15 ms: benchmarks/README.md)."""
+    by meaning; once done, that thread reads bit-index partitions of the semantic side too
+    (PartitionScan), so both end together (benchmarks/README.md)."""
     with store.side_reader() as side:
         if side is None:
             return keyword_ranks(store, query, flt, n, context_weight), semantic_ranks(store, query, flt, n)
         out: dict[str, Any] = {}
+        scan = PartitionScan()
 
         def keyword() -> None:
             try:
                 out["kw"] = keyword_ranks(side, query, flt, n, context_weight)
             except BaseException as exc:  # raised again on this thread below
                 out["error"] = exc
+                return
+            scan.help(side.conn)
 
         worker = threading.Thread(target=keyword, name="pmem-keyword-side", daemon=True)
         worker.start()
         try:
-            sem = semantic_ranks(store, query, flt, n)
+            sem = semantic_ranks(store, query, flt, n, scan=scan)
         finally:
+            scan.close()
             _join(worker)
         if "error" in out:
             raise out["error"]

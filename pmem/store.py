@@ -38,6 +38,9 @@ EXACT_BELOW = 10_000  # vectors below which every search is exact (a scan costs 
 COMMON_SHARE = 5  # % of the memories above which a query word is common (left out of BM25)...
 COMMON_MIN = 1000  # ...when it is in more than this many (and always above COMMON_MAX)
 COMMON_MAX = 10_000  # (at 1,000,000 a 5% word still cost ~120 ms of BM25; 1% cost 29 ms)
+PART_SLACK = 8  # rows each partition gives beyond its even share of the pool
+WHOLE_EXACT_MAX = 2048  # a whole tier (core) of at most this many memories is ranked exactly
+KEYWORD_FETCH = 4  # a large store's keyword side ranks 4n by BM25 before it filters (MemoryStore.keyword_ranks)
 COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
 UPKEEP_MIN_FREE = 0.2  # share of the file in free pages from which upkeep() runs VACUUM
 BIT_POOL = 512  # nearest by Hamming distance rescored with float32 (at least 2n); 256: e5 recall@10 0.978 at 100k
@@ -94,8 +97,10 @@ class Filter:
             if tier not in TIERS:
                 raise UsageError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
         if set(self.tiers) != set(TIERS):
-            clauses.append(f"{a}.tier IN ({', '.join('?' * len(self.tiers))})")
-            params.extend(self.tiers)
+            # Literal names (checked above), so one tier reads `tier = 'core'` and SQLite may
+            # answer it from the core tier's own index (migrations.m009_core_index).
+            names = ", ".join(f"'{t}'" for t in self.tiers)
+            clauses.append(f"{a}.tier = {names}" if len(self.tiers) == 1 else f"{a}.tier IN ({names})")
         for tag in self.tags:
             clauses.append(f"EXISTS (SELECT 1 FROM json_each({a}.tags) WHERE value = ?)")
             params.append(tag)
@@ -167,6 +172,84 @@ def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
     if m is None:
         return None
     return {f.name: getattr(m, f.name) for f in fields(Memory)}
+
+
+
+class PartitionScan:
+    """The bit-index partitions of one semantic search, each read by whichever connection is
+    free: the searching store's, and a helper's (search's side reader, once its keyword side is
+    done). At 100,000 memories the partitions are ~0.7 ms each and the keyword side ~7 ms, so
+    the two threads end together instead of one waiting (SQLite releases the GIL while it steps).
+
+    `help()` (the helper's thread) waits until the searching thread `post()`s the work or
+    `close()`s the scan, then reads partitions until none is left; a partition it fails on goes
+    back to the list. `run()` (the searching thread) reads the rest and waits for the helper's
+    last one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._todo: builtins.list[builtins.list[Any]] = []
+        self._sql = ""
+        self._posted = False
+        self._closed = False
+        self._busy = 0
+        self._rows: builtins.list[tuple[int, float]] = []
+
+    def post(self, sql: str, jobs: builtins.list[builtins.list[Any]]) -> None:
+        with self._cond:
+            self._sql, self._todo, self._rows, self._posted = sql, builtins.list(jobs), [], True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """No more work: a waiting helper returns."""
+        with self._cond:
+            self._closed = True
+            self._todo = []
+            self._cond.notify_all()
+
+    def _take(self) -> builtins.list[Any] | None:
+        with self._cond:
+            if self._closed or not self._todo:
+                return None
+            self._busy += 1
+            return self._todo.pop()
+
+    def _done(self, rows: builtins.list[tuple[int, float]] | None, job: builtins.list[Any]) -> None:
+        with self._cond:
+            self._busy -= 1
+            if rows is None:
+                self._todo.append(job)  # the searching thread reads it
+            else:
+                self._rows += rows
+            self._cond.notify_all()
+
+    def _read(self, conn, stop_on_error: bool) -> None:
+        while (job := self._take()) is not None:
+            try:
+                rows = [(r[0], r[1]) for r in conn.execute(self._sql, job)]
+            except BaseException:
+                self._done(None, job)
+                if stop_on_error:
+                    return
+                raise
+            self._done(rows, job)
+
+    def help(self, conn) -> None:
+        with self._cond:
+            while not (self._posted or self._closed):
+                self._cond.wait()
+        self._read(conn, stop_on_error=True)
+
+    def run(self, conn, sql: str, jobs: builtins.list[builtins.list[Any]]) -> builtins.list[tuple[int, float]]:
+        """Every job's rows, read by this thread and any helper."""
+        self.post(sql, jobs)
+        while True:
+            self._read(conn, stop_on_error=False)
+            with self._cond:
+                while self._busy:
+                    self._cond.wait()
+                if not self._todo:  # else the helper gave one back
+                    return self._rows
 
 
 class MemoryStore:
@@ -478,8 +561,9 @@ class MemoryStore:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _select(self, where: str, params: Sequence[Any], tail: str = "") -> list[Memory]:
-        sql = f"SELECT {_COLUMNS_SQL} FROM memories m WHERE {where} {tail}"
+    def _select(self, where: str, params: Sequence[Any], tail: str = "", index: str = "") -> list[Memory]:
+        indexed = f" INDEXED BY {index}" if index else ""
+        sql = f"SELECT {_COLUMNS_SQL} FROM memories m{indexed} WHERE {where} {tail}"
         return [Memory.from_row(r) for r in self.conn.execute(sql, list(params))]
 
     def resolve(self, prefix: str) -> str:
@@ -529,7 +613,10 @@ class MemoryStore:
         tail = f"ORDER BY {order} {direction}, m.seq {direction}"
         if limit is not None:
             tail += f" LIMIT {int(limit)} OFFSET {int(offset)}"
-        return self._select(where, params, tail)
+        # The core tier alone (recall lists it on every call) is read from its own index; without
+        # statistics SQLite would walk every memory in date order instead (3.5 s cold at 1,000,000).
+        whole = len(flt.tiers) == 1 and flt.tiers[0] in migrations.WHOLE_TIERS
+        return self._select(where, params, tail, f"memories_{flt.tiers[0]}" if whole else "")
 
     def count(self, flt: Filter | None = None) -> int:
         """How many memories pass `flt`. Filters on tiers, pinned and status are answered from the
@@ -628,13 +715,30 @@ class MemoryStore:
         """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better.
         A threaded memory's neighbours' words (the `context` column) count `context_weight`."""
         where, params = flt.where(self.clock())
-        sql = (f"SELECT m.seq, bm25(memories_fts, 1.0, {float(context_weight)!r}) AS rank FROM memories_fts "
+        weights = f"1.0, {float(context_weight)!r}"
+        sql = (f"SELECT m.seq, bm25(memories_fts, {weights}) AS rank FROM memories_fts "
                f"JOIN memories m ON m.seq = memories_fts.rowid "
                f"WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?")
         docs = self.conn.execute("SELECT coalesce(sum(n), 0) FROM counts "
                                  "WHERE key >= 'mem:' AND key < 'mem;'").fetchone()[0]
+        large = docs >= self.exact_below
+        # On a large store the best KEYWORD_FETCH * n by BM25 alone are ranked first and only
+        # those rows are looked up and filtered (looking up every matching row cost ~30% of the
+        # keyword side at 100,000); where the filter keeps fewer than n of them, the whole query.
+        fetched = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
+                   f"FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?) f "
+                   f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
+
+        def ranked(expr: str) -> builtins.list[tuple[int, float]]:
+            if large:
+                best = KEYWORD_FETCH * int(n)
+                rows = [(r[0], r[1]) for r in self.conn.execute(fetched, [expr, best, *params, int(n)])]
+                if len(rows) >= n:
+                    return rows
+            return [(r[0], r[1]) for r in self.conn.execute(sql, [expr, *params, int(n)])]
+
         terms = match.split(" OR ")
-        if docs >= self.exact_below and len(terms) > 1:
+        if large and len(terms) > 1:
             # BM25 is computed for every row holding any query word, and a word in 20-50% of a
             # large store (a name, "make") costs ~90 ms at 100,000 while adding little to the
             # score (its IDF is near 0). Such words are left out when rarer ones remain; a
@@ -643,13 +747,12 @@ class MemoryStore:
             rare = [t for t in terms if self.conn.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
                 (t, cap + 1)).fetchone()[0] <= cap]
-            weights = f"1.0, {float(context_weight)!r}"
             recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
                       f"FROM memories_fts "
                       f"WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f "
                       f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
             common = " OR ".join(t for t in terms if t not in rare)
-            rows = [(r[0], r[1]) for r in self.conn.execute(sql, [" OR ".join(rare), *params, int(n)])] if rare else []
+            rows = ranked(" OR ".join(rare)) if rare else []
             if len(rows) >= n or len(rare) == len(terms):
                 return rows
             # Fewer rows than asked hold a rare word, so those rows are all of them: the rest come
@@ -663,9 +766,10 @@ class MemoryStore:
                     rows.append((seq, rank if last is None else max(rank, last)))
             if len(rows) >= n:
                 return rows  # else the filter keeps few of the newest: the whole query answers
-        return [(r[0], r[1]) for r in self.conn.execute(sql, [match, *params, int(n)])]
+        return ranked(match)
 
-    def semantic_ranks(self, vector: bytes, flt: Filter, n: int) -> builtins.list[tuple[int, float]]:
+    def semantic_ranks(self, vector: bytes, flt: Filter, n: int,
+                       scan: PartitionScan | None = None) -> builtins.list[tuple[int, float]]:
         """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
 
         Below `exact_below` vectors, or when the filter keeps few memories, the distance is
@@ -674,21 +778,22 @@ class MemoryStore:
         in each partition of the wanted tiers (live rows only unless asked), and the best
         `BIT_POOL` (at least 2n) of those are rescored with their float32 vectors and filtered.
         Where that pool holds every filtered memory, the result equals the exact one; otherwise
-        it is approximate (recall in benchmarks/README.md)."""
+        it is approximate (recall in benchmarks/README.md). With a `scan`, another thread may read
+        some of the partitions on its own connection (PartitionScan)."""
         if n <= 0 or not self._has_vec_table():
             return []
         where, params = flt.where(self.clock())
         total = self.counter("vectors")
         if total >= self.exact_below and self._has_bits():
-            rows = self._bit_ranks(vector, flt, n, where, params)
+            rows = self._bit_ranks(vector, flt, n, where, params, scan)
             if rows is not None:
                 return rows
         sql = (f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
                f"JOIN memory_vec v ON v.seq = m.seq WHERE {where} ORDER BY distance, m.seq LIMIT ?")
         return [(r[0], r[1]) for r in self.conn.execute(sql, [vector, *params, int(n)])]
 
-    def _bit_ranks(self, vector: bytes, flt: Filter, n: int, where: str,
-                   params: builtins.list[Any]) -> builtins.list[tuple[int, float]] | None:
+    def _bit_ranks(self, vector: bytes, flt: Filter, n: int, where: str, params: builtins.list[Any],
+                   scan: PartitionScan | None = None) -> builtins.list[tuple[int, float]] | None:
         """The approximate path of `semantic_ranks`; None when the exact scan should answer."""
         live = not (flt.include_forgotten or flt.include_merged)
         rows = {t: self._estimate(Filter(tiers=(t,), include_expired=True, include_superseded=True,
@@ -699,38 +804,43 @@ class MemoryStore:
         if wanted <= EXACT_SCAN_MAX or in_knn == 0:
             return None
         pool = max(BIT_POOL, 2 * n) * in_knn // wanted
+        # A small tier kept whole (core) is ranked exactly through its own index: its bit top-k
+        # had to be as large as the pool (vec0's selection costs O(chunk_size * k)).
+        exact = [t for t in flt.tiers if t in migrations.WHOLE_TIERS and rows[t] <= WHOLE_EXACT_MAX]
+        whole: list[tuple[int, float]] = []
+        for tier in exact:
+            whole += [(r[0], r[1]) for r in self.conn.execute(
+                f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
+                f"INDEXED BY memories_{tier} JOIN memory_vec v ON v.seq = m.seq "
+                f"WHERE m.tier = '{tier}' AND {where} ORDER BY distance, m.seq LIMIT ?", [vector, *params, int(n)])]
+        tiers = [t for t in flt.tiers if t not in exact]
+        if not tiers:
+            return sorted(whole, key=lambda r: (r[1], r[0]))[:n]
         # (partition, its tier's partitions, its tier's rows): each partition must be able to give
         # an even share of the pool, and never needs more than its tier holds.
-        parts = [(migrations.bit_part(TIERS.index(t), p), migrations.bit_parts(t), rows[t]) for t in flt.tiers
+        parts = [(migrations.bit_part(TIERS.index(t), p), migrations.bit_parts(t), rows[t]) for t in tiers
                  for p in range(migrations.bit_parts(t))]
         code = self.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
                                  {"v": vector, **self._levels()}).fetchone()[0]
+        knn = ("SELECT seq, distance FROM memory_bits WHERE bits MATCH vec_bit(?) AND k = ? AND part = ?"
+               + (" AND live = 1" if live else ""))
+        rescore = (f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM json_each(?) p "
+                   f"JOIN memories m ON m.seq = p.value JOIN memory_vec v ON v.seq = m.seq "
+                   f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
         for _ in range(3):
             # A tier kept whole is one partition: past KNN_MAX its top-k is capped (approximate),
             # where the exact scan of every tier would cost far more.
-            ks = [min(-(-pool // count), tier_rows, KNN_MAX - 8 if count == 1 else tier_rows) + 8
+            ks = [min(-(-pool // count), tier_rows, KNN_MAX - PART_SLACK if count == 1 else tier_rows) + PART_SLACK
                   for _, count, tier_rows in parts]
             if max(ks) > KNN_MAX:
                 return None
-            knn = " UNION ALL ".join(
-                f"SELECT seq AS s, distance AS h FROM memory_bits WHERE bits MATCH vec_bit(?) "
-                f"AND k = ? "
-                f"AND part = {p}{' AND live = 1' if live else ''}" for p, _, _ in parts)
-            # One partition alone (the core tier) is its own pool: SQLite would flatten it into
-            # the ORDER BY ... LIMIT, and vec0 refuses a LIMIT beside its k.
-            best = " ORDER BY h, s LIMIT ?" if len(parts) > 1 else ""
-            sql = (f"WITH pool AS (SELECT s AS seq FROM ({knn}){best}) "
-                   f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM pool "
-                   f"JOIN memories m ON m.seq = pool.seq JOIN memory_vec v ON v.seq = m.seq "
-                   f"WHERE {where} ORDER BY distance, m.seq LIMIT ?")
-            args: list[Any] = []
-            for k in ks:
-                args += [code, k]
-            if best:
-                args.append(pool)
-            rows = [(r[0], r[1]) for r in self.conn.execute(sql, [*args, vector, *params, int(n)])]
-            if len(rows) >= n:
-                return rows
+            jobs = [[code, k, p] for (p, _, _), k in zip(parts, ks)]
+            near = (scan or PartitionScan()).run(self.conn, knn, jobs)
+            near.sort(key=lambda r: (r[1], r[0]))
+            seqs = json.dumps([seq for seq, _ in near[:pool]])
+            found = [(r[0], r[1]) for r in self.conn.execute(rescore, [vector, seqs, *params, int(n)])]
+            if len(whole) + len(found) >= n:  # as when the core tier's rows were in the pool
+                return sorted(whole + found, key=lambda r: (r[1], r[0]))[:n] if whole else found
             pool *= 4  # the filter kept fewer than estimated: a larger pool, then the exact scan
         return None
 

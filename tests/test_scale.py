@@ -182,6 +182,32 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
 
+@pytest.mark.parametrize("flt", FILTERS, ids=lambda f: repr(f)[:60])
+def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
+    """On a large store BM25 ranks the matching rows before any is looked up and filtered, and only
+    the best KEYWORD_FETCH * n are; the result is the whole query's, also where the filter keeps
+    fewer of them than asked (then the whole query answers)."""
+    _fill(store, 600)
+    for query in ("word3", "word3 word5"):
+        store.exact_below = 10**9
+        whole = keyword_ranks(store, query, flt, 10)
+        store.exact_below = 0
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        fast = keyword_ranks(store, query, flt, 10)
+        store.conn.set_trace_callback(None)
+        assert [r for _, r in fast] == pytest.approx([r for _, r in whole])
+        if whole:  # ties at the last score may be either row
+            cut = whole[-1][1]
+            assert {s for s, r in fast if r < cut - 1e-9} == {s for s, r in whole if r < cut - 1e-9}
+        by_seq = store.memories_by_seq(s for s, _ in fast)
+        assert len(by_seq) == len(fast)
+        ranked = [sql for sql in statements if "bm25(" in sql]
+        assert "ORDER BY rank LIMIT 40)" in ranked[0]
+        if flt == Filter():  # most rows pass: the 40 best by BM25 hold the 10
+            assert len(ranked) == 1
+
+
 def _old_store(path, fake_config, n: int):
     """A database as pmem wrote it before migration m005_binary_vectors: float32 vectors in vec0."""
     from conftest import schema_before
@@ -509,6 +535,7 @@ def test_a_large_core_tier_caps_its_one_partition_instead_of_scanning(store, mon
     assert store.build_bits()
     monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
     monkeypatch.setattr(store_module, "KNN_MAX", 48)  # below the core tier's 120 rows
+    monkeypatch.setattr(store_module, "WHOLE_EXACT_MAX", 100)  # too many to rank exactly
     store.exact_below = 0
     query = serialize([rng.gauss(0, 1) for _ in range(64)])
     flt = Filter(tiers=("core",))
@@ -517,3 +544,154 @@ def test_a_large_core_tier_caps_its_one_partition_instead_of_scanning(store, mon
     assert rows is not None and len(rows) == 10  # not handed to the exact scan
     assert [d for _, d in rows] == sorted(d for _, d in rows)
     assert store.conn.execute("SELECT count(*) FROM memory_bits WHERE part = 0").fetchone()[0] == 120
+
+
+def test_the_core_tier_is_ranked_exactly_through_its_own_index(store, monkeypatch):
+    """With a pool far smaller than the store, the core tier's memories are still ranked exactly
+    (its own index, not a bit-index top-k): a core-only search equals the brute force, and every
+    core memory of the true top n is in a default search's top n."""
+    rng = _fill(store, 900, seed=5)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_module, "BIT_POOL", 20)
+    store.exact_below = 0
+    for _ in range(5):
+        query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        core = semantic_ranks(store, "", Filter(tiers=("core",)), 10, vector=query)
+        store.conn.set_trace_callback(None)
+        assert [d for _, d in core] == pytest.approx([d for d, _ in _brute(store, query, Filter(tiers=("core",)), 10)])
+        assert any("INDEXED BY memories_core" in sql for sql in statements)
+        assert not any("MATCH vec_bit" in sql for sql in statements)
+        fast = semantic_ranks(store, "", Filter(), 10, vector=query)
+        true_core = {seq for _, seq in _brute(store, query, Filter(), 10)} & {seq for seq, _ in core}
+        assert true_core <= {seq for seq, _ in fast}
+        assert [d for _, d in fast] == sorted(d for _, d in fast)
+
+
+def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store):
+    """`pmem recall` lists every core memory on each call: that list is answered from the core
+    tier's partial index (m009), and lists of other tiers still walk the date index."""
+    _fill(store, 300)
+    plans = {}
+    for name, flt in (("core", Filter(pinned=True, tiers=("core",))), ("archival", Filter(tiers=("archival",)))):
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        listed = store.list(flt, sort="created", reverse=True, limit=None)
+        store.conn.set_trace_callback(None)
+        sql = next(s for s in statements if "FROM memories" in s)
+        plans[name] = " ".join(r[3] for r in store.conn.execute("EXPLAIN QUERY PLAN " + sql))
+        assert listed and all(m.tier == name for m in listed)
+        assert len(listed) == store.count(flt)
+    assert "memories_core" in plans["core"]
+    assert "memories_core" not in plans["archival"] and "memories_created_seq" in plans["archival"]
+
+
+class _SlowConnection:
+    """A connection whose every statement takes at least `pause` seconds, so another thread
+    surely gets partitions to read."""
+
+    def __init__(self, conn, pause: float):
+        self.conn, self.pause, self.calls = conn, pause, 0
+
+    def execute(self, sql, params=()):
+        import time
+
+        self.calls += 1
+        time.sleep(self.pause)
+        return self.conn.execute(sql, params)
+
+
+def _partition_jobs(store, query: bytes):
+    from pmem import migrations
+
+    code = store.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
+                              {"v": query, **store._levels()}).fetchone()[0]
+    sql = "SELECT seq, distance FROM memory_bits WHERE bits MATCH vec_bit(?) AND k = ? AND part = ? AND live = 1"
+    parts = [migrations.bit_part(TIERS.index(t), p) for t in ("archival", "episodic")
+             for p in range(migrations.bit_parts(t))]
+    return sql, [[code, 12, p] for p in parts]
+
+
+def test_partitions_are_shared_with_a_helper_and_each_read_once(store, fake_config):
+    """A helper that waits before the work is posted reads some partitions on its own
+    connection; together the two read every partition once, as one thread alone would."""
+    import threading
+
+    from pmem.store import MemoryStore, PartitionScan
+
+    rng = _fill(store, 900, seed=8)
+    query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
+    sql, jobs = _partition_jobs(store, query)
+    alone = sorted(PartitionScan().run(store.conn, sql, [list(j) for j in jobs]))
+    assert len(alone) > 12 * 16 and len({seq for seq, _ in alone}) == len(alone)
+    helper = MemoryStore(store.path, config=fake_config)
+    helper_conn = _SlowConnection(helper.conn, 0.0)
+    scan = PartitionScan()
+    worker = threading.Thread(target=scan.help, args=(helper_conn,))
+    worker.start()
+    mine = _SlowConnection(store.conn, 0.01)
+    shared = sorted(scan.run(mine, sql, [list(j) for j in jobs]))
+    scan.close()
+    worker.join(5)
+    helper.close()
+    assert not worker.is_alive()
+    assert shared == alone
+    assert helper_conn.calls >= 1 and mine.calls >= 1 and helper_conn.calls + mine.calls == len(jobs)
+
+
+def test_a_failing_helper_gives_its_partition_back(store):
+    """A partition the helper cannot read (its connection closed) is read by the searching
+    thread; a helper of a scan closed before any work was posted returns at once."""
+    import threading
+
+    from pmem.store import PartitionScan
+
+    rng = _fill(store, 900, seed=9)
+    query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
+    sql, jobs = _partition_jobs(store, query)
+    alone = sorted(PartitionScan().run(store.conn, sql, [list(j) for j in jobs]))
+
+    class Broken:
+        calls = 0
+
+        def execute(self, *args):
+            Broken.calls += 1
+            raise store_module.db.errors()[0]("closed")
+
+    scan = PartitionScan()
+    worker = threading.Thread(target=scan.help, args=(Broken(),))
+    worker.start()
+    shared = sorted(scan.run(_SlowConnection(store.conn, 0.01), sql, [list(j) for j in jobs]))
+    scan.close()
+    worker.join(5)
+    assert not worker.is_alive() and Broken.calls == 1
+    assert shared == alone
+    idle = PartitionScan()
+    waiting = threading.Thread(target=idle.help, args=(Broken(),))
+    waiting.start()
+    idle.close()
+    waiting.join(5)
+    assert not waiting.is_alive() and Broken.calls == 1
+
+
+def test_hybrid_search_with_partitions_shared_equals_one_thread(store, monkeypatch):
+    """On the bit path with the side reader, hybrid search gives the hits one connection gives."""
+    _fill(store, 900, seed=10)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    store.exact_below = 0
+    queries = ("topic 5 word3", "note 17", "about word6", "word2 topic 9")
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 10**9)
+    alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
+    helped = []
+    real = store_module.PartitionScan.help
+
+    def spy(self, conn):
+        real(self, conn)
+        helped.append(conn is not store.conn)
+
+    monkeypatch.setattr(store_module.PartitionScan, "help", spy)
+    both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    assert both == alone
+    assert helped == [True] * len(queries)
