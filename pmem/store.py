@@ -741,7 +741,7 @@ class MemoryStore:
         if large and len(terms) > 1:
             # BM25 is computed for every row holding any query word, and a word in 20-50% of a
             # large store (a name, "make") costs ~90 ms at 100,000 while adding little to the
-            # score (its IDF is near 0). Such words are left out when rarer ones remain; a
+            # score (its IDF is near 0). Such words choose no rows when rarer ones remain; a
             # query of common words alone ranks the newest COMMON_RECENT rows holding them.
             cap = max(COMMON_MIN, min(docs * COMMON_SHARE // 100, COMMON_MAX))
             rare = [t for t in terms if self.conn.execute(
@@ -752,8 +752,18 @@ class MemoryStore:
                       f"WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f "
                       f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
             common = " OR ".join(t for t in terms if t not in rare)
-            rows = ranked(" OR ".join(rare)) if rare else []
-            if len(rows) >= n or len(rare) == len(terms):
+            # The rows holding a rare word, ranked with the common words counted where a row
+            # holds them (a name tells whose memory it is). FTS5 has no optional phrase, so the
+            # rare words are in the expression twice and count double. Against BM25 of the whole
+            # query (hit@10 0.50 at 100,000 and 1,000,000), ranking by the rare words alone gave
+            # 0.445 / 0.35, this 0.485 / 0.45 for +5 / +20 ms; the whole query's exact score on
+            # these rows (this one's minus the rare words') gave 0.50 at 1.8 times this one's cost
+            # (benchmarks/README.md: `scale.py keywords`). Halved, a score is between the rare
+            # words' own and the whole query's, as search's absolute scores expect.
+            if len(rare) == len(terms):
+                return ranked(match)
+            rows = [(seq, rank / 2) for seq, rank in ranked(f"({' OR '.join(rare)}) AND ({match})")] if rare else []
+            if len(rows) >= n:
                 return rows
             # Fewer rows than asked hold a rare word, so those rows are all of them: the rest come
             # from the newest rows holding the common words, ranked after them. (BM25 of the

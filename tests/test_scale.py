@@ -176,7 +176,7 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert holding == sum(i % 40 == 3 for i in range(1500)) and all(" rare3 " in t for t in texts[:holding])
     assert [r for _, r in more] == sorted(r for _, r in more)
     ranked = [sql for sql in statements if "bm25(" in sql]
-    assert ranked and all("'\"rare3\" OR \"nowhere\"'" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
+    assert ranked and all("'(\"rare3\" OR \"nowhere\") AND (" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
     # A filter that keeps fewer of the newest rows than asked: the whole query still answers.
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
@@ -206,6 +206,27 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
         assert "ORDER BY rank LIMIT 40)" in ranked[0]
         if flt == Filter():  # most rows pass: the 40 best by BM25 hold the 10
             assert len(ranked) == 1
+
+
+def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypatch):
+    """A common word (a name in a third of the store) chooses no rows, but among the rows holding
+    the rare word (all of one length) those that also hold it come first, as BM25 of the whole
+    query ranks them; by the rare word alone they would tie."""
+    monkeypatch.setattr(store_module, "COMMON_MIN", 100)
+    memories = [Memory(id=f"n{i:04d}", text=f"entry {i:03d} " + ("caroline" if i % 3 == 0 else "someone")
+                       + (" zebra" if i % 40 == 0 else "")) for i in range(600)]
+    store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
+    store.exact_below = 10**9
+    whole = keyword_ranks(store, "caroline zebra", Filter(), 5)
+    store.exact_below = 0
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    planned = keyword_ranks(store, "caroline zebra", Filter(), 5)
+    store.conn.set_trace_callback(None)
+    both = {store._seq(f"n{i:04d}") for i in range(0, 600, 120)}  # zebra and caroline
+    assert {s for s, _ in planned} == both == {s for s, _ in whole}
+    ranked = [sql for sql in statements if "bm25(" in sql]
+    assert ranked and all("'(\"zebra\") AND (" in sql for sql in ranked)  # caroline chose no rows
 
 
 def _old_store(path, fake_config, n: int):
