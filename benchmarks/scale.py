@@ -250,15 +250,20 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
     }
     paint = Path(__file__).with_name("tui_bench.py")
     try:
-        walls: dict[str, list[float]] = {"--child-paint": [], "--child-floor": []}
+        walls: dict[str, list[float]] = {"--child-paint": [], "--child-floor": [], "keys": []}
         for _ in range(runs):  # pmem's TUI and a bare Textual app, alternating
             for child, args in (("--child-paint", [str(path)]), ("--child-floor", [])):
                 r = subprocess.run([sys.executable, str(paint), child, *args], env=env, check=True,
                                    capture_output=True, text=True)
-                walls[child].append(json.loads(r.stdout.strip().splitlines()[-1])["first_paint_s"])
+                got = json.loads(r.stdout.strip().splitlines()[-1])
+                walls[child].append(got["first_paint_s"])
+                if "keys_shown_s" in got:  # pmem's footer, painted after the list
+                    walls["keys"].append(got["keys_shown_s"])
         out["process"]["tui_first_paint"] = {"median_s": round(statistics.median(walls["--child-paint"]), 3),
                                              "min_s": round(min(walls["--child-paint"]), 3),
                                              "bare_textual_median_s": round(statistics.median(walls["--child-floor"]), 3)}
+        if walls["keys"]:
+            out["process"]["tui_first_paint"]["footer_keys_median_s"] = round(statistics.median(walls["keys"]), 3)
     except (subprocess.CalledProcessError, ValueError, KeyError) as exc:
         out["process"]["tui_first_paint"] = {"error": str(exc)[:200]}
     log = cache / "build-1000000.jsonl"

@@ -910,6 +910,35 @@ def test_tui_command_has_help():
     assert r.returncode == 0 and "terminal UI" in r.stdout
 
 
+async def test_the_footer_follows_the_first_paint_on_the_main_screen(tstore):
+    """The first paint holds the footer's row with an empty line (styling a widget per key was
+    ~40 ms of it); the footer with the main screen's keys replaces it right after, on the main
+    screen even when a dialog was opened before it came."""
+    from textual.widgets import Footer
+
+    at_paint = {}
+
+    def ready(app) -> None:
+        at_paint["footers"] = len(app.query(Footer))
+        at_paint["slot"] = len(app.query("#keys-slot"))
+        at_paint["rows"] = app.table.row_count
+
+    app = make(tstore, on_ready=ready)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")  # the help dialog, before the footer is there
+        await settle(app, pilot)
+        assert at_paint["footers"] == 0 and at_paint["slot"] == 1
+        assert at_paint["rows"] == 5
+        main = app.screen_stack[0]
+        assert app.screen is not main and len(main.query(Footer)) == 1
+        assert not main.query("#keys-slot") and not app.screen.query(Footer)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.screen is main
+        last = screen_text(app).splitlines()[-1]
+        assert "Search" in last and "Undo" in last
+
+
 # No async plugin is needed: each async test runs in its own event loop.
 def _sync(fn):
     @functools.wraps(fn)
@@ -970,3 +999,4 @@ def test_pmem_tui_project_starts_narrowed_to_this_project(tmp_path):
 
     assert "scope: global + proj" in screen("--project")
     assert "scope: global" not in screen()
+
