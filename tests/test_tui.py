@@ -939,6 +939,18 @@ async def test_the_footer_follows_the_first_paint_on_the_main_screen(tstore):
         assert "Search" in last and "Undo" in last
 
 
+def test_quitting_at_the_first_frame_is_quiet(tstore):
+    """Quitting before the footer came (here from the first-paint hook) leaves no traceback."""
+    import io
+
+    out = io.StringIO()
+    app = make(tstore, on_ready=lambda app: app.exit())
+    with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+        app.run(headless=True, size=SIZE)
+    assert app.return_code in (0, None)
+    assert "Error" not in out.getvalue() and "Traceback" not in out.getvalue()
+
+
 # No async plugin is needed: each async test runs in its own event loop.
 def _sync(fn):
     @functools.wraps(fn)

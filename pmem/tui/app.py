@@ -256,6 +256,8 @@ class PmemApp(App[None]):
 
     def _show_keys(self) -> None:
         """The footer, in place of its row, once the list has been painted."""
+        if not self.screen_stack or not self.screen_stack[0].is_attached:
+            return  # the app is closing (quit before the first frame)
         main = self.screen_stack[0]  # a dialog may already be open over it
         for slot in main.query("#keys-slot"):
             slot.remove()
