@@ -247,6 +247,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
         "search": timed_process([*py, "search", qs[0], "--json"], env, runs),
         "list": timed_process([*py, "list"], env, runs),
         "stats": timed_process([*py, "stats"], env, runs),
+        "recall": timed_process([*py, "recall", qs[0]], env, runs),  # core memories first, then search
     }
     paint = Path(__file__).with_name("tui_bench.py")
     try:

@@ -107,3 +107,38 @@ def test_recall_cuts_at_the_min_score_setting(store, monkeypatch):
     monkeypatch.setenv("PMEM_RECALL_MIN_SCORE", "1.5")
     with pytest.raises(UsageError):
         load()
+
+
+@pytest.mark.parametrize("fmt", ["md", "xml", "json", "text"])
+def test_packing_many_core_memories_renders_only_what_may_fit(store, monkeypatch, fmt):
+    """Hundreds of pinned memories of varied length under a small budget: the same choice as
+    rendering the block for every candidate (greedy, in order), but a candidate whose own line is
+    past what is left is refused without rendering the block again."""
+    import importlib
+
+    recall_module = importlib.import_module("pmem.recall")
+
+    store.insert([Memory(id="", text=("pinned fact %d " % i) + "word " * (i % 17), tier="core", pinned=True)
+                  for i in range(300)])
+    core = store.list(store_module_filter(), sort="created", reverse=True, limit=None)
+    measure = "md" if fmt == "json" else fmt
+    for budget in (60, 400):
+        want = recall_module.Recalled(query=None, budget=budget)
+        for m in core:  # the reference: render the whole block for every candidate
+            want.core.append(m)
+            if recall_module._cost(render(want, measure)) > budget:
+                want.core.pop()
+        renders = []
+        real = recall_module.render
+        monkeypatch.setattr(recall_module, "render", lambda r, f="md": renders.append(1) or real(r, f))
+        got = recall(store, None, budget=budget, fmt=fmt)
+        monkeypatch.setattr(recall_module, "render", real)
+        assert [m.id for m in got.core] == [m.id for m in want.core] and got.core
+        assert got.left_out >= len(core) - len(want.core)
+        assert len(renders) < len(want.core) + 40  # not one per candidate (300)
+
+
+def store_module_filter():
+    from pmem.store import Filter
+
+    return Filter(pinned=True, tiers=("core",))
