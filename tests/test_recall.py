@@ -128,9 +128,14 @@ def test_packing_many_core_memories_renders_only_what_may_fit(store, monkeypatch
             want.core.append(m)
             if recall_module._cost(render(want, measure)) > budget:
                 want.core.pop()
-        renders = []
+        renders: list[int] = []
         real = recall_module.render
-        monkeypatch.setattr(recall_module, "render", lambda r, f="md": renders.append(1) or real(r, f))
+
+        def counted(r, f="md", renders=renders, real=real):
+            renders.append(1)
+            return real(r, f)
+
+        monkeypatch.setattr(recall_module, "render", counted)
         got = recall(store, None, budget=budget, fmt=fmt)
         monkeypatch.setattr(recall_module, "render", real)
         assert [m.id for m in got.core] == [m.id for m in want.core] and got.core
