@@ -3,6 +3,7 @@
     python benchmarks/scale.py build --n 1000000          # builds and caches the stores (once)
     python benchmarks/scale.py measure --n 100000         # every figure of issue 13 as JSON
     python benchmarks/scale.py recall --n 100000          # approximate vs exact vector search
+    python benchmarks/scale.py keywords --n 100000        # keyword hit@k vs BM25 of the whole query
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
