@@ -125,8 +125,10 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int,
         try:
             sem = semantic_ranks(store, query, flt, n, scan=scan)
         finally:
-            scan.close()
-            _join(worker)
+            try:
+                scan.close()
+            finally:  # even if a second Ctrl-C lands in close(): the worker reads on `side`
+                _join(worker)
         if "error" in out:
             raise out["error"]
         return out["kw"], sem

@@ -99,8 +99,9 @@ class Filter:
         if set(self.tiers) != set(TIERS):
             # Literal names (checked above), so one tier reads `tier = 'core'` and SQLite may
             # answer it from the core tier's own index (migrations.m009_core_index).
-            names = ", ".join(f"'{t}'" for t in self.tiers)
-            clauses.append(f"{a}.tier = {names}" if len(self.tiers) == 1 else f"{a}.tier IN ({names})")
+            unique = list(dict.fromkeys(self.tiers))
+            names = ", ".join(f"'{t}'" for t in unique)
+            clauses.append(f"{a}.tier = {names}" if len(unique) == 1 else f"{a}.tier IN ({names})")
         for tag in self.tags:
             clauses.append(f"EXISTS (SELECT 1 FROM json_each({a}.tags) WHERE value = ?)")
             params.append(tag)
@@ -615,7 +616,7 @@ class MemoryStore:
             tail += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         # The core tier alone (recall lists it on every call) is read from its own index; without
         # statistics SQLite would walk every memory in date order instead (3.5 s cold at 1,000,000).
-        whole = len(flt.tiers) == 1 and flt.tiers[0] in migrations.WHOLE_TIERS
+        whole = len(set(flt.tiers)) == 1 and flt.tiers[0] in migrations.WHOLE_TIERS and flt.ids is None
         return self._select(where, params, tail, f"memories_{flt.tiers[0]}" if whole else "")
 
     def count(self, flt: Filter | None = None) -> int:
@@ -724,16 +725,19 @@ class MemoryStore:
         large = docs >= self.exact_below
         # On a large store the best KEYWORD_FETCH * n by BM25 alone are ranked first and only
         # those rows are looked up and filtered (looking up every matching row cost ~30% of the
-        # keyword side at 100,000); where the filter keeps fewer than n of them, the whole query.
-        fetched = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
+        # keyword side at 100,000); where the filter keeps fewer than n of them and more rows
+        # match than were ranked, the whole query.
+        fetched = (f"SELECT f.rowid, f.rank, CASE WHEN m.seq IS NOT NULL AND ({where}) THEN 1 ELSE 0 END "
+                   f"FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
                    f"FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?) f "
-                   f"JOIN memories m ON m.seq = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?")
+                   f"LEFT JOIN memories m ON m.seq = f.rowid ORDER BY f.rank")
 
         def ranked(expr: str) -> builtins.list[tuple[int, float]]:
             if large:
                 best = KEYWORD_FETCH * int(n)
-                rows = [(r[0], r[1]) for r in self.conn.execute(fetched, [expr, best, *params, int(n)])]
-                if len(rows) >= n:
+                found = self.conn.execute(fetched, [*params, expr, best]).fetchall()
+                rows = [(r[0], r[1]) for r in found if r[2]][:n]
+                if len(rows) >= n or len(found) < best:  # enough, or every matching row was seen
                     return rows
             return [(r[0], r[1]) for r in self.conn.execute(sql, [expr, *params, int(n)])]
 
@@ -816,14 +820,15 @@ class MemoryStore:
         pool = max(BIT_POOL, 2 * n) * in_knn // wanted
         # A small tier kept whole (core) is ranked exactly through its own index: its bit top-k
         # had to be as large as the pool (vec0's selection costs O(chunk_size * k)).
-        exact = [t for t in flt.tiers if t in migrations.WHOLE_TIERS and rows[t] <= WHOLE_EXACT_MAX]
+        wanted_tiers = list(dict.fromkeys(flt.tiers))  # `--tier core --tier core` is one tier
+        exact = [t for t in wanted_tiers if t in migrations.WHOLE_TIERS and rows[t] <= WHOLE_EXACT_MAX]
         whole: list[tuple[int, float]] = []
         for tier in exact:
             whole += [(r[0], r[1]) for r in self.conn.execute(
                 f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
                 f"INDEXED BY memories_{tier} JOIN memory_vec v ON v.seq = m.seq "
                 f"WHERE m.tier = '{tier}' AND {where} ORDER BY distance, m.seq LIMIT ?", [vector, *params, int(n)])]
-        tiers = [t for t in flt.tiers if t not in exact]
+        tiers = [t for t in wanted_tiers if t not in exact]
         if not tiers:
             return sorted(whole, key=lambda r: (r[1], r[0]))[:n]
         # (partition, its tier's partitions, its tier's rows): each partition must be able to give

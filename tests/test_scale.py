@@ -208,6 +208,22 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
             assert len(ranked) == 1
 
 
+def test_a_filter_that_keeps_none_of_few_matches_ranks_once(store):
+    """Fewer matching rows than the fetch ranks: when the filter keeps fewer than asked there is
+    nothing more to find, and the whole query is not run again."""
+    memories = [Memory(id=f"z{i:04d}", text=f"entry {i:03d}" + (" zebra" if i % 40 == 0 else ""))
+                for i in range(600)]
+    store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
+    store.exact_below = 0
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    none = keyword_ranks(store, "zebra", Filter(tiers=("core",)), 10)
+    some = keyword_ranks(store, "zebra", Filter(ids=("z0040", "z0080")), 10)
+    store.conn.set_trace_callback(None)
+    assert none == [] and len(some) == 2
+    assert sum("bm25(" in sql for sql in statements) == 2
+
+
 def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypatch):
     """A common word (a name in a third of the store) chooses no rows, but among the rows holding
     the rare word (all of one length) those that also hold it come first, as BM25 of the whole
@@ -590,7 +606,7 @@ def test_the_core_tier_is_ranked_exactly_through_its_own_index(store, monkeypatc
         assert [d for _, d in fast] == sorted(d for _, d in fast)
 
 
-def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store):
+def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store, monkeypatch):
     """`pmem recall` lists every core memory on each call: that list is answered from the core
     tier's partial index (m009), and lists of other tiers still walk the date index."""
     _fill(store, 300)
@@ -605,6 +621,15 @@ def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store):
         assert listed and all(m.tier == name for m in listed)
         assert len(listed) == store.count(flt)
     assert "memories_core" in plans["core"]
+    twice = Filter(pinned=True, tiers=("core", "core"))  # `--tier core --tier core`
+    once = Filter(pinned=True, tiers=("core",))
+    assert [m.id for m in store.list(twice, limit=None)] == [m.id for m in store.list(once, limit=None)]
+    rng = random.Random(2)
+    query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
+    store.exact_below = 0
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    ranked = semantic_ranks(store, "", Filter(tiers=("core", "core", "archival")), 20, vector=query)
+    assert len({s for s, _ in ranked}) == len(ranked) == 20
     assert "memories_core" not in plans["archival"] and "memories_created_seq" in plans["archival"]
 
 
