@@ -175,12 +175,11 @@ def _memory_dict(m: Memory | None) -> dict[str, Any] | None:
     return {f.name: getattr(m, f.name) for f in fields(Memory)}
 
 
-
 class PartitionScan:
     """The bit-index partitions of one semantic search, each read by whichever connection is
     free: the searching store's, and a helper's (search's side reader, once its keyword side is
-    done). At 100,000 memories the partitions are ~0.7 ms each and the keyword side ~7 ms, so
-    the two threads end together instead of one waiting (SQLite releases the GIL while it steps).
+    done), so the two threads end together instead of one waiting (SQLite releases the GIL while
+    it steps): at 1,000,000 memories a hybrid search takes 0.78-0.82 of its time without it.
 
     `help()` (the helper's thread) waits until the searching thread `post()`s the work or
     `close()`s the scan, then reads partitions until none is left; a partition it fails on goes
