@@ -492,8 +492,8 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
     """Keyword search's answers at scale against BM25 over every query word, on the cached store.
     A memory is a pair of LoCoMo dev turns, so a question's evidence turns are in ~2n/turns
     memories: hit@k is the share of `count` dev questions (spread over the five conversations)
-    with such a memory in the top k. "planned" is what pmem does on a large store (common words
-    left out, the best rows by BM25 filtered: MemoryStore.keyword_ranks), "whole" BM25 of the
+    with such a memory in the top k. "planned" is what pmem does on a large store (only rows
+    holding a rare word, ranked with every word: MemoryStore.keyword_ranks), "whole" BM25 of the
     whole query (the small-store path), in the same run on the same store."""
     os.environ["PMEM_EMBED_MODEL"] = EMBED
     os.environ["PMEM_SERVER"] = "off"
@@ -501,11 +501,12 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
     from pmem.store import EXACT_BELOW, Filter, MemoryStore
 
     path, _ = opened(cache, n, label)
-    where = {}  # (conversation, dia_id) -> index in turns()
+    index_of = {}  # (conversation, dia_id) -> index in turns()
     for conv in locomo.load():
         for r in locomo.turn_records(conv):
-            where[(conv["sample_id"], r["meta"]["dia_id"])] = len(where)
-    asked = [(q, {where[(conv["sample_id"], d)] for d in q["evidence"] if (conv["sample_id"], d) in where})
+            index_of[(conv["sample_id"], r["meta"]["dia_id"])] = len(index_of)
+    asked = [(q, {index_of[(conv["sample_id"], d)] for d in q["evidence"]
+                 if (conv["sample_id"], d) in index_of})
              for conv in locomo.load() for q in locomo.questions(conv)]
     step = max(1, len(asked) // count)
     asked = [asked[i * step] for i in range(min(count, len(asked)))]
@@ -526,7 +527,7 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
             by_seq = store.memories_by_seq(top)
             order = [by_seq[seq].id for seq in top]
             for k in (5, 10):
-                if any(set(pair_of(int(mid, 16), len(where))) & evidence for mid in order[:k]):
+                if any(set(pair_of(int(mid, 16), len(index_of))) & evidence for mid in order[:k]):
                     found[name][k] += 1
         agree.append(len({s for s, _ in ranked["planned"][:k_max]} & {s for s, _ in ranked["whole"][:k_max]}) / k_max)
     store.close()
