@@ -192,10 +192,10 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         # (with 2,000 core memories at 1,000,000, rendering per candidate was most of `pmem
         # recall`'s 0.5 s).
         if result.core or result.relevant:
-            line = _line(m, measure) + "\n"
-            # estimate_tokens is at least one token per 3.5 characters: that bound refuses most
-            # without counting words.
-            if used + math.ceil(len(line) / 3.5) > budget or used + _line_cost(line[:-1]) > budget:
+            line = _line(m, measure)
+            # _line_cost is at least one token per 3.5 characters (newline included): that bound
+            # refuses most without counting words.
+            if used + math.ceil((len(line) + 1) / 3.5) > budget or used + _line_cost(line) > budget:
                 return False
         bucket.append(m)
         cost = _cost(render(result, measure))
