@@ -252,7 +252,8 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
     }
     paint = Path(__file__).with_name("tui_bench.py")
     try:
-        walls: dict[str, list[float]] = {"--child-paint": [], "--child-floor": [], "keys": []}
+        walls: dict[str, list[float]] = {"--child-paint": [], "--child-floor": [], "keys": [], "settled": []}
+        complete = []
         for _ in range(runs):  # pmem's TUI and a bare Textual app, alternating
             for child, args in (("--child-paint", [str(path)]), ("--child-floor", [])):
                 r = subprocess.run([sys.executable, str(paint), child, *args], env=env, check=True,
@@ -261,11 +262,16 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
                 walls[child].append(got["first_paint_s"])
                 if "keys_shown_s" in got:  # pmem's footer, painted after the list
                     walls["keys"].append(got["keys_shown_s"])
+                    walls["settled"].append(got["settled_s"])
+                    complete.append(got["first_frame_complete"])
         out["process"]["tui_first_paint"] = {"median_s": round(statistics.median(walls["--child-paint"]), 3),
                                              "min_s": round(min(walls["--child-paint"]), 3),
                                              "bare_textual_median_s": round(statistics.median(walls["--child-floor"]), 3)}
         if walls["keys"]:
-            out["process"]["tui_first_paint"]["footer_keys_median_s"] = round(statistics.median(walls["keys"]), 3)
+            out["process"]["tui_first_paint"].update(
+                footer_keys_median_s=round(statistics.median(walls["keys"]), 3),
+                settled_median_s=round(statistics.median(walls["settled"]), 3),
+                first_frame_complete=f"{sum(complete)} of {len(complete)}")
     except (subprocess.CalledProcessError, ValueError, KeyError) as exc:
         out["process"]["tui_first_paint"] = {"error": str(exc)[:200]}
     log = cache / "build-1000000.jsonl"

@@ -64,6 +64,42 @@ def actions(store, memory_id):
 
 # -- list and detail ---------------------------------------------------------------------------
 
+def frame_cells(update) -> list[list[tuple]]:
+    """A full frame (Textual's LayoutUpdate), row by row, as (character, style) per cell."""
+    return [[(ch, seg.style) for strip in row for seg in strip for ch in seg.text] for row in update.strips]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (130, 34)])
+async def test_first_frame_is_the_settled_screen(fake_config, tmp_path, size):
+    """The first frame drawn with the list in it is already what the screen settles to (the
+    width's layout, both scrollbars' thumbs, the detail of the first memory); only the footer's
+    keys come a frame later, in the last row."""
+    store = MemoryStore(tmp_path / "many.db", config=fake_config, clock=lambda: NOW)
+    store.insert([Memory(id=f"m{i:03d}", text=f"note {i}: " + "a longer line of words " * (i % 12))
+                  for i in range(60)])
+    app = make(store)
+    first: list = []
+    draw = app._display
+
+    def display(screen, update) -> None:
+        if update is not None and not first and app.table.rows_fetched:
+            first.append(frame_cells(update))
+        draw(screen, update)
+
+    app._display = display  # type: ignore[method-assign]
+    try:
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            settled = frame_cells(app.screen._compositor.render_full_update())
+            assert app.table.ids()[0] == "m059"
+            assert "note 59" in screen_text(app)
+    finally:
+        store.close()
+    assert first, "no frame with the list was drawn"
+    assert len(first[0]) == size[1]
+    assert first[0][:-1] == settled[:-1]
+
+
 async def test_list_and_detail(tstore):
     app = make(tstore)
     async with app.run_test(size=(120, 40)) as pilot:

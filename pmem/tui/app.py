@@ -27,6 +27,7 @@ from textual import on, work
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Container, Vertical
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
@@ -56,6 +57,10 @@ _AUTO = object()  # `project` not given: the project of the working directory
 # Neighbours the detail pane shows on each side of a threaded memory, and the most `T` lists.
 THREAD_CONTEXT = 2
 THREAD_LISTING = 500
+
+
+class MainScreen(Screen[None]):
+    AUTO_FOCUS = "#list"  # focused as it mounts (not the search box first, then the list); dialogs keep "*"
 
 
 class PmemApp(App[None]):
@@ -130,6 +135,7 @@ class PmemApp(App[None]):
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        self._breakpoint_classes()
         with Vertical(id="main"):
             yield Input(placeholder="search: type to narrow, enter to browse, esc to clear", id="search")
             with Container(id="body"):
@@ -139,6 +145,9 @@ class PmemApp(App[None]):
         # The footer's row, held until the first paint: Textual's Footer is a widget per key,
         # and styling them was ~40 ms of the 0.3 s first paint (benchmarks/README.md).
         yield Static(Text(""), id="keys-slot", markup=False)
+
+    def get_default_screen(self) -> Screen[None]:
+        return MainScreen(id="_default")
 
     def on_mount(self) -> None:
         # The library's notices (a server that stopped answering...) become notifications: on
@@ -151,11 +160,19 @@ class PmemApp(App[None]):
         table = self.table
         table.cells_for = self._cells
         table.on_highlight = self._highlighted
-        table.focus()
         self.reload()
         if self._initial_query:
             self.action_search()
             search.value = self._initial_query
+
+    def _breakpoint_classes(self) -> None:
+        """The screen's width class before its widgets are first styled. Textual sets it on the
+        first resize, after the first layout: the whole screen was styled and laid out again, and
+        the first frame had the other layout (benchmarks/README.md)."""
+        width = self.size.width
+        chosen = max((b for b in self.HORIZONTAL_BREAKPOINTS if width >= b[0]), default=None)
+        for _, name in self.HORIZONTAL_BREAKPOINTS:
+            self.screen.set_class(chosen is not None and name == chosen[1], name)
 
     def on_unmount(self) -> None:
         if self._stop_notices is not None:

@@ -52,6 +52,7 @@ class MemoryList(ScrollView, can_focus=True):
         background: $surface;
         color: $foreground;
         overflow-x: hidden;
+        overflow-y: scroll;
         &:focus {
             background-tint: $foreground 5%;
             & > .memory-list--cursor {
@@ -498,6 +499,13 @@ class DetailPane(ScrollView, can_focus=True):
             self._scroll_update(size)
         else:
             self.virtual_size = size
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # Textual calls this in the layout, before the frame is drawn (on_resize comes a frame
+        # later): the first frame then already has the scrollbar's thumb for the lines.
+        changed = super()._size_updated(size, virtual_size, container_size, layout)
+        self._render_lines()
+        return changed
 
     def on_resize(self) -> None:
         self._render_lines()
