@@ -12,6 +12,7 @@ git hashes and UUIDs, which look random but are no secret.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -54,53 +55,61 @@ def _real_password(password: str) -> bool:
 
 _Check = Callable[[re.Match], bool]
 # Words that make `password=...` a connection string rather than prose (defined before the patterns use it).
-_CONN_KEYS = re.compile(r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
-                        r"initial catalog)\s*=")
+_CONN_KEYS = (r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
+              r"initial catalog)\s*=")
 
 # (kind, literals one of which the text must contain ("~": any case), pattern, extra check). The
 # literals are a cheap pre-test (one alternation scan): a pattern starting with \b has no literal
 # prefix for re to skip ahead with: all 16 on every text took 1.5 s for LoCoMo's 16,139 strings
-# (0 found), the pre-test 0.2 s.
-_PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern, _Check | None]] = [
-    ("private key", ("PRIVATE KEY",), re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"), None),
-    ("AWS access key", ("AKIA", "ASIA", "ABIA", "ACCA"), re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"), None),
+# (0 found), the pre-test 0.2 s. They compile on the first scan, not on import: every command
+# imports the store and most only read (compiling them was ~3 ms of each command's start).
+_PATTERNS: list[tuple[str, tuple[str, ...], str, _Check | None]] = [
+    ("private key", ("PRIVATE KEY",), r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----", None),
+    ("AWS access key", ("AKIA", "ASIA", "ABIA", "ACCA"), r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b", None),
     ("AWS secret key", ("~secret",),
-     re.compile(r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), None),
+     r"(?i)aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])", None),
     ("GitHub token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-     re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{50,})\b"), None),
-    ("GitLab token", ("glpat-",), re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), None),
-    ("Slack token", ("xox",), re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}"), None),
+     r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{50,})\b", None),
+    ("GitLab token", ("glpat-",), r"\bglpat-[A-Za-z0-9_-]{20,}", None),
+    ("Slack token", ("xox",), r"\bxox[abposre]-[A-Za-z0-9-]{10,}", None),
     ("Slack webhook", ("hooks.slack.com",),
-     re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,}"), None),
-    ("Anthropic API key", ("sk-ant-",), re.compile(r"\bsk-ant-[A-Za-z0-9_-]{32,}"), None),
-    ("OpenAI API key", ("sk-",), re.compile(r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?([A-Za-z0-9_-]{32,})"),
+     r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]{20,}", None),
+    ("Anthropic API key", ("sk-ant-",), r"\bsk-ant-[A-Za-z0-9_-]{32,}", None),
+    ("OpenAI API key", ("sk-",), r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?([A-Za-z0-9_-]{32,})",
      lambda m: _mixed(m.group(1))),
-    ("Stripe key", ("k_live_", "k_test_"), re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b"), None),
-    ("Google API key", ("AIza",), re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), None),
-    ("Hugging Face token", ("hf_",), re.compile(r"\bhf_([A-Za-z0-9]{30,})\b"), lambda m: _mixed(m.group(1))),
-    ("npm token", ("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), None),
+    ("Stripe key", ("k_live_", "k_test_"), r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b", None),
+    ("Google API key", ("AIza",), r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])", None),
+    ("Hugging Face token", ("hf_",), r"\bhf_([A-Za-z0-9]{30,})\b", lambda m: _mixed(m.group(1))),
+    ("npm token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36}\b", None),
     ("JSON Web Token", ("eyJ",),
-     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}"), None),
+     r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}", None),
     ("password in a URL", ("://",),
-     re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]+:([^\s/?#@'\"]+)@[^\s/?#@]+"),
+     r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]+:([^\s/?#@'\"]+)@[^\s/?#@]+",
      lambda m: _real_password(m.group(1))),
     ("password in a connection string", ("~password", "~pwd"),
-     re.compile(r"(?i)(?:^|[;\s\"'])(?:password|pwd)\s*=\s*([^;\s\"']{3,})(?=;|\s|$|[\"'])"),
-     lambda m: _real_password(m.group(1)) and _CONN_KEYS.search(m.string) is not None),
+     r"(?i)(?:^|[;\s\"'])(?:password|pwd)\s*=\s*([^;\s\"']{3,})(?=;|\s|$|[\"'])",
+     lambda m: _real_password(m.group(1)) and re.search(_CONN_KEYS, m.string) is not None),
 ]
 
 
-_HINT = re.compile("|".join(re.escape(h) for _, hints, _, _ in _PATTERNS for h in hints if h[0] != "~"))
 _HINT_ANY_CASE = tuple(h[1:] for _, hints, _, _ in _PATTERNS for h in hints if h[0] == "~")
+
+
+@functools.cache
+def _compiled() -> tuple[re.Pattern, list[tuple[str, tuple[str, ...], re.Pattern, _Check | None]]]:
+    """The literals' pre-test and the patterns, compiled once."""
+    hint = re.compile("|".join(re.escape(h) for _, hints, _, _ in _PATTERNS for h in hints if h[0] != "~"))
+    return hint, [(kind, hints, re.compile(pattern), check) for kind, hints, pattern, check in _PATTERNS]
 
 
 def find_secrets(text: str) -> list[Secret]:
     """Every machine secret in `text`, in order of position."""
     lower = text.lower()
-    if not _HINT.search(text) and not any(h in lower for h in _HINT_ANY_CASE):
+    hint, patterns = _compiled()
+    if not hint.search(text) and not any(h in lower for h in _HINT_ANY_CASE):
         return []  # ordinary text stops here
     found = []
-    for kind, hints, pattern, check in _PATTERNS:
+    for kind, hints, pattern, check in patterns:
         if not any((h[1:] in lower) if h[0] == "~" else (h in text) for h in hints):
             continue
         for m in pattern.finditer(text):
