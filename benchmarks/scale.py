@@ -4,6 +4,7 @@
     python benchmarks/scale.py measure --n 100000         # every figure of issue 13 as JSON
     python benchmarks/scale.py recall --n 100000          # approximate vs exact vector search
     python benchmarks/scale.py keywords --n 100000        # keyword hit@k vs BM25 of the whole query
+    python benchmarks/scale.py merge --n 100000           # search before and after merging the keyword index
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
@@ -565,10 +566,73 @@ def pairs(cache: Path, n: int, label: str) -> dict:
     return out
 
 
+def merge(cache: Path, n: int, label: str, rounds: int = 5) -> dict:
+    """The keyword index merged into one segment (`MemoryStore.merge_keyword_index`, which `pmem
+    dream --apply` and a large `pmem import` run), on a copy: how long it took, its longest
+    transaction (what another writer may wait), and the keyword side and hybrid search on the
+    store as it was and on the merged copy, alternating question by question in one process."""
+    os.environ["PMEM_EMBED_MODEL"] = EMBED
+    os.environ["PMEM_SERVER"] = "off"
+    import importlib
+
+    S = importlib.import_module("pmem.search")
+    from pmem.store import Filter, MemoryStore
+
+    path, _ = opened(cache, n, label)
+    copy = path.with_suffix(".merged")
+    shutil.copyfile(path, copy)
+    try:
+        out: dict = {"n": n, "label": label, "load_start": os.getloadavg()}
+        merged = MemoryStore(copy, clock=lambda: NOW)
+        steps: list[float] = []
+        real = merged.transaction
+
+        @contextlib.contextmanager
+        def timed():
+            t = time.perf_counter()
+            with real():
+                yield
+            steps.append(time.perf_counter() - t)
+
+        merged.transaction = timed  # type: ignore[method-assign]
+        t = time.perf_counter()
+        before, after = merged.merge_keyword_index()
+        out.update(segments_before=before, segments_after=after, merge_s=round(time.perf_counter() - t, 2),
+                   transactions=len(steps), longest_transaction_s=round(max(steps, default=0.0), 3))
+        merged.transaction = real  # type: ignore[method-assign]
+        stores = {"as_built": MemoryStore(path, clock=lambda: NOW), "merged": merged}
+        qs = questions()
+        spent: dict[str, dict[str, list[float]]] = {k: {"keyword": [], "hybrid": []} for k in stores}
+        for round_ in range(rounds + 1):  # the first round warms both
+            for q in qs:
+                for name, store in stores.items():
+                    t = time.perf_counter()
+                    S.keyword_ranks(store, q, Filter(), 100)
+                    kw = time.perf_counter() - t
+                    t = time.perf_counter()
+                    S.search(store, q, limit=10)
+                    hy = time.perf_counter() - t
+                    if round_:
+                        spent[name]["keyword"].append(kw)
+                        spent[name]["hybrid"].append(hy)
+        for name in stores:
+            out[name] = {f"{side}_ms": round(statistics.median(v) * 1000, 2) for side, v in spent[name].items()}
+        for side in ("keyword", "hybrid"):  # question by question, merged over as built
+            ratios = [m / b for m, b in zip(spent["merged"][side], spent["as_built"][side])]
+            out[f"{side}_ratio_median"] = round(statistics.median(ratios), 3)
+        for store in stores.values():
+            store.close()
+        out["load_end"] = os.getloadavg()
+        return out
+    finally:
+        for p in path.parent.glob(copy.name + "*"):
+            p.unlink()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates", "distinct",
-                                     "keywords"])
+                                     "keywords", "merge"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -594,6 +658,8 @@ def main() -> int:
         print(json.dumps(keywords(args.cache, args.n, args.label, args.questions), indent=1))
     elif args.what == "pairs":
         print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
+    elif args.what == "merge":
+        print(json.dumps(merge(args.cache, args.n, args.label), indent=1))
     else:
         print(json.dumps(quality(args.pool), indent=1))
     return 0

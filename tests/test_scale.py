@@ -741,3 +741,87 @@ def test_hybrid_search_with_partitions_shared_equals_one_thread(store, monkeypat
     both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
     assert both == alone
     assert helped == [True] * len(queries)
+
+
+
+def _segmented(store, batches: int = 11) -> list[str]:
+    """A store whose keyword index is in several segments (one per write, merged by FTS5 only in
+    fours) over a few dozen pages: each memory has words of its own."""
+    words = ["orchid", "balcony", "kestrel", "harbour", "lantern", "violin", "glacier", "saffron"]
+    for b in range(batches):
+        store.insert([Memory(id="", text=f"{words[(b + i) % 8]} and {words[(b * 3 + i) % 8]} note {b}-{i} "
+                             + " ".join(f"w{b}x{i}y{j}" for j in range(20))) for i in range(40)])
+    return words
+
+
+def test_merging_the_keyword_index_leaves_one_segment_and_the_same_answers(store, monkeypatch):
+    words = _segmented(store)
+    segments = store.keyword_segments()
+    assert segments >= 4
+    queries = [f"{a} {b}" for a, b in zip(words, words[3:])] + ["note 7-3", "kestrel w3x5y7"]
+    before = {q: keyword_ranks(store, q, Filter(), 30) for q in queries}
+    hits = [(h.memory.id, round(h.score, 6)) for h in search(store, "saffron glacier", limit=10)]
+    steps = []
+    real = store.transaction
+    monkeypatch.setattr(store, "transaction", lambda: steps.append(1) or real())
+    assert store.merge_keyword_index(step=2) == (segments, 1)
+    assert len(steps) > 2  # two pages a step: several transactions
+    store.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
+    assert {q: keyword_ranks(store, q, Filter(), 30) for q in queries} == before
+    assert [(h.memory.id, round(h.score, 6)) for h in search(store, "saffron glacier", limit=10)] == hits
+    steps.clear()
+    assert store.merge_keyword_index() == (1, 1) and steps == []  # nothing to merge: no transaction
+
+
+def test_a_writer_between_two_steps_of_the_merge_keeps_what_it_wrote(store, monkeypatch):
+    _segmented(store)
+    other = store_module.MemoryStore(store.path, clock=store.clock)
+    steps = []
+    real = store.transaction
+
+    def step():
+        steps.append(1)
+        if len(steps) == 2:  # another process writes; it waited at most one step
+            other.add("a zeppelin over the harbour", allow_duplicate=True)
+        return real()
+
+    monkeypatch.setattr(store, "transaction", step)
+    got = store.merge_keyword_index(step=2)
+    assert len(steps) > 2
+    assert got[1] <= 2 and store.keyword_segments() == got[1]  # the merged index, and the writer's own
+    store.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
+    found = search(store, "zeppelin", limit=1, mode="keyword")
+    assert [h.memory.text for h in found] == ["a zeppelin over the harbour"]
+    assert store.count(Filter()) == 441
+    store.merge_keyword_index()
+    assert store.keyword_segments() == 1
+    other.close()
+
+
+def test_upkeep_merges_the_keyword_index_even_when_little_is_free(store):
+    _segmented(store)
+    segments = store.keyword_segments()
+    assert segments >= 4
+    done = store.upkeep()
+    assert done["ran"] is False and done["index_segments"] == (segments, 1)
+    assert store.keyword_segments() == 1
+
+
+def test_a_large_import_merges_the_keyword_index_and_a_small_one_does_not(store, monkeypatch):
+    from pmem.integrations.importers import registry
+
+    def run(prefix: str, n: int) -> None:
+        records = [Memory(id=f"{prefix}{i}", text=f"{prefix} imported {i}") for i in range(n)]
+        assert registry.run_import(store, records, batch=10).imported == n
+
+    _segmented(store, batches=5)  # 200 memories
+    assert store.keyword_segments() >= 2
+    monkeypatch.setattr(registry, "MERGE_AFTER", 100)
+    run("a", 60)  # a tenth of the store and more, but fewer than MERGE_AFTER
+    assert store.keyword_segments() > 1
+    monkeypatch.setattr(registry, "MERGE_AFTER", 20)
+    run("b", 25)  # 25 of 285: less than a tenth
+    assert store.keyword_segments() > 1
+    run("c", 100)  # 100 of 385
+    assert store.keyword_segments() == 1
+    assert [h.memory.id for h in search(store, "c imported 17", limit=1, mode="keyword")] == ["c17"]

@@ -70,8 +70,8 @@ def dream(
                                "(purge_grace_days), after an automatic backup."),
     include: List[str] = typer.Option(None, "--include", help="A pinned memory the dream may change (repeatable)."),
     no_model: bool = typer.Option(False, "--no-model", help="Use no chat model: no merges; extractive summaries."),
-    no_upkeep: bool = typer.Option(False, "--no-upkeep", help="Do not VACUUM afterwards (it runs when a fifth "
-                                   "or more of the file is free space)."),
+    no_upkeep: bool = typer.Option(False, "--no-upkeep", help="Skip the upkeep afterwards: merging the keyword "
+                                   "index, and VACUUM when a fifth or more of the file is free space."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Consolidate memory: dedup, merge, compress, expire, supersede. Prints the plan; --apply applies it.
