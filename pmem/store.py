@@ -278,6 +278,9 @@ class MemoryStore:
             migrations.migrate(self.conn)
         except self._sqlite_errors as exc:
             self.conn.close()
+            if "readonly" in str(exc):  # a migration is a write
+                raise DatabaseError(f"database {self.path} was written by an older pmem and is read-only here: "
+                                    f"open it once with write access to upgrade it") from None
             raise self._db_error(exc) from None
         if self.setting("purge_pending"):  # a purge was killed before it rewrote the file
             try:

@@ -308,3 +308,22 @@ def test_config_set_says_when_it_repaired_the_file(pmem_home):
     r = pmem("config", "set", "extract_mode", "label")
     assert r.exit_code == 0, r.output
     assert "did not parse" in r.stderr and "kept there as comments" in r.stderr
+
+
+def test_a_read_only_database_from_an_older_pmem_says_how_to_upgrade_it(tmp_path):
+    from conftest import schema_before
+
+    folder = tmp_path / "ro-old"
+    folder.mkdir()
+    db = folder / "pmem.db"
+    schema_before(db, "m009_core_index").close()  # as the previous release left it
+    if not _make_read_only(folder):
+        _make_writable(folder)
+        pytest.skip("cannot make a file read-only here")
+    try:
+        for args in (["list"], ["search", "flowerpot"], ["stats"]):
+            assert_one_line_error(pmem("--db", db, *args), 1, "written by an older pmem")
+        assert pmem("--db", db, "list").stderr.count("write access") == 1
+    finally:
+        _make_writable(folder)
+    assert pmem("--db", db, "list", "--json").exit_code == 0  # with write access it is upgraded and read
