@@ -825,3 +825,37 @@ def test_a_large_import_merges_the_keyword_index_and_a_small_one_does_not(store,
     run("c", 100)  # 100 of 385
     assert store.keyword_segments() == 1
     assert [h.memory.id for h in search(store, "c imported 17", limit=1, mode="keyword")] == ["c17"]
+
+
+def test_the_distance_bound_keeps_the_pool_of_the_unbounded_knn(store, monkeypatch):
+    """One partition's k-th distance bounds the others' KNN (vec0 selects among fewer rows); the
+    best `pool` rows are those without the bound, and where the bound keeps fewer than `pool`
+    the partitions are read again without it."""
+    rng = _fill(store, 2000, seed=5, clusters=20)
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    store.exact_below = 0
+    real = store._bounded_knn
+    seen = {"calls": 0, "cut": 0, "again": 0}
+
+    def unbounded(knn, jobs):
+        return [(r[0], r[1]) for job in jobs for r in store.conn.execute(knn, job)]
+
+    def checked(knn, jobs, lead, pool, scan):
+        got = real(knn, jobs, lead, pool, scan)
+        whole = unbounded(knn, jobs)
+        best = lambda rows: sorted(rows, key=lambda r: (r[1], r[0]))[:pool]  # noqa: E731
+        assert best(got) == best(whole)
+        seen["calls"] += 1
+        seen["cut"] += len(got) < len(whole)
+        # a pool larger than the bound keeps: the partitions are read again, without it
+        assert sorted(real(knn, jobs, lead, len(whole), store_module.PartitionScan())) == sorted(whole)
+        return got
+
+    monkeypatch.setattr(store, "_bounded_knn", checked)
+    for _ in range(20):
+        base = store.conn.execute("SELECT embedding FROM memory_vec ORDER BY random() LIMIT 1").fetchone()[0]
+        query = serialize([v + rng.gauss(0, 0.3) for v in store_module.deserialize(base)])
+        for flt in (Filter(), Filter(tiers=TIERS)):
+            fast = semantic_ranks(store, "", flt, 10, vector=query)
+            assert len(fast) == 10
+    assert seen["calls"] == 40 and seen["cut"] >= 30  # the bound left rows out, and the pool was the same
