@@ -444,6 +444,29 @@ def test_cli_dream_plan_json_apply_and_undo(store, monkeypatch):
     assert r.exit_code == 0 and json.loads(r.stdout)["upkeep"] is None
 
 
+def test_a_dream_with_nothing_to_do_still_merges_the_keyword_index(store, monkeypatch):
+    """`pmem dream --apply --yes` from cron: no proposal, and the upkeep still runs."""
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+    from pmem.records import Memory
+
+    for batch in range(6):  # a segment a write
+        store.insert([Memory(id="", text=f"a plain note {batch}-{i} about w{batch}x{i}") for i in range(20)])
+    segments = store.keyword_segments()
+    assert segments >= 2
+    monkeypatch.setenv("PMEM_DB", str(store.path))
+    runner = CliRunner()
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--json", "--no-model", "--only", "expire"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["plan"]["proposals"] == []
+    assert data["upkeep"]["index_segments"] == [segments, 1]
+    assert store.keyword_segments() == 1
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--no-model", "--only", "expire"])
+    assert r.exit_code == 0 and "nothing to do" in r.stderr and "upkeep not done" not in r.stderr
+
+
 def test_a_failing_proposal_is_rolled_back_and_the_rest_applied(store, monkeypatch):
     ids = rich_store(store)
     plan = dream.plan(store, only={"dedup", "supersede"}, now=NOW, generator=False)

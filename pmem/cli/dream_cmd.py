@@ -77,8 +77,9 @@ def dream(
     """Consolidate memory: dedup, merge, compress, expire, supersede. Prints the plan; --apply applies it.
 
     A whole applied dream is one operation: `pmem undo` takes it back. A backup of the database
-    is taken before applying (in the backups folder, see `pmem path`). Afterwards, when a fifth
-    or more of the file is free space, the keyword index is merged and the file VACUUMed.
+    is taken before applying (in the backups folder, see `pmem path`). Afterwards, even when there
+    was nothing to apply, the keyword index is merged into one segment (faster keyword search on
+    large stores) and, when a fifth or more of the file is free space, the file is VACUUMed.
 
     \b
     Examples:
@@ -110,11 +111,14 @@ def dream(
             _render_plan(plan, store)
             _notes(plan)
         if not plan.proposals:
+            # A nightly `dream --apply --yes` with nothing to consolidate still does its upkeep.
+            upkeep = None if no_upkeep else _upkeep(store, started, max_seconds)
             if as_json:
                 out.print_json({"plan": plan.to_dict(), "result": dreaming.ApplyResult().to_dict(),
-                                "upkeep": None})
+                                "upkeep": upkeep})
             else:
                 out.note("nothing to do")
+                _upkeep_notes(upkeep)
             return
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
@@ -125,13 +129,7 @@ def dream(
         left = None if max_seconds is None else max(0.001, max_seconds - (time.monotonic() - started))
         with out.Progress("applying") as bar:
             result = dreaming.apply(store, plan, progress=bar, max_seconds=left)
-        upkeep = None
-        if not no_upkeep and result.applied and (max_seconds is None or time.monotonic() - started < max_seconds):
-            try:  # the dream is applied and committed: upkeep failing must not hide that
-                with out.Progress("giving back free space"):
-                    upkeep = store.upkeep()
-            except PmemError as exc:
-                upkeep = {"ran": False, "error": str(exc)}
+        upkeep = None if no_upkeep else _upkeep(store, started, max_seconds)
     if as_json:
         out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
         return
@@ -141,8 +139,24 @@ def dream(
         out.note(f"skipped {s['id']}: {s['reason']}")
     if result.backup:
         out.note(f"backup: {result.backup}")
+    _upkeep_notes(upkeep)
+
+
+def _upkeep(store, started: float, max_seconds: float | None) -> dict | None:
+    """store.upkeep() when time is left; its failure is reported, not raised (what the dream
+    applied is committed)."""
+    if max_seconds is not None and time.monotonic() - started >= max_seconds:
+        return None
+    try:
+        with out.Progress("upkeep"):
+            return store.upkeep()
+    except PmemError as exc:
+        return {"ran": False, "error": str(exc)}
+
+
+def _upkeep_notes(upkeep: dict | None) -> None:
     if upkeep and upkeep.get("error"):
-        out.note(f"free space not given back: {upkeep['error']}")
+        out.note(f"upkeep not done: {upkeep['error']}")
     if upkeep and upkeep["ran"]:
         mb = (upkeep["bytes_before"] - upkeep["bytes_after"]) / 1e6
         out.note(f"database {upkeep['bytes_before'] / 1e6:.1f} -> {upkeep['bytes_after'] / 1e6:.1f} MB "
