@@ -1,4 +1,4 @@
-"""kill -9 at random moments during import, dream --apply, reindex, extract and purge.
+"""kill -9 at random moments during import, dream --apply, reindex, extract, purge and upkeep.
 
     python benchmarks/kill9.py                     # 5 kills per operation, about a minute
     python benchmarks/kill9.py --kills 20 --seed 3 --json
@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ("import", "dream", "reindex", "extract", "purge")
+OPS = ("import", "dream", "reindex", "extract", "purge", "upkeep")
 PURGE_TOKEN = "Zorblaxcanary"  # in the memories a purge erases
 NOW = "2026-01-01T00:00:00Z"
 
@@ -82,6 +82,9 @@ elif op == "extract":
 elif op == "purge":
     ids = json.loads((data / "purge.json").read_text())
     store.purge(ids)
+elif op == "upkeep":  # the keyword index merged a few pages a transaction, as dream's upkeep does
+    store.merge_keyword_index(step=1)  # 8 transactions on this store
+    store.upkeep()
 print("done", flush=True)
 """ % {"now": NOW}
 
@@ -101,7 +104,8 @@ def build_base(tmp: Path, n: int) -> Path:
         items.append(Memory(id="", text=text, created_at="2024-01-01T00:00:00Z"))
         items.append(Memory(id="", text=text + "!", created_at="2024-02-01T00:00:00Z"))
     items += [Memory(id="", text=f"{PURGE_TOKEN}{i} is a private note to erase") for i in range(20)]
-    store.insert(items)
+    for start in range(0, len(items), 200):  # a write a batch: the keyword index in several segments
+        store.insert(items[start:start + 200])
     purge_ids = [m.id for m in store.list(limit=None) if m.text.startswith(PURGE_TOKEN)]
     store.checkpoint()
     store.close()
