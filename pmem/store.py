@@ -43,7 +43,8 @@ WHOLE_EXACT_MAX = 2048  # a whole tier (core) of at most this many memories is r
 KEYWORD_FETCH = 4  # a large store's keyword side ranks 4n by BM25 before it filters (MemoryStore.keyword_ranks)
 COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
 UPKEEP_MIN_FREE = 0.2  # share of the file in free pages from which upkeep() runs VACUUM
-MERGE_STEP = 1000  # keyword-index pages one transaction of merge_keyword_index() writes (~0.2 s)
+MERGE_STEP = 1000  # keyword-index pages one transaction of merge_keyword_index() writes (0.3-0.4 s at 100k)
+MERGE_PAUSE = 0.1  # seconds between two steps: longer than SQLite's busy handler sleeps, so a waiting writer gets in
 BIT_POOL = 512  # nearest by Hamming distance rescored with float32 (at least 2n); 256: e5 recall@10 0.978 at 100k
 MAX_THREAD = 500  # characters of a thread name
 SIDE_READS_FROM = 10_000  # memories from which search reads its keyword side on a second connection
@@ -354,12 +355,14 @@ class MemoryStore:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite rolls back itself after some errors (disk full, I/O)
+                self.conn.execute("ROLLBACK")
             raise
         try:
             self.conn.execute("COMMIT")
         except self._sqlite_errors as exc:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise self._db_error(exc) from None
 
     @contextmanager
@@ -872,8 +875,9 @@ class MemoryStore:
         the distance, only the rows within it take part. The bound is the k-th distance of one
         partition, read first (`lead`). Each other partition then gives its k nearest that are
         within the bound: a row it leaves out is farther than every row kept. So where at least
-        `pool` rows are kept, the best `pool` are those without the bound; else the partitions
-        are read again without it. It took 0.73-0.76 of vec0's time at 100,000 and 1,000,000
+        `pool` rows are kept, the best `pool` are those without the bound (vec0 0.1.7-0.1.9 breaks
+        ties at equal distance in the same order with or without it); else the partitions are
+        read again without it. It took 0.73-0.76 of vec0's time at 100,000 and 1,000,000
         memories, and no question of the benchmark needed the second reading
         (benchmarks/README.md)."""
         first = [(r[0], r[1]) for r in self.conn.execute(knn, jobs[lead])]
@@ -882,7 +886,7 @@ class MemoryStore:
             return first
         if len(first) < jobs[lead][1]:  # a partition smaller than its k: no bound from it
             return first + scan.run(self.conn, knn, rest)
-        bound = first[-1][1]
+        bound = max(d for _, d in first)
         near = scan.run(self.conn, knn + " AND distance <= ?", [job + [bound] for job in rest])
         if len(first) + len(near) < pool:
             near = scan.run(self.conn, knn, rest)
@@ -1355,12 +1359,19 @@ class MemoryStore:
         except self._sqlite_errors as exc:
             raise self._db_error(exc) from None
 
-    def merge_keyword_index(self, step: int = MERGE_STEP) -> tuple[int, int]:
-        """Merge the keyword index into one segment, `step` pages a transaction, so that other
-        writers wait at most one step and kill -9 leaves a whole index. A query reads every
-        segment's list of rows for each of its words, and BM25 counts each word's rows first: on
-        one segment the keyword side took 0.84-0.85 of the time at 100,000 memories (5 segments)
-        and 0.75 at 1,000,000 (12) (benchmarks/README.md). Returns the segments before and after."""
+    def merge_keyword_index(self, step: int = MERGE_STEP, pause: float = MERGE_PAUSE) -> tuple[int, int]:
+        """Merge the keyword index into one segment, `step` pages a transaction with `pause`
+        seconds between two, so that another writer waits about one step (SQLite's busy handler
+        sleeps up to 0.1 s between its tries: without the pause it slept through every gap and
+        could wait for the whole merge, 5.9 s at 1,000,000 memories, past its 5 s timeout) and
+        kill -9 leaves a whole index. Inside a transaction already open it is one transaction.
+
+        A query reads every segment's list of rows for each of its words, and BM25 counts each
+        word's rows first: on one segment the keyword side took 0.84-0.85 of the time at 100,000
+        memories (5 segments) and 0.75 at 1,000,000 (12) (benchmarks/README.md). Returns the
+        segments before and after."""
+        import time
+
         before = self.keyword_segments()
         if before < 2:
             return before, before
@@ -1379,6 +1390,7 @@ class MemoryStore:
             if self.conn.total_changes - changes < 2:
                 break
             pages = abs(pages)
+            time.sleep(pause)
         return before, self.keyword_segments()
 
     def checkpoint(self, attempts: int = 5) -> bool:

@@ -860,3 +860,69 @@ def test_the_distance_bound_keeps_the_pool_of_the_unbounded_knn(store, monkeypat
             fast = semantic_ranks(store, "", flt, 10, vector=query)
             assert len(fast) == 10
     assert seen["calls"] == 40 and seen["cut"] >= 10  # the bound left rows out, and the pool was the same
+
+
+def test_a_writer_waiting_on_the_merge_gets_in_between_two_steps(store, monkeypatch):
+    """SQLite's busy handler sleeps up to 0.1 s between tries: the merge pauses longer than
+    that between steps, so a writer waits about one step, not the whole merge."""
+    import threading
+    import time
+    from contextlib import contextmanager
+
+    _segmented(store)
+    real = store.transaction
+    stepping = threading.Event()
+
+    @contextmanager
+    def long_step():  # each step holds the lock 0.1 s, as on a large index
+        with real():
+            stepping.set()
+            time.sleep(0.1)
+            yield
+
+    monkeypatch.setattr(store, "transaction", long_step)
+    waited: list[float] = []
+
+    def writer() -> None:
+        other = store_module.MemoryStore(store.path, clock=store.clock)
+        stepping.wait()
+        t = time.perf_counter()
+        other.add("written while the index was merging", allow_duplicate=True)
+        waited.append(time.perf_counter() - t)
+        other.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    t = time.perf_counter()
+    assert store.merge_keyword_index(step=1)[1] <= 2
+    merging = time.perf_counter() - t
+    thread.join()
+    assert merging > 0.8  # eight steps and more
+    assert waited and waited[0] < 0.4, (waited, merging)
+
+
+def test_an_error_after_sqlite_rolled_back_itself_is_the_one_raised(store):
+    """After some errors (disk full, I/O) SQLite ends the transaction itself: transaction() must
+    raise that error, not its own failed ROLLBACK's "no transaction is active"."""
+    with pytest.raises(ValueError, match="the original error"):
+        with store.transaction():
+            store.conn.execute("ROLLBACK")  # what SQLite does on SQLITE_FULL
+            raise ValueError("the original error")
+    assert not store.conn.in_transaction
+    store.add("the store still writes")
+
+
+def test_an_import_whose_merge_fails_still_reports_what_it_stored(store, monkeypatch):
+    from pmem.errors import DatabaseError
+    from pmem.integrations.importers import registry
+
+    monkeypatch.setattr(registry, "MERGE_AFTER", 10)
+
+    def locked(*a, **k):
+        raise DatabaseError("database is locked by another process; try again")
+
+    monkeypatch.setattr(store, "merge_keyword_index", locked)
+    records = [Memory(id=f"r{i}", text=f"a record {i}") for i in range(30)]
+    done = registry.run_import(store, records, batch=10)
+    assert done.imported == 30 and done.operation
+    assert store.count(Filter()) == 30
