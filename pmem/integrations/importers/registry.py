@@ -324,7 +324,7 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
             progress(min(start + batch, len(todo)), len(todo))
     if stored >= MERGE_AFTER and stored * 10 >= store.count(Filter.everything()):
         # A large import leaves the keyword index in many segments, each read by every keyword
-        # search: merged now (~0.75 s at 100,000 memories), not at the next dream. Best effort:
+        # search: merged now (~1.3 s at 100,000 memories), not at the next dream. Best effort:
         # the import is committed, and another writer may hold the lock.
         try:
             store.merge_keyword_index()
