@@ -83,7 +83,7 @@ elif op == "purge":
     ids = json.loads((data / "purge.json").read_text())
     store.purge(ids)
 elif op == "upkeep":  # the keyword index merged a few pages a transaction, as dream's upkeep does
-    store.merge_keyword_index(step=1)  # 8 transactions on this store
+    store.merge_keyword_index(step=1, pause=0)  # 8 transactions on this store; kills land in them
     store.upkeep()
 print("done", flush=True)
 """ % {"now": NOW}
