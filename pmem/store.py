@@ -1332,7 +1332,7 @@ class MemoryStore:
         finally:
             self.conn.execute(f"PRAGMA temp_store = {int(previous)}")
 
-    def upkeep(self, min_free: float = UPKEEP_MIN_FREE) -> dict[str, Any]:
+    def upkeep(self, min_free: float = UPKEEP_MIN_FREE, progress: Progress | None = None) -> dict[str, Any]:
         """Merge the keyword index into one segment (merge_keyword_index), then give back free
         space: when at least `min_free` of the file is free pages (a dream that merged and purged,
         a migration that rebuilt a table), VACUUM and empty the -wal. Atomic like any transaction
@@ -1340,8 +1340,8 @@ class MemoryStore:
         with "locked", and a VACUUM of a large file takes longer than that, so it runs where
         nobody waits: at the end of `pmem dream --apply`.
         Returns bytes before and after, whether VACUUM ran, and the index's segments before and
-        after."""
-        segments = self.merge_keyword_index()
+        after. `progress`: the merge's (merge_keyword_index)."""
+        segments = self.merge_keyword_index(progress=progress)
         before = self.space()
         if before["bytes"] == 0 or before["free_bytes"] < min_free * before["bytes"]:
             return {"ran": False, "bytes_before": before["bytes"], "bytes_after": before["bytes"],
@@ -1359,7 +1359,8 @@ class MemoryStore:
         except self._sqlite_errors as exc:
             raise self._db_error(exc) from None
 
-    def merge_keyword_index(self, step: int = MERGE_STEP, pause: float = MERGE_PAUSE) -> tuple[int, int]:
+    def merge_keyword_index(self, step: int = MERGE_STEP, pause: float = MERGE_PAUSE,
+                            progress: Progress | None = None) -> tuple[int, int]:
         """Merge the keyword index into one segment, `step` pages a transaction with `pause`
         seconds between two, so that another writer waits about one step (SQLite's busy handler
         sleeps up to 0.1 s between its tries: without the pause it slept through every gap and
@@ -1368,13 +1369,18 @@ class MemoryStore:
 
         A query reads every segment's list of rows for each of its words, and BM25 counts each
         word's rows first: on one segment the keyword side took 0.84-0.85 of the time at 100,000
-        memories (5 segments) and 0.75 at 1,000,000 (12) (benchmarks/README.md). Returns the
+        memories (5 segments) and 0.75 at 1,000,000 (12) (benchmarks/README.md). `progress` is
+        called with (pages written, about how many there are: the index's own). Returns the
         segments before and after."""
         import time
 
         before = self.keyword_segments()
         if before < 2:
             return before, before
+        total = done = 0
+        if progress:
+            total = self.conn.execute("SELECT count(*) FROM memories_fts_data").fetchone()[0]
+            progress(0, total)
         # A negative step puts every segment on one level and starts merging them; positive
         # steps go on with that merge (and leave a segment written meanwhile for later) until a
         # step changes nothing (FTS5's documented way to optimize incrementally).
@@ -1389,8 +1395,13 @@ class MemoryStore:
                     raise self._db_error(exc) from None
             if self.conn.total_changes - changes < 2:
                 break
+            if progress:
+                done = min(done + abs(pages), total - 1)  # the last step says when it is done
+                progress(done, total)
             pages = abs(pages)
             time.sleep(pause)
+        if progress:
+            progress(total, total)
         return before, self.keyword_segments()
 
     def checkpoint(self, attempts: int = 5) -> bool:

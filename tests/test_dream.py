@@ -467,6 +467,33 @@ def test_a_dream_with_nothing_to_do_still_merges_the_keyword_index(store, monkey
     assert r.exit_code == 0 and "nothing to do" in r.stderr and "upkeep not done" not in r.stderr
 
 
+def test_ctrl_c_during_upkeep_keeps_what_the_dream_applied_and_says_so(store, monkeypatch):
+    """Ctrl-C in the upkeep after `--apply`: the proposals are committed, the summary is printed,
+    and the exit is 130 with a line saying what happened."""
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+    from pmem.store import MemoryStore
+
+    rich_store(store)
+    monkeypatch.setenv("PMEM_DB", str(store.path))
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemoryStore, "upkeep", interrupted)
+    runner = CliRunner()
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--no-model", "--only", "dedup,expire"])
+    assert r.exit_code == 130
+    assert "applied 2 of 2" in r.stderr and "interrupted during upkeep" in r.stderr
+    r = runner.invoke(app, ["dream", "--json", "--no-model", "--only", "dedup,expire"])
+    assert json.loads(r.stdout)["proposals"] == []  # applied, and committed
+    r = runner.invoke(app, ["dream", "--apply", "--yes", "--json", "--no-model", "--only", "dedup"])
+    assert r.exit_code == 130 and "interrupted during upkeep" in r.stderr
+    data = json.loads(r.stdout)  # nothing to do: still whole JSON on stdout
+    assert data["plan"]["proposals"] == [] and data["upkeep"]["interrupted"] is True
+
+
 def test_a_failing_proposal_is_rolled_back_and_the_rest_applied(store, monkeypatch):
     ids = rich_store(store)
     plan = dream.plan(store, only={"dedup", "supersede"}, now=NOW, generator=False)

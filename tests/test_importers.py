@@ -427,6 +427,31 @@ def test_cli_import_reimport_undo(fake_embedder, tmp_path):
     assert json.loads(_cli("list", "--tier", "episodic", "--json").stdout) == []
 
 
+def test_ctrl_c_in_the_closing_merge_keeps_the_import_and_its_summary(fake_embedder, tmp_path, monkeypatch):
+    from pmem.integrations.importers import registry
+    from pmem.store import MemoryStore
+
+    monkeypatch.setattr(registry, "MERGE_AFTER", 5)
+    merges: list[int] = []
+
+    def interrupted(self, *a, progress=None, **k):
+        merges.append(1)
+        assert progress is not None  # the CLI shows the merge as its own step
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemoryStore, "merge_keyword_index", interrupted)
+    path = chatgpt_zip(tmp_path / "export.zip", [chatgpt_conversation(f"c{i}", TURNS) for i in range(3)])
+    r = _cli("import", str(path))
+    assert r.exit_code == 130 and merges == [1]
+    assert "imported 12 memories" in r.stderr and "interrupted while merging the keyword index" in r.stderr
+    assert len(json.loads(_cli("list", "--tier", "episodic", "--json", "--limit", "100").stdout)) == 12
+    assert _cli("undo").exit_code == 0  # one operation, committed whole
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 130 and json.loads(r.stdout)["imported"] == 12
+    assert _cli("import", str(path), "--json").exit_code == 0  # nothing new: no merge due
+    assert merges == [1, 1]
+
+
 def test_cli_dry_run_counts_and_samples_without_storing(fake_embedder, tmp_path):
     path = write_jsonl(tmp_path / "memory.jsonl", MCP_MEMORY)
     r = _cli("import", str(path), "--dry-run", "--json")

@@ -798,6 +798,19 @@ def test_a_writer_between_two_steps_of_the_merge_keeps_what_it_wrote(store, monk
     other.close()
 
 
+def test_the_merge_reports_its_progress_up_to_the_whole(store):
+    _segmented(store)
+    seen: list[tuple[int, int]] = []
+    store.merge_keyword_index(step=2, pause=0, progress=lambda done, total: seen.append((done, total)))
+    assert len(seen) > 3 and seen[0][0] == 0
+    assert len({total for _, total in seen}) == 1 and seen[-1][0] == seen[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert all(done < total for done, total in seen[:-1])  # whole only when it is done
+    seen.clear()
+    store.merge_keyword_index(progress=lambda done, total: seen.append((done, total)))
+    assert seen == []  # one segment: nothing to merge, nothing reported
+
+
 def test_upkeep_merges_the_keyword_index_even_when_little_is_free(store):
     _segmented(store)
     segments = store.keyword_segments()
@@ -860,6 +873,42 @@ def test_the_distance_bound_keeps_the_pool_of_the_unbounded_knn(store, monkeypat
             fast = semantic_ranks(store, "", flt, 10, vector=query)
             assert len(fast) == 10
     assert seen["calls"] == 40 and seen["cut"] >= 10  # the bound left rows out, and the pool was the same
+
+
+def test_rows_tied_at_the_bound_in_other_partitions_take_part(store, monkeypatch):
+    """Hamming distances are whole numbers and tie often. Each vector here is stored twice in a
+    row, so its copies sit in two partitions at the same distance from any query: a pool whose
+    last place falls among rows at exactly the bound must be the unbounded KNN's, which needs the
+    other partitions' rows at the bound (`distance <= bound`, not `<`)."""
+    rng = random.Random(11)
+    dim = store.embedder.dim
+    centres = [[rng.gauss(0, 1) for _ in range(dim)] for _ in range(8)]
+    vectors = [serialize([c + rng.gauss(0, 0.6) for c in centres[i % 8]]) for i in range(600)]
+    store.insert([Memory(id=f"d{i:04d}", text=f"copy {i}") for i in range(1200)],
+                 vectors=[v for v in vectors for _ in range(2)])
+    assert store.build_bits()
+    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    store.exact_below = 0
+    real = store._bounded_knn
+    tied = {"pools": 0}
+
+    def checked(knn, jobs, lead, pool, scan):
+        whole = sorted(((r[0], r[1]) for job in jobs for r in store.conn.execute(knn, job)),
+                       key=lambda r: (r[1], r[0]))
+        lead_rows = list(store.conn.execute(knn, jobs[lead]))
+        bound = max(r[1] for r in lead_rows)
+        cut = sum(1 for _, d in whole if d < bound) + 1  # the pool's last place: the first row at the bound
+        if len(lead_rows) == jobs[lead][1] and cut <= len(whole):
+            got = sorted(real(knn, jobs, lead, cut, store_module.PartitionScan()), key=lambda r: (r[1], r[0]))
+            assert got[:cut] == whole[:cut]
+            tied["pools"] += 1
+        return real(knn, jobs, lead, pool, scan)
+
+    monkeypatch.setattr(store, "_bounded_knn", checked)
+    for i in rng.sample(range(600), 10):
+        query = serialize([v + rng.gauss(0, 0.3) for v in store_module.deserialize(vectors[i])])
+        assert len(semantic_ranks(store, "", Filter(), 10, vector=query)) == 10
+    assert tied["pools"] == 10
 
 
 def test_a_writer_waiting_on_the_merge_gets_in_between_two_steps(store, monkeypatch):

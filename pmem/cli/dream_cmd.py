@@ -118,7 +118,7 @@ def dream(
                                 "upkeep": upkeep})
             else:
                 out.note("nothing to do")
-                _upkeep_notes(upkeep)
+            _upkeep_notes(upkeep, as_json)
             return
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
@@ -132,6 +132,7 @@ def dream(
         upkeep = None if no_upkeep else _upkeep(store, started, max_seconds)
     if as_json:
         out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
+        _upkeep_notes(upkeep, as_json)
         return
     out.note(f"applied {len(result.applied)} of {len(plan.proposals)} proposals"
              + (f" as operation {result.op_id}; `pmem undo` takes them back" if result.op_id else ""))
@@ -143,18 +144,27 @@ def dream(
 
 
 def _upkeep(store, started: float, max_seconds: float | None) -> dict | None:
-    """store.upkeep() when time is left; its failure is reported, not raised (what the dream
-    applied is committed)."""
+    """store.upkeep() when time is left; its failure, or Ctrl-C, is reported rather than raised
+    (what the dream applied is committed, and the summary is still printed)."""
     if max_seconds is not None and time.monotonic() - started >= max_seconds:
         return None
     try:
-        with out.Progress("upkeep"):
-            return store.upkeep()
+        with out.Progress("upkeep") as bar:
+            return store.upkeep(progress=bar)
     except PmemError as exc:
         return {"ran": False, "error": str(exc)}
+    except KeyboardInterrupt:
+        return {"ran": False, "error": "interrupted", "interrupted": True}
 
 
-def _upkeep_notes(upkeep: dict | None) -> None:
+def _upkeep_notes(upkeep: dict | None, as_json: bool = False) -> None:
+    """The upkeep's notes on stderr (with --json only an interruption's), and exit 130 when Ctrl-C stopped it."""
+    if upkeep and upkeep.get("interrupted"):
+        out.error("interrupted during upkeep: what the dream applied is committed; "
+                  "the next `pmem dream --apply` does the upkeep")
+        raise typer.Exit(130)
+    if as_json:
+        return
     if upkeep and upkeep.get("error"):
         out.note(f"upkeep not done: {upkeep['error']}")
     if upkeep and upkeep["ran"]:

@@ -78,6 +78,7 @@ def import_(
     result: dict = {"read": len(records), "imported": 0, "skipped_existing": 0, "dry_run": dry_run,
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
                     "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered}
+    merge_stopped = False
     with open_store() as store:
         if dry_run:
             present = existing_ids(store, records)
@@ -93,10 +94,11 @@ def import_(
         else:
             with out.Progress("importing") as progress:
                 done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
-                                            progress=progress, secrets=secrets)
+                                            progress=progress, secrets=secrets, merge=False)
             result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
                           skipped_secrets=done.skipped_secrets)
-            if extract:
+            merge_stopped = not _merge_keyword_index(store, done.imported)
+            if extract and not merge_stopped:
                 from ..integrations.importers.facts import extract_conversations
 
                 kept = records if secrets == "allow" else [r for r in records if not secretscan.first_secret(r.text)]
@@ -105,6 +107,7 @@ def import_(
                 result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
     if as_json:
         out.print_json(result)
+        _stopped(merge_stopped)
         return
     if dry_run:
         out.note(f"would import {result['would_import']} memories from {formats}"
@@ -124,10 +127,38 @@ def import_(
     if result.get("skipped_secrets"):
         out.note(f"left out {result['skipped_secrets']} messages holding what looks like a machine secret "
                  "(--allow-secret keeps them)")
-    if extract:
+    if extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
                  f"({x.get('dates_resolved', 0)} relative dates resolved)")
+    _stopped(merge_stopped)
+
+
+def _merge_keyword_index(store, imported: int) -> bool:
+    """After a large import, the keyword index merged into one segment (importers.merge_due),
+    with its own progress bar. False when Ctrl-C stopped it: what the import stored is
+    committed, and the merge is an optimisation (each step its own transaction), so the summary
+    is still printed. A lock held by another writer leaves it to the next `pmem dream --apply`."""
+    from ..errors import DatabaseError
+    from ..integrations import importers
+
+    if not importers.merge_due(store, imported):
+        return True
+    try:
+        with out.Progress("merging the keyword index") as progress:
+            store.merge_keyword_index(progress=progress)
+    except DatabaseError:
+        pass
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
+def _stopped(merge_stopped: bool) -> None:
+    if merge_stopped:
+        out.error("interrupted while merging the keyword index: the import is complete; "
+                  "`pmem dream --apply` merges the index later")
+        raise typer.Exit(130)
 
 
 def export(

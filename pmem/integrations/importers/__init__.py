@@ -21,8 +21,10 @@ from .registry import (
                        known_formats,
                        load,
                        load_bytes,
+                       merge_due,
                        run_import,
 )
 
 __all__ = ["Entry", "FORMATS", "IMPORTERS", "ImportPlan", "ImportResult", "detect", "entries", "get",
-           "known_formats", "load", "load_bytes", "run_import"]
+           "known_formats", "load", "load_bytes", "merge_due",
+           "run_import"]

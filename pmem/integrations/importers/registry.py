@@ -281,14 +281,23 @@ def secrets_policy(formats: Sequence[str], allow: bool) -> str:
     return "refuse" if set(formats) <= {JSONL.NAME, MD.NAME} else "skip"
 
 
+def merge_due(store, stored: int) -> bool:
+    """Should an import that stored `stored` memories merge the keyword index? A large import
+    leaves it in many segments, each read by every keyword search: merged then (~1.3 s at
+    100,000 memories), not at the next dream."""
+    return stored >= MERGE_AFTER and stored * 10 >= store.count(Filter.everything())
+
+
 def run_import(store, records: Sequence[Memory], *, summary: str = "import", batch: int = 512,
-               progress: Progress | None = None, secrets: str = "refuse") -> ImportResult:
+               progress: Progress | None = None, secrets: str = "refuse", merge: bool = True) -> ImportResult:
     """Store what is not stored yet, `batch` memories per transaction, all in one operation.
 
     One `pmem undo` takes the whole import back. An interrupted import keeps the batches it
     committed, and running it again stores only the rest (ids come from the source). A machine
     secret (pmem.secretscan) in a record refuses the whole import before anything is stored
-    (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`)."""
+    (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`).
+    With `merge`, the keyword index is merged at the end where `merge_due` (best effort: the
+    import is committed, and another writer may hold the lock); without, the caller does it."""
     from ... import secretscan
 
     if secrets not in SECRET_POLICIES:
@@ -322,10 +331,7 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
                                            vectors=[b for _, b in keep], allow_secret=True))  # scanned above
         if progress:
             progress(min(start + batch, len(todo)), len(todo))
-    if stored >= MERGE_AFTER and stored * 10 >= store.count(Filter.everything()):
-        # A large import leaves the keyword index in many segments, each read by every keyword
-        # search: merged now (~1.3 s at 100,000 memories), not at the next dream. Best effort:
-        # the import is committed, and another writer may hold the lock.
+    if merge and merge_due(store, stored):
         try:
             store.merge_keyword_index()
         except DatabaseError:
