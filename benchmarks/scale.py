@@ -5,6 +5,7 @@
     python benchmarks/scale.py recall --n 100000          # approximate vs exact vector search
     python benchmarks/scale.py keywords --n 100000        # keyword hit@k vs BM25 of the whole query
     python benchmarks/scale.py merge --n 100000           # search before and after merging the keyword index
+    python benchmarks/scale.py since --n 100000 --full    # a dream of a day's change against the whole plan
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
@@ -645,10 +646,75 @@ def merge(cache: Path, n: int, label: str, rounds: int = 5) -> dict:
             p.unlink()
 
 
+def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | None = None) -> dict:
+    """A dream after a day's memories: the store as a dream left it (with `full`, a whole plan
+    applied first; its mark set to the newest event), `new` memories added (nine in ten fresh
+    sentences, one in ten an existing text with "!" added: a near-duplicate), then `dream.plan`
+    of what changed, and with `full` the whole plan, compared. All in one transaction, rolled
+    back, so the cached store stays as it is. The distinct store is used at its size when it
+    exists (scale.py distinct), else the LoCoMo-pair store. `only`: the kinds planned (the
+    LoCoMo-pair stores never had a dream, so every old episode of them awaits compression)."""
+    import resource
+
+    os.environ["PMEM_EMBED_MODEL"] = EMBED
+    from pmem import dream
+    from pmem.records import Memory
+    from pmem.store import MemoryStore
+
+    path = cache / f"distinct-{n}.db"
+    if not path.exists():
+        path, _ = opened(cache, n, label)
+    store = MemoryStore(path, clock=lambda: NOW)
+    kinds = set(only.split(",")) if only else None
+    out: dict = {"n": n, "db": str(path), "new": new, "kinds": only or "default", "load_start": os.getloadavg()}
+    fresh = distinct_texts(n + new)[n:] if path.name.startswith("distinct") else distinct_texts(new)
+    old = [m.text for m in store.list(limit=new // 10)]
+    texts = fresh[:new - len(old)] + [t + "!" for t in old]
+    try:
+        with store.transaction():
+            if full:  # what the last dream left: everything it proposed, applied
+                t = time.perf_counter()
+                first = dream.plan(store, generator=False, now=NOW, full=True)
+                applied = dream.apply(store, first, backup=False)
+                out["first_dream"] = {"wall_s": round(time.perf_counter() - t, 2), "proposals": first.counts(),
+                                      "applied": len(applied.applied)}
+                print(json.dumps(out), file=sys.stderr, flush=True)
+            # the mark an applied dream records: the plan's, so what its own apply changed counts as changed
+            store.set_dream_mark(first.mark if full else store.event_mark())
+            store.insert([Memory(id="", text=t, created_at="2025-12-31T00:00:00Z") for t in texts], summary="a day")
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            t, c = time.perf_counter(), time.process_time()
+            got = dream.plan(store, generator=False, now=NOW, only=kinds)
+            out["since"] = {"wall_s": round(time.perf_counter() - t, 2), "cpu_s": round(time.process_time() - c, 2),
+                            "changed": got.changed, "considered": got.considered, "proposals": got.counts(),
+                            "peak_rss_mb_added": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024)}
+            print(json.dumps(out), file=sys.stderr, flush=True)
+            if full:
+                t, c = time.perf_counter(), time.process_time()
+                whole = dream.plan(store, generator=False, now=NOW, full=True, only=kinds)
+                out["full"] = {"wall_s": round(time.perf_counter() - t, 2), "cpu_s": round(time.process_time() - c, 2),
+                               "considered": whole.considered, "proposals": whole.counts()}
+                changed = {m.id for m in store.changed_since(got.since or 0)}
+                key = lambda p: (p.kind, tuple(sorted(p.members)))  # noqa: E731
+                mine = {key(p) for p in got.proposals if p.kind in dream.PAIR_KINDS}
+                theirs = {key(p) for p in whole.proposals if p.kind in dream.PAIR_KINDS and set(p.members) & changed}
+                out["full"]["about_unchanged"] = sum(1 for p in whole.proposals if not set(p.members) & changed)
+                out["whole_plans_equal"] = {key(p) for p in got.proposals} == {key(p) for p in whole.proposals}
+                out["same_proposals_about_the_changed"] = {
+                    "since": len(mine), "full": len(theirs), "both": len(mine & theirs),
+                    "only_since": sorted(k for k, _ in mine - theirs), "only_full": sorted(k for k, _ in theirs - mine)}
+            raise _RolledBack
+    except _RolledBack:
+        pass
+    store.close()
+    out["load_end"] = os.getloadavg()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates", "distinct",
-                                     "keywords", "merge"])
+                                     "keywords", "merge", "since"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -659,6 +725,9 @@ def main() -> int:
     ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
     ap.add_argument("--model", help="distinct: the embedding model (default fake-384)")
     ap.add_argument("--questions", type=int, default=200, help="keywords: LoCoMo dev questions asked")
+    ap.add_argument("--new", type=int, default=1000, help="since: memories added after the last dream")
+    ap.add_argument("--full", action="store_true", help="since: also the whole plan, and compare")
+    ap.add_argument("--only", help="since: the dream kinds planned, comma-separated (default: dream's)")
     args = ap.parse_args()
     if args.what == "build":
         build(args.cache, args.n)
@@ -676,6 +745,8 @@ def main() -> int:
         print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
     elif args.what == "merge":
         print(json.dumps(merge(args.cache, args.n, args.label), indent=1))
+    elif args.what == "since":
+        print(json.dumps(since(args.cache, args.n, args.label, args.new, args.full, args.only), indent=1))
     else:
         print(json.dumps(quality(args.pool), indent=1))
     return 0

@@ -36,7 +36,7 @@ _pmem_words() {
         "path") words="--json --help" ;;
         "reindex") words="--help" ;;
         "doctor") words="--json --help" ;;
-        "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --no-upkeep --json --help" ;;
+        "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --no-upkeep --full --json --help" ;;
         "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --thread --json --help" ;;
         "why") words="--json --help" ;;
         "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;

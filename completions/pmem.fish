@@ -144,6 +144,7 @@ complete -c pmem -n '__fish_seen_subcommand_from dream' -l purge -d 'Also delete
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l include -r -d 'A pinned memory the dream may change (repeatable).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l no-model -d 'Use no chat model: no merges; extractive summaries.'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l no-upkeep -d 'Skip the upkeep afterwards: merging the keyword index, and VACUUM when a fifth or more of the file is free space.'
+complete -c pmem -n '__fish_seen_subcommand_from dream' -l full -d 'Compare every memory, not only what changed since the last applied dream (large stores).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from extract' -l tag -s t -r -d 'Tag every stored fact and the source (repeatable).'

@@ -33,6 +33,11 @@ Pinned (core) memories are never touched unless named in `include`. Memories a d
 (derived_from not empty) are not merged or compressed again, which with the rules above makes
 a second plan right after an applied one empty.
 
+On a store of INCREMENTAL_FROM live memories and more, a plan after an applied dream reads only
+what changed since that dream's plan (events after its mark), what the changed memories resemble,
+old facts of the same subject, expired memories and old episodes (`_what_changed`): on 100,000
+memories with 1,000 new, 1-4 s instead of ~65 s, with the same proposals (benchmarks/README.md).
+
 Every cosine above is on the scale of the model the vectors come from: the thresholds are that
 model's (pmem.thresholds, through MemoryStore.thresholds()); the dedup_threshold and
 merge_threshold settings override them when the user sets them.
@@ -120,6 +125,9 @@ class Plan:
     considered: int = 0
     complete: bool = True
     elapsed_s: float = 0.0
+    since: int | None = None  # compared only what changed after this event (None: everything)
+    changed: int | None = None  # how many memories had changed since then
+    mark: int = 0  # the newest event when the plan was made (what an applied dream has dealt with)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}
@@ -142,6 +150,9 @@ class Plan:
             "considered": self.considered,
             "complete": self.complete,
             "elapsed_s": round(self.elapsed_s, 3),
+            "since_event": self.since,
+            "changed": self.changed,
+            "mark_event": self.mark,
             "counts": self.counts(),
             "proposals": [p.to_dict() for p in self.proposals],
             "dropped": list(self.dropped),
@@ -535,17 +546,21 @@ def _plan_dedup(ctx: Planning) -> None:
             continue
         edges.append((i, j))
         sims[(i, j)] = s
-    for group in sorted(_union_find(len(active), edges), key=lambda g: active[g[0]].id):
+    groups = _union_find(len(active), edges)
+    best: dict[int, float] = {}  # a group's closest pair, by its first member (one pass over the pairs)
+    first = {i: g[0] for g in groups for i in g}
+    for (i, _), s in sims.items():
+        best[first[i]] = max(best.get(first[i], s), s)
+    for group in sorted(groups, key=lambda g: active[g[0]].id):
         members = [active[i] for i in group]
         canon = max(members, key=lambda m: _informative_key(m, words[m.id]))
         others = sorted((m for m in members if m.id != canon.id), key=lambda m: (m.created_at, m.id))
-        best = max(s for (i, j), s in sims.items() if i in group and j in group)
         tags = sorted(set().union(*(m.tags for m in members)))
         created = min(m.created_at for m in members)
         ctx.result.proposals.append(Proposal(
             "dedup", [canon.id] + [m.id for m in others],
-            f"{len(members)} near-duplicates (cosine up to {best:.3f}); keeping the most informative",
-            result_text=canon.text, target=canon.id, score=best,
+            f"{len(members)} near-duplicates (cosine up to {best[group[0]]:.3f}); keeping the most informative",
+            result_text=canon.text, target=canon.id, score=best[group[0]],
             details={"tags": tags, "created_at": created},
             fingerprints={m.id: _fingerprint(m) for m in members}))
         ctx.claimed.update(m.id for m in others)
@@ -563,7 +578,8 @@ def _plan_supersede(ctx: Planning) -> None:
             if when[x.id] == when[y.id]:
                 continue
             older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
-            if decide(newer.text, older.text, cos, None, ctx.thresholds) == "supersede":
+            if decide(newer.text, older.text, cos, None, ctx.thresholds,
+                      stems=(ctx.words[newer.id], ctx.words[older.id])) == "supersede":
                 found.append((older, newer, f"the extraction rule: a changed fact (cosine {cos:.2f})"))
     by_subject: dict[str, list[tuple[Memory, str]]] = {}
     for i in facts:
@@ -763,9 +779,74 @@ PLANNERS: dict[str, Planner] = {
 _NEEDS_VECTORS = ("dedup", "supersede", "merge", "compress")
 
 
+INCREMENTAL_FROM = PAIRS_EXACT_MAX  # live memories from which a dream compares only what changed
+PAIR_KINDS = ("dedup", "supersede", "merge")  # the kinds that compare memories with each other
+PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles the changed ones
+
+
+def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> list[int]:
+    """Row numbers of the stored vectors at cosine >= `threshold` to any of `changed`'s: every
+    vector is read once, a block at a time, so the cost is (changed x store), not (store x store)."""
+    import numpy as np
+
+    _, dim = store.vector_model()
+    new = _vectors(store, changed)
+    new = new[np.flatnonzero(np.any(new != 0, axis=1))]
+    if not dim or not len(new):
+        return []
+    found: set[int] = set()
+    for seqs, blob in store.vector_blocks(PARTNER_BLOCK):
+        block = np.frombuffer(blob, dtype="<f4").reshape(-1, dim)
+        for start in range(0, len(new), 1024):
+            near = np.any(block @ new[start:start + 1024].T >= threshold - 1e-6, axis=1)
+            found.update(seqs[i] for i in np.flatnonzero(near).tolist())
+    return sorted(found)
+
+
+def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: Thresholds, live: int,
+                  result: Plan) -> list[Memory] | None:
+    """On a large store, the memories a plan must read when the last applied dream dealt with
+    the rest: those changed since (store.dream_mark), those they resemble (within the lowest
+    threshold of the kinds that compare pairs), old facts of the same subject, and what expire and
+    compress look for (expired; old episodes). None: read everything (no dream was applied yet,
+    or a quarter of the store changed)."""
+    from .store import Filter
+
+    found: dict[str, Memory] = {}
+    pairs = [k for k in PAIR_KINDS if k in kinds]
+    if pairs:
+        since = store.dream_mark()
+        if since is None:
+            return None
+        changed = store.changed_since(since)
+        if 4 * len(changed) > live:
+            return None
+        result.since, result.changed = since, len(changed)
+        found.update((m.id, m) for m in changed)
+        lowest = min({"dedup": thresholds.dedup, "supersede": thresholds.supersede,
+                      "merge": thresholds.merge}[k] for k in pairs)
+        near = store.memories_by_seq(_partners(store, changed, lowest))
+        found.update((m.id, m) for m in near.values() if m.forgotten_at is None and m.merged_into is None)
+        if "supersede" in kinds:  # the same subject with another value: not always close in meaning
+            for subject in sorted({sv[0] for m in changed if m.tier != "episodic" and (sv := subject_value(m.text))}):
+                found.update((m.id, m) for m in store.live_with_phrase(re.findall(r"\w+", subject)))
+    if "compress" in kinds:
+        cutoff = timeutil.iso(_parse(now) - timedelta(days=int(store.config.compress_after_days)))
+        found.update((m.id, m) for m in store.list(Filter(tiers=("episodic",), until=cutoff, include_expired=True,
+                                                           include_superseded=True), limit=None))
+    if "expire" in kinds or "purge" in kinds:
+        found.update((m.id, m) for m in store.expired_live(now))
+    return sorted(found.values(), key=lambda m: m.id)
+
+
 def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
-         max_seconds: float | None = None, include: Iterable[str] = ()) -> Plan:
+         max_seconds: float | None = None, include: Iterable[str] = (), full: bool = False) -> Plan:
     """Propose, never write.
+
+    On a store of INCREMENTAL_FROM live memories and more, once a dream has been applied, only
+    what changed since is compared (with everything it resembles): the cost follows the change,
+    not the store. Proposals a person turned down then do not come back; `full` compares
+    everything, as a smaller store always does.
 
     Args:
         store: the store to read (its settings give the thresholds).
@@ -775,6 +856,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
             configured one when text must be written, False uses no model.
         max_seconds: stop planning after this long (the plan is then marked incomplete).
         include: ids of pinned memories a dream may change.
+        full: compare every memory, even where only what changed would be.
 
     Returns:
         The Plan. Raises UsageError for an unknown kind, NotFound / AmbiguousId for `include`.
@@ -795,7 +877,13 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
 
     from .store import Filter
 
-    everything = store.list(Filter.everything(), sort="id", limit=None)
+    result.mark = store.event_mark()
+    everything = None
+    live = store.count(Filter.live())
+    if not full and live >= INCREMENTAL_FROM:
+        everything = _what_changed(store, kinds, now, thresholds, live, result)
+    if everything is None:
+        everything = store.list(Filter.everything(), sort="id", limit=None)
     usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
               and (not m.pinned or m.id in included)]
     result.considered = len(usable)
@@ -892,6 +980,7 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
     chosen = [p for p in plan.proposals if accept is None or p.id in accept]
     chosen.sort(key=lambda p: APPLY_ORDER.index(p.kind))
     if not chosen:
+        _dealt_with(store, plan, result)
         result.elapsed_s = budget.elapsed()
         return result
     if backup:
@@ -927,5 +1016,17 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
             progress(done, total)
     if not result.applied:
         result.op_id = None
+    _dealt_with(store, plan, result)
     result.elapsed_s = budget.elapsed()
     return result
+
+
+def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
+    """After a dream that compared every pair kind, planned and applied to the end (what a person
+    did not accept was turned down), the next dream of a large store compares only what changes
+    after the plan's mark. A proposal dropped (no chat model, not grounded) or failed keeps the
+    mark where it was, so its memories are looked at again."""
+    failed = any(s["reason"].startswith("failed") for s in result.skipped)
+    if plan.mark and plan.complete and result.complete and not plan.dropped and not failed \
+            and set(PAIR_KINDS) <= set(plan.kinds):
+        store.set_dream_mark(plan.mark)

@@ -383,17 +383,18 @@ def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", mi
 # -- reconciliation ---------------------------------------------------------------------------
 
 def decide(new: str, old: str, cosine: float, judge: Callable[[str, str], str] | None = None,
-           thresholds: Thresholds | None = None) -> str:
+           thresholds: Thresholds | None = None, stems: tuple[set[str], set[str]] | None = None) -> str:
     """How a new fact relates to one stored memory: noop, update, supersede or add.
 
     Rules first, each one cheap and explainable; `judge` (a strong model) only for close pairs
     that no rule settles. `thresholds`: the cosines of the model that measured `cosine` (default
-    MiniLM's: this module's *_COSINE constants)."""
+    MiniLM's: this module's *_COSINE constants). `stems`: content_stems of new and old, where
+    the caller has them (a dream compares each memory with many)."""
     if thresholds is None:
         noop, contained, change, judged = NOOP_COSINE, CONTAINED_COSINE, CHANGE_COSINE, JUDGE_COSINE
     else:
         noop, contained, change, judged = thresholds.noop, thresholds.contained, thresholds.change, thresholds.judge
-    a, b = content_stems(new), content_stems(old)
+    a, b = stems if stems is not None else (content_stems(new), content_stems(old))
     if cosine >= noop or a == b:
         return "noop"
     if cosine >= contained and a <= b:

@@ -91,6 +91,11 @@ class Filter:
         return cls(tiers=TIERS, include_expired=True, include_forgotten=True,
                    include_superseded=True, include_merged=True, **kw)
 
+    @classmethod
+    def live(cls) -> "Filter":
+        """Every memory not forgotten and not merged: expired and superseded ones included."""
+        return cls(tiers=TIERS, include_expired=True, include_superseded=True)
+
     def where(self, now: str, alias: str = "m") -> tuple[str, list[Any]]:
         a = alias
         clauses: list[str] = []
@@ -1657,6 +1662,62 @@ class MemoryStore:
         from .thresholds import effective
 
         return effective(self.vector_model()[0] or self.config.embed_model, self.config)
+
+    # -- what a dream reads on a large store (pmem.dream: only what changed) -----------------
+
+    def event_mark(self) -> int:
+        """The number of the newest event: any later change to a memory gets a larger one."""
+        return self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+
+    def changed_since(self, event: int) -> builtins.list[Memory]:
+        """Live memories (not forgotten, not merged) that an event after `event` touched: stored,
+        edited, restored, or changed by a dream."""
+        where, params = Filter.live().where(self.clock())
+        return self._select(f"{where} AND m.id IN (SELECT memory_id FROM events WHERE seq > ?)",
+                            [*params, int(event)], "ORDER BY m.seq")
+
+    def expired_live(self, now: str) -> builtins.list[Memory]:
+        """Live memories whose expires_at has passed by `now` (from the index on expires_at)."""
+        where, params = Filter.live().where(now)
+        return self._select(f"{where} AND m.expires_at IS NOT NULL AND m.expires_at <= ?", [*params, now],
+                            "ORDER BY m.seq", "memories_expires")
+
+    def live_with_phrase(self, words: Sequence[str], limit: int = 1000) -> builtins.list[Memory]:
+        """Up to `limit` live memories whose text holds these words in this order (the keyword
+        index, with its stemming)."""
+        if not words:
+            return []
+        phrase = '"' + " ".join(w.replace('"', '""') for w in words) + '"'
+        where, params = Filter.live().where(self.clock())
+        return self._select(f"{where} AND m.seq IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
+                            f"LIMIT ?)", [*params, f"text : {phrase}", int(limit)], "ORDER BY m.seq")
+
+    def vector_blocks(self, size: int = 16384) -> Iterator[tuple[builtins.list[int], bytes]]:
+        """Every stored vector of the store's dimension, `size` at a time in row order: (their
+        seqs, the float32 vectors joined), so that a caller holds one block, not the store."""
+        _, dim = self.vector_model()
+        if not dim or not self._has_vec_table():
+            return
+        last = -1
+        while True:
+            rows = self.conn.execute("SELECT seq, embedding FROM memory_vec WHERE seq > ? ORDER BY seq LIMIT ?",
+                                     (last, int(size))).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            rows = [r for r in rows if len(r[1]) == dim * 4]
+            yield [r[0] for r in rows], b"".join(r[1] for r in rows)
+
+    def dream_mark(self) -> int | None:
+        """The newest event the last finished dream had seen (pmem.dream), or None."""
+        value = self.setting("dream_mark")
+        return int(value) if value else None
+
+    def set_dream_mark(self, event: int) -> None:
+        """Record that a dream has dealt with every change up to `event` (never moves back)."""
+        with self.transaction():
+            if int(event) > (self.dream_mark() or 0):
+                self._set_setting("dream_mark", str(int(event)))
 
     def storage_order(self, ids: Iterable[str]) -> dict[str, int]:
         """The order memories were stored in, for breaking ties between equal `created_at`.

@@ -72,6 +72,8 @@ def dream(
     no_model: bool = typer.Option(False, "--no-model", help="Use no chat model: no merges; extractive summaries."),
     no_upkeep: bool = typer.Option(False, "--no-upkeep", help="Skip the upkeep afterwards: merging the keyword "
                                    "index, and VACUUM when a fifth or more of the file is free space."),
+    full: bool = typer.Option(False, "--full", help="Compare every memory, not only what changed since the "
+                              "last applied dream (large stores)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Consolidate memory: dedup, merge, compress, expire, supersede. Prints the plan; --apply applies it.
@@ -81,12 +83,17 @@ def dream(
     was nothing to apply, the keyword index is merged into one segment (faster keyword search on
     large stores) and, when a fifth or more of the file is free space, the file is VACUUMed.
 
+    On a store of 20,000 memories and more, once a dream has been applied, a dream compares only
+    the memories changed since then (with those they resemble), so its cost follows the change;
+    what you turned down then stays turned down. --full compares everything again.
+
     \b
     Examples:
       pmem dream
       pmem dream --json
       pmem dream --apply
       pmem dream --apply --yes --only dedup,expire --max-seconds 60
+      pmem dream --full
     """
     from .. import dream as dreaming
 
@@ -97,7 +104,7 @@ def dream(
     with open_store() as store:
         with out.Progress("dreaming"):
             plan = dreaming.plan(store, only=kinds, generator=False if no_model else None,
-                                 max_seconds=max_seconds, include=include or ())
+                                 max_seconds=max_seconds, include=include or (), full=full)
         if not apply:
             if as_json:
                 out.print_json(plan.to_dict())
@@ -111,11 +118,12 @@ def dream(
             _render_plan(plan, store)
             _notes(plan)
         if not plan.proposals:
-            # A nightly `dream --apply --yes` with nothing to consolidate still does its upkeep.
+            # A nightly `dream --apply --yes` with nothing to consolidate still records that it
+            # looked (dream.apply), and does its upkeep.
+            result = dreaming.apply(store, plan)
             upkeep = None if no_upkeep else _upkeep(store, started, max_seconds)
             if as_json:
-                out.print_json({"plan": plan.to_dict(), "result": dreaming.ApplyResult().to_dict(),
-                                "upkeep": upkeep})
+                out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
             else:
                 out.note("nothing to do")
             _upkeep_notes(upkeep, as_json)
