@@ -159,6 +159,8 @@ def test_cli_full_and_the_plan_json_say_what_was_compared(store, large, monkeypa
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["since_event"] == store.dream_mark() and data["changed"] == 1 and data["counts"]["dedup"] == 1
+    r = runner.invoke(app, ["dream", "--no-model"])
+    assert "changed since the last dream: 1 memory," in r.stderr and "--full" in r.stderr
     r = runner.invoke(app, ["dream", "--json", "--no-model", "--full"])
     data = json.loads(r.stdout)
     assert data["since_event"] is None and data["counts"]["dedup"] == 2

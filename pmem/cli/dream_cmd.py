@@ -182,6 +182,10 @@ def _upkeep_notes(upkeep: dict | None, as_json: bool = False) -> None:
 
 
 def _notes(plan) -> None:
+    if plan.since is not None:
+        changed = f"{plan.changed} {'memory' if plan.changed == 1 else 'memories'}"
+        out.note(f"compared only what changed since the last dream: {changed}, with those like them "
+                 f"({plan.considered} in all); --full compares every memory")
     for note in plan.notes:
         out.note(note)
     if plan.dropped:
