@@ -128,6 +128,7 @@ class Plan:
     since: int | None = None  # compared only what changed after this event (None: everything)
     changed: int | None = None  # how many memories had changed since then
     mark: int = 0  # the newest event when the plan was made (what an applied dream has dealt with)
+    basis: str = ""  # the model and thresholds its pairs qualified under (_basis)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}
@@ -469,7 +470,14 @@ class Planning:
     claimed: set[str]
     generator: Any  # None: load the configured chat model when needed; False: no model
     thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
+    paired: list[int] | None = None  # rows of `active` the pair kinds compare (None: all of them)
     _gen_tried: bool = False
+
+    def pairable(self, keep: Callable[[Memory], bool] = lambda m: True) -> list[int]:
+        """Rows of `active` a pair kind compares: `paired` (what changed and what it resembles,
+        not the old episodes that are read only for compress), those that `keep`."""
+        rows = range(len(self.active)) if self.paired is None else self.paired
+        return [i for i in rows if keep(self.active[i])]
 
     @property
     def settings(self):
@@ -537,7 +545,9 @@ def _plan_dedup(ctx: Planning) -> None:
     threshold, lexical = ctx.thresholds.dedup, float(ctx.settings.dedup_lexical)
     edges = []
     sims: dict[tuple[int, int], float] = {}
-    for i, j, s in _pairs(ctx.vecs, threshold):
+    rows = ctx.pairable()
+    for x, y, s in _pairs(ctx.vecs if ctx.paired is None else ctx.vecs[rows], threshold):
+        i, j = rows[x], rows[y]
         a, b = active[i], active[j]
         if a.tier != b.tier or numbers(a.text) != numbers(b.text):
             continue
@@ -569,7 +579,7 @@ def _plan_dedup(ctx: Planning) -> None:
 def _plan_supersede(ctx: Planning) -> None:
     """Older facts replaced by newer ones: the extraction's rule, and same subject / new value."""
     active, claimed = ctx.active, ctx.claimed
-    facts = [i for i, m in enumerate(active) if m.id not in claimed and m.tier != "episodic"]
+    facts = ctx.pairable(lambda m: m.id not in claimed and m.tier != "episodic")
     when = {m.id: (m.valid_from or m.created_at) for m in active}
     found: list[tuple[Memory, Memory, str]] = []
     if ctx.vecs is not None and len(facts) > 1:
@@ -607,8 +617,7 @@ def _plan_merge(ctx: Planning) -> None:
         return
     result, active, claimed = ctx.result, ctx.active, ctx.claimed
     threshold = ctx.thresholds.merge
-    pool = [i for i, m in enumerate(active)
-            if m.id not in claimed and m.tier == "archival" and not m.derived_from]
+    pool = ctx.pairable(lambda m: m.id not in claimed and m.tier == "archival" and not m.derived_from)
     if len(pool) < 2:
         return
     sims: dict[tuple[int, int], float] = {}
@@ -803,40 +812,56 @@ def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> 
     return sorted(found)
 
 
+def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
+    """What decides which pairs qualify: the vectors' model and the thresholds. A mark recorded
+    under another basis (a reindex, a changed setting) is not used: every pair is compared again."""
+    return json.dumps([*store.vector_model(), thresholds.dedup, thresholds.supersede, thresholds.merge,
+                       float(store.config.dedup_lexical)])
+
+
 def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: Thresholds, live: int,
-                  result: Plan) -> list[Memory] | None:
+                  included: set[str], result: Plan) -> tuple[list[Memory], set[str]] | None:
     """On a large store, the memories a plan must read when the last applied dream dealt with
-    the rest: those changed since (store.dream_mark), those they resemble (within the lowest
-    threshold of the kinds that compare pairs), old facts of the same subject, and what expire and
-    compress look for (expired; old episodes). None: read everything (no dream was applied yet,
-    or a quarter of the store changed)."""
+    the rest, and those of them the pair kinds compare: the memories changed since
+    (store.dream_mark; with those the last dream dropped or skipped, and the pinned ones named in
+    `include`), those they resemble (within the lowest threshold of the pair kinds), and old facts
+    of the same subject; besides, what expire and compress look for (expired memories; old
+    episodes no dream wrote). None: read everything (no dream was applied under this basis, or a
+    quarter of the store changed)."""
     from .store import Filter
 
     found: dict[str, Memory] = {}
+    compared: set[str] = set()
     pairs = [k for k in PAIR_KINDS if k in kinds]
     if pairs:
-        since = store.dream_mark()
-        if since is None:
+        mark = store.dream_mark()
+        if mark is None or mark.get("basis") != result.basis:
             return None
-        changed = store.changed_since(since)
+        changed = {m.id: m for m in store.changed_since(int(mark["event"]))}
+        for m in store.get_many([*mark.get("revisit", ()), *included]):
+            if m.forgotten_at is None and m.merged_into is None:
+                changed[m.id] = m
         if 4 * len(changed) > live:
             return None
-        result.since, result.changed = since, len(changed)
-        found.update((m.id, m) for m in changed)
+        result.since, result.changed = int(mark["event"]), len(changed)
+        found.update(changed)
         lowest = min({"dedup": thresholds.dedup, "supersede": thresholds.supersede,
                       "merge": thresholds.merge}[k] for k in pairs)
-        near = store.memories_by_seq(_partners(store, changed, lowest))
+        near = store.memories_by_seq(_partners(store, list(changed.values()), lowest))
         found.update((m.id, m) for m in near.values() if m.forgotten_at is None and m.merged_into is None)
         if "supersede" in kinds:  # the same subject with another value: not always close in meaning
-            for subject in sorted({sv[0] for m in changed if m.tier != "episodic" and (sv := subject_value(m.text))}):
-                found.update((m.id, m) for m in store.live_with_phrase(re.findall(r"\w+", subject)))
+            subjects = {sv[0] for m in changed.values() if m.tier != "episodic" and (sv := subject_value(m.text))}
+            for subject in sorted(subjects):
+                found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject)))
+        compared = set(found)
     if "compress" in kinds:
         cutoff = timeutil.iso(_parse(now) - timedelta(days=int(store.config.compress_after_days)))
-        found.update((m.id, m) for m in store.list(Filter(tiers=("episodic",), until=cutoff, include_expired=True,
-                                                           include_superseded=True), limit=None))
+        found.update((m.id, m) for m in store.list(Filter(tiers=("episodic",), until=cutoff, pinned=False,
+                                                           include_expired=True, include_superseded=True),
+                                                    limit=None) if not m.derived_from)
     if "expire" in kinds or "purge" in kinds:
         found.update((m.id, m) for m in store.expired_live(now))
-    return sorted(found.values(), key=lambda m: m.id)
+    return sorted(found.values(), key=lambda m: m.id), compared
 
 
 def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
@@ -877,13 +902,12 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
 
     from .store import Filter
 
-    result.mark = store.event_mark()
-    everything = None
+    result.mark, result.basis = store.event_mark(), _basis(store, thresholds)
+    restricted = None
     live = store.count(Filter.live())
     if not full and live >= INCREMENTAL_FROM:
-        everything = _what_changed(store, kinds, now, thresholds, live, result)
-    if everything is None:
-        everything = store.list(Filter.everything(), sort="id", limit=None)
+        restricted = _what_changed(store, kinds, now, thresholds, live, included, result)
+    everything = restricted[0] if restricted else store.list(Filter.everything(), sort="id", limit=None)
     usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
               and (not m.pinned or m.id in included)]
     result.considered = len(usable)
@@ -896,7 +920,8 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
         vecs=_vectors(store, active) if needs_vectors and active else None,
         index={m.id: i for i, m in enumerate(active)},
         words={m.id: content_stems(m.text) for m in active},
-        claimed=claimed, generator=generator, thresholds=thresholds)
+        claimed=claimed, generator=generator, thresholds=thresholds,
+        paired=None if restricted is None else [i for i, m in enumerate(active) if m.id in restricted[1]])
     for kind in APPLY_ORDER:
         if kind in kinds:
             PLANNERS[kind](ctx)
@@ -1022,11 +1047,17 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 
 
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
-    """After a dream that compared every pair kind, planned and applied to the end (what a person
-    did not accept was turned down), the next dream of a large store compares only what changes
-    after the plan's mark. A proposal dropped (no chat model, not grounded) or failed keeps the
-    mark where it was, so its memories are looked at again."""
-    failed = any(s["reason"].startswith("failed") for s in result.skipped)
-    if plan.mark and plan.complete and result.complete and not plan.dropped and not failed \
-            and set(PAIR_KINDS) <= set(plan.kinds):
-        store.set_dream_mark(plan.mark)
+    """After a dream that planned every pair kind to the end and applied what was accepted to
+    the end, the next dream of a large store compares only what changes after the plan's mark
+    (what a person did not accept was turned down). The members of proposals dropped (no chat
+    model, not grounded) or skipped (changed since the plan, failed) are looked at again then.
+    Best effort: the dream is committed, and a mark not recorded only means more to compare."""
+    if not (plan.mark and plan.complete and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
+        return
+    skipped = {s["id"] for s in result.skipped}
+    revisit = {m for d in plan.dropped for m in d.get("members", ())}
+    revisit.update(m for p in plan.proposals if p.id in skipped for m in p.members)
+    try:
+        store.set_dream_mark({"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit)})
+    except PmemError:
+        pass

@@ -1517,6 +1517,8 @@ class MemoryStore:
                 self._put_vec(seq, blob, before)
             else:
                 self._sync_vec(seq, before)
+        if rows:
+            self._pull_dream_mark(min(r[0] for r in rows) - 1)
         self.conn.execute("UPDATE operations SET undone_at = ? WHERE id = ?", (self.clock(), op.id))
         op.undone_at = self.clock()
         op.events = len(rows)
@@ -1682,15 +1684,16 @@ class MemoryStore:
         return self._select(f"{where} AND m.expires_at IS NOT NULL AND m.expires_at <= ?", [*params, now],
                             "ORDER BY m.seq", "memories_expires")
 
-    def live_with_phrase(self, words: Sequence[str], limit: int = 1000) -> builtins.list[Memory]:
-        """Up to `limit` live memories whose text holds these words in this order (the keyword
-        index, with its stemming)."""
+    def facts_starting_with(self, words: Sequence[str]) -> builtins.list[Memory]:
+        """Live memories outside the episodic tier whose text begins with these words (the
+        keyword index, with its stemming): the facts of one subject ("my car is ...")."""
         if not words:
             return []
-        phrase = '"' + " ".join(w.replace('"', '""') for w in words) + '"'
+        phrase = '^"' + " ".join(w.replace('"', '""') for w in words) + '"'
         where, params = Filter.live().where(self.clock())
-        return self._select(f"{where} AND m.seq IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
-                            f"LIMIT ?)", [*params, f"text : {phrase}", int(limit)], "ORDER BY m.seq")
+        return self._select(f"{where} AND m.tier != 'episodic' AND m.seq IN "
+                            f"(SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)",
+                            [*params, f"text : {phrase}"], "ORDER BY m.seq")
 
     def vector_blocks(self, size: int = 16384) -> Iterator[tuple[builtins.list[int], bytes]]:
         """Every stored vector of the store's dimension, `size` at a time in row order: (their
@@ -1708,16 +1711,26 @@ class MemoryStore:
             rows = [r for r in rows if len(r[1]) == dim * 4]
             yield [r[0] for r in rows], b"".join(r[1] for r in rows)
 
-    def dream_mark(self) -> int | None:
-        """The newest event the last finished dream had seen (pmem.dream), or None."""
+    def dream_mark(self) -> dict[str, Any] | None:
+        """What the last finished dream had dealt with (pmem.dream): {"event": the newest event it
+        had seen, and the dream's own keys}, or None."""
         value = self.setting("dream_mark")
-        return int(value) if value else None
+        return json.loads(value) if value else None
 
-    def set_dream_mark(self, event: int) -> None:
-        """Record that a dream has dealt with every change up to `event` (never moves back)."""
+    def set_dream_mark(self, mark: dict[str, Any]) -> None:
+        """Record `mark` (its "event" an event number), unless a mark of a later event is
+        recorded already (another dream finished after this one planned)."""
         with self.transaction():
-            if int(event) > (self.dream_mark() or 0):
-                self._set_setting("dream_mark", str(int(event)))
+            current = self.dream_mark()
+            if current is None or int(mark["event"]) >= int(current["event"]):
+                self._set_setting("dream_mark", json.dumps(mark))
+
+    def _pull_dream_mark(self, event: int) -> None:
+        """An undo puts memories back without events of its own: the dream mark goes back to
+        before the undone operation, so the next dream looks at what it changed again."""
+        mark = self.dream_mark()
+        if mark is not None and int(mark["event"]) > event:
+            self._set_setting("dream_mark", json.dumps({**mark, "event": event}))
 
     def storage_order(self, ids: Iterable[str]) -> dict[str, int]:
         """The order memories were stored in, for breaking ties between equal `created_at`.

@@ -69,6 +69,7 @@ class FakeProposal:
 @dataclass
 class FakePlan:
     proposals: list = field(default_factory=list)
+    since: int | None = None  # a plan of what changed since the last dream (pmem.dream.Plan.since)
 
 
 class FakeDream:

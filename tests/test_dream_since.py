@@ -10,6 +10,7 @@ import random
 import pytest
 
 from pmem import dream
+from pmem.records import Memory
 from pmem.store import Filter
 
 NOW = "2026-01-01T00:00:00Z"
@@ -21,6 +22,11 @@ WORDS = ("amber basil cedar delta ember fjord garnet harbor indigo juniper kelp 
 def add(store, text, **kw):
     kw.setdefault("allow_duplicate", True)
     return store.add(text, **kw)[0]
+
+
+def mark(store):
+    """The event the recorded dream mark stands at (None: no mark)."""
+    return (store.dream_mark() or {}).get("event")
 
 
 @pytest.fixture
@@ -39,7 +45,7 @@ def large(store, monkeypatch):
     assert [set(p.members) for p in first.proposals if p.kind == "dedup"] == [{old_a.id, old_b.id}]
     assert not first.dropped and first.counts()["merge"] == 0  # no merge candidates among these notes
     dream.apply(store, first, accept=set(), backup=False)  # the person turned it all down
-    assert store.dream_mark() == first.mark > 0
+    assert mark(store) == first.mark > 0
     return {"background": background, "old": (old_a, old_b)}
 
 
@@ -54,11 +60,10 @@ def test_only_what_changed_is_compared_and_found_as_a_full_plan_finds_it(store, 
     # embedder): found through the subject's words, not the vectors.
     new_tea = add(store, "Favourite tea of the household is green sencha with toasted brown rice",
                   created_at="2025-01-01T00:00:00Z")
-    expiring = large["background"][3]
     store.edit(large["background"][40].id, expires_at="2025-06-01T00:00:00Z")  # an edit is a change too
     plan = dream.plan(store, now=NOW, generator=False)
     full = dream.plan(store, now=NOW, generator=False, full=True)
-    assert plan.since == store.dream_mark() and plan.changed == 3
+    assert plan.since == mark(store) and plan.changed == 3
     assert plan.considered < full.considered == 65
     got = {_key(p) for p in plan.proposals}
     assert got == {_key(p) for p in full.proposals if set(p.members) & {new_dup.id, new_tea.id,
@@ -69,7 +74,6 @@ def test_only_what_changed_is_compared_and_found_as_a_full_plan_finds_it(store, 
     # the pair turned down in the last dream is left alone; a full plan shows it again
     old = tuple(sorted(m.id for m in large["old"]))
     assert ("dedup", old) not in got and ("dedup", old) in {_key(p) for p in full.proposals}
-    assert expiring.id not in {i for p in plan.proposals for i in p.members}
 
 
 def test_an_expiry_that_passed_without_a_change_is_still_proposed(store, large):
@@ -98,24 +102,21 @@ def test_old_episodes_are_compressed_without_being_changed(store, large):
 
 
 def test_the_mark_moves_only_after_a_whole_dream(store, large):
-    mark = store.dream_mark()
-    add(store, "The garden gate code is 4471")
+    before = mark(store)
+    gate = add(store, "The garden gate code is 4471")
     plan = dream.plan(store, now=NOW, generator=False)
-    assert store.dream_mark() == mark  # planning writes nothing
+    assert mark(store) == before  # planning writes nothing
     partial = dream.plan(store, now=NOW, generator=False, only={"dedup", "expire"})
     dream.apply(store, partial, backup=False)
-    assert store.dream_mark() == mark  # supersede and merge did not look
+    assert mark(store) == before  # supersede and merge did not look
     plan.complete = False  # a time limit cut it short
     dream.apply(store, plan, backup=False)
-    assert store.dream_mark() == mark
-    plan = dream.plan(store, now=NOW, generator=False)
-    plan.dropped.append({"kind": "merge", "members": [], "reason": "no chat model to write the merge"})
-    dream.apply(store, plan, backup=False)
-    assert store.dream_mark() == mark  # a merge left undone: looked at again next time
+    assert mark(store) == before
     plan = dream.plan(store, now=NOW, generator=False)
     dream.apply(store, plan, backup=False)
-    assert store.dream_mark() == plan.mark > mark
+    assert mark(store) == plan.mark > before
     assert dream.plan(store, now=NOW, generator=False).changed == 0
+    assert store.dream_mark()["revisit"] == [] and gate.id
 
 
 def test_a_quarter_of_the_store_changed_reads_everything(store, large, monkeypatch):
@@ -158,12 +159,127 @@ def test_cli_full_and_the_plan_json_say_what_was_compared(store, large, monkeypa
     r = runner.invoke(app, ["dream", "--json", "--no-model"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["since_event"] == store.dream_mark() and data["changed"] == 1 and data["counts"]["dedup"] == 1
+    assert data["since_event"] == mark(store) and data["changed"] == 1 and data["counts"]["dedup"] == 1
     r = runner.invoke(app, ["dream", "--no-model"])
     assert "changed since the last dream: 1 memory," in r.stderr and "--full" in r.stderr
     r = runner.invoke(app, ["dream", "--json", "--no-model", "--full"])
     data = json.loads(r.stdout)
     assert data["since_event"] is None and data["counts"]["dedup"] == 2
-    mark = store.dream_mark()
+    before = mark(store)
     r = runner.invoke(app, ["dream", "--apply", "--yes", "--json", "--no-model", "--only", "expire"])
-    assert r.exit_code == 0 and store.dream_mark() == mark  # expire alone does not move it
+    assert r.exit_code == 0 and mark(store) == before  # expire alone does not move it
+
+
+def test_what_a_dream_dropped_or_skipped_is_looked_at_again(store, large):
+    """A merge without a chat model is dropped every night: the mark still moves (or every plan
+    would be a whole one), and the members come back in the next plan."""
+    x = add(store, "The cabin water heater needs a new anode rod every spring")
+    y = add(store, "The cabin water heater needs a new anode rod every spring!")
+    plan = dream.plan(store, now=NOW, generator=False)
+    plan.dropped.append({"kind": "merge", "members": [x.id], "reason": "no chat model to write the merge"})
+    dream.apply(store, plan, accept=set(), backup=False)  # the dedup of x and y turned down too
+    assert mark(store) == plan.mark and store.dream_mark()["revisit"] == [x.id]
+    again = dream.plan(store, now=NOW, generator=False)
+    assert again.since == plan.mark and again.changed == 1
+    assert ("dedup", tuple(sorted([x.id, y.id]))) in {_key(p) for p in again.proposals}
+
+
+def test_a_proposal_skipped_as_stale_brings_its_members_back(store, large):
+    b = add(store, "Favourite tea of the household is smoky lapsang", created_at="2024-01-01T00:00:00Z")
+    a = add(store, "Favourite tea of the household is smoky lapsang!", created_at="2024-02-01T00:00:00Z")
+    c = add(store, "Favourite tea of the household is green sencha", created_at="2025-01-01T00:00:00Z")
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert {p.kind for p in plan.proposals if a.id in p.members} >= {"dedup"}
+    store.forget(a.id)  # during the review
+    result = dream.apply(store, plan, backup=False)
+    assert result.skipped and mark(store) == plan.mark
+    inc = {_key(p) for p in dream.plan(store, now=NOW, generator=False).proposals}
+    full = {_key(p) for p in dream.plan(store, now=NOW, generator=False, full=True).proposals}
+    assert ("supersede", tuple(sorted([b.id, c.id]))) in inc & full
+
+
+def test_undo_takes_the_mark_back_before_what_it_undid(store, large):
+    x = add(store, "The boat shed spare key is in the red tin")
+    y = add(store, "The boat shed spare key is in the red tin!")
+    pair = ("dedup", tuple(sorted([x.id, y.id])))
+    first = dream.plan(store, now=NOW, generator=False)
+    dream.apply(store, first, backup=False)  # the dedup applied
+    dream.apply(store, dream.plan(store, now=NOW, generator=False), backup=False)  # an empty nightly dream
+    assert mark(store) > first.mark
+    store.undo()  # the person takes the first dream back (the empty one recorded no operation)
+    assert mark(store) == first.mark  # just before the undone dream's own events
+    assert pair in {_key(p) for p in dream.plan(store, now=NOW, generator=False).proposals}
+
+
+def test_undo_of_a_forget_brings_the_memory_back_into_the_comparison(store, large):
+    x = add(store, "The boat shed ladder hangs on the north wall")
+    y = add(store, "The boat shed ladder hangs on the north wall!")
+    store.forget(y.id)
+    dream.apply(store, dream.plan(store, now=NOW, generator=False), backup=False)
+    store.undo()  # y is back, with no event of its own
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert plan.since is not None
+    assert ("dedup", tuple(sorted([x.id, y.id]))) in {_key(p) for p in plan.proposals}
+
+
+def test_included_pinned_memories_are_compared(store, large):
+    a = add(store, "Passport number is in the fireproof box", pinned=True)
+    b = add(store, "Passport number is in the fireproof box!", pinned=True)
+    dream.apply(store, dream.plan(store, now=NOW, generator=False), backup=False)
+    plan = dream.plan(store, now=NOW, generator=False, include=[a.id, b.id])
+    assert plan.since is not None
+    assert ("dedup", tuple(sorted([a.id, b.id]))) in {_key(p) for p in plan.proposals}
+
+
+def test_another_model_or_threshold_compares_everything_again(store, large, monkeypatch):
+    assert dream.plan(store, now=NOW, generator=False).since is not None
+    store.config = store.config.with_values(dedup_threshold=0.75)
+    assert dream.plan(store, now=NOW, generator=False).since is None
+    store.config = store.config.with_values(dedup_threshold=0.92, dedup_lexical=0.4)
+    assert dream.plan(store, now=NOW, generator=False).since is None
+
+
+def test_facts_of_a_subject_are_found_past_a_thousand_mentions(store, large):
+    talk = "we talked about how the favourite tea of the household ran out, day"
+    store.insert([Memory(id=f"e{i:05d}", text=f"{talk} {i}", tier="episodic", created_at="2025-12-20T00:00:00Z")
+                  for i in range(1100)], summary="chat")
+    old = add(store, "Favourite tea of the household is a smoky lapsang from Fujian hills",
+              created_at="2024-01-01T00:00:00Z")
+    dream.apply(store, dream.plan(store, now=NOW, generator=False, full=True), backup=False)
+    new = add(store, "Favourite tea of the household is green sencha with toasted brown rice",
+              created_at="2025-01-01T00:00:00Z")
+    assert [m.id for m in store.facts_starting_with("favourite tea of the household".split())] == [old.id, new.id]
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert plan.since is not None
+    assert ("supersede", tuple(sorted([old.id, new.id]))) in {_key(p) for p in plan.proposals}
+
+
+def test_a_mark_that_cannot_be_written_leaves_the_dream_applied(store, large, monkeypatch):
+    from pmem.errors import DatabaseError
+
+    x = add(store, "The shed padlock code is written under the bench")
+    y = add(store, "The shed padlock code is written under the bench!")
+    before = mark(store)
+
+    def locked(*a, **k):
+        raise DatabaseError("database is locked by another process; try again")
+
+    monkeypatch.setattr(store, "set_dream_mark", locked)
+    result = dream.apply(store, dream.plan(store, now=NOW, generator=False), backup=False)
+    assert result.applied and result.op_id
+    assert any(store.get(m.id).merged_into for m in (x, y)) and mark(store) == before
+
+
+def test_old_episodes_are_read_for_compress_but_not_compared_again(store, large):
+    """Old episodes are read every night until compressed; a dedup among them that a person
+    turned down does not come back."""
+    e1 = add(store, "Caroline: the lake was cold and clear this morning.", tier="episodic",
+             created_at="2023-05-08T10:00:00Z")
+    e2 = add(store, "Caroline: the lake was cold and clear this morning!", tier="episodic",
+             created_at="2023-06-09T10:00:00Z")  # alone on its day: never compressed
+    first = dream.plan(store, now=NOW, generator=False, full=True)
+    assert ("dedup", tuple(sorted([e1.id, e2.id]))) in {_key(p) for p in first.proposals}
+    dream.apply(store, first, accept=set(), backup=False)
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert plan.since is not None and {e1.id, e2.id} <= {m.id for m in store.get_many([e1.id, e2.id])}
+    assert all(e1.id not in p.members for p in plan.proposals)

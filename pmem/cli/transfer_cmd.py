@@ -107,7 +107,7 @@ def import_(
                 result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
     if as_json:
         out.print_json(result)
-        _stopped(merge_stopped)
+        _stopped(merge_stopped, extract)
         return
     if dry_run:
         out.note(f"would import {result['would_import']} memories from {formats}"
@@ -131,7 +131,7 @@ def import_(
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
                  f"({x.get('dates_resolved', 0)} relative dates resolved)")
-    _stopped(merge_stopped)
+    _stopped(merge_stopped, extract)
 
 
 def _merge_keyword_index(store, imported: int) -> bool:
@@ -154,10 +154,11 @@ def _merge_keyword_index(store, imported: int) -> bool:
     return True
 
 
-def _stopped(merge_stopped: bool) -> None:
+def _stopped(merge_stopped: bool, extract: bool) -> None:
     if merge_stopped:
-        out.error("interrupted while merging the keyword index: the import is complete; "
-                  "`pmem dream --apply` merges the index later")
+        out.error("interrupted while merging the keyword index: the import is complete"
+                  + (" but facts were not extracted (the same `pmem import --extract` again extracts them)"
+                     if extract else "") + "; `pmem dream --apply` merges the index later")
         raise typer.Exit(130)
 
 

@@ -81,8 +81,10 @@ class DreamScreen(Screen[bool]):
         for p in plan.proposals:
             table.add_row(*self._cells(p), key=p.id)
         n = len(plan.proposals)
-        self._status(f"Dream: {n} proposal{'s' if n != 1 else ''}. space accepts or rejects, y applies "
-                     "the accepted ones." if n else "Dream: nothing to do.")
+        since = (" Only what changed since the last dream was compared (`pmem dream --full` compares "
+                 "everything); what you leave unaccepted stays turned down.") if plan.since is not None else ""
+        self._status((f"Dream: {n} proposal{'s' if n != 1 else ''}. space accepts or rejects, y applies "
+                      "the accepted ones." if n else "Dream: nothing to do.") + since)
         if n:
             table.focus()
             self._show_proposal(plan.proposals[0])
