@@ -679,8 +679,10 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
                 out["first_dream"] = {"wall_s": round(time.perf_counter() - t, 2), "proposals": first.counts(),
                                       "applied": len(applied.applied)}
                 print(json.dumps(out), file=sys.stderr, flush=True)
-            # the mark an applied dream records: the plan's, so what its own apply changed counts as changed
-            store.set_dream_mark(first.mark if full else store.event_mark())
+                assert (store.dream_mark() or {}).get("event") == first.mark  # as the dream recorded it
+            else:  # a dream that applied nothing (every old pair turned down) and recorded its mark
+                store.set_dream_mark({"event": store.event_mark(), "basis": dream._basis(store, store.thresholds()),
+                                      "revisit": []})
             store.insert([Memory(id="", text=t, created_at="2025-12-31T00:00:00Z") for t in texts], summary="a day")
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             t, c = time.perf_counter(), time.process_time()

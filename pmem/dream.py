@@ -812,11 +812,14 @@ def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> 
     return sorted(found)
 
 
-def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
-    """What decides which pairs qualify: the vectors' model and the thresholds. A mark recorded
-    under another basis (a reindex, a changed setting) is not used: every pair is compared again."""
+def _basis(store: "MemoryStore", thresholds: Thresholds, generator: Any = None) -> str:
+    """What decides which pairs qualify and what becomes of them: the vectors' model, the
+    thresholds, and the chat model that writes merges (`generator` as plan() takes it). A mark
+    recorded under another basis (a reindex, a changed setting, a chat model where there was
+    none) is not used: every pair is compared again."""
+    chat = "none" if generator is False else getattr(generator, "name", None) or str(store.config.chat_model)
     return json.dumps([*store.vector_model(), thresholds.dedup, thresholds.supersede, thresholds.merge,
-                       float(store.config.dedup_lexical)])
+                       float(store.config.dedup_lexical), chat])
 
 
 def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: Thresholds, live: int,
@@ -902,7 +905,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
 
     from .store import Filter
 
-    result.mark, result.basis = store.event_mark(), _basis(store, thresholds)
+    result.mark, result.basis = store.event_mark(), _basis(store, thresholds, generator)
     restricted = None
     live = store.count(Filter.live())
     if not full and live >= INCREMENTAL_FROM:
@@ -1049,14 +1052,15 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
     """After a dream that planned every pair kind to the end and applied what was accepted to
     the end, the next dream of a large store compares only what changes after the plan's mark
-    (what a person did not accept was turned down). The members of proposals dropped (no chat
-    model, not grounded) or skipped (changed since the plan, failed) are looked at again then.
-    Best effort: the dream is committed, and a mark not recorded only means more to compare."""
+    (what a person did not accept was turned down). The members of proposals skipped (changed
+    since the plan, failed) are looked at again then. A proposal dropped (no chat model, not
+    grounded) would be dropped again while its members and the chat model stay as they are: a
+    change to either brings it back (_basis). Best effort: the dream is committed, and a mark not
+    recorded only means more to compare."""
     if not (plan.mark and plan.complete and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
         return
     skipped = {s["id"] for s in result.skipped}
-    revisit = {m for d in plan.dropped for m in d.get("members", ())}
-    revisit.update(m for p in plan.proposals if p.id in skipped for m in p.members)
+    revisit = {m for p in plan.proposals if p.id in skipped for m in p.members}
     try:
         store.set_dream_mark({"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit)})
     except PmemError:

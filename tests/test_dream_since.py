@@ -170,18 +170,26 @@ def test_cli_full_and_the_plan_json_say_what_was_compared(store, large, monkeypa
     assert r.exit_code == 0 and mark(store) == before  # expire alone does not move it
 
 
-def test_what_a_dream_dropped_or_skipped_is_looked_at_again(store, large):
-    """A merge without a chat model is dropped every night: the mark still moves (or every plan
-    would be a whole one), and the members come back in the next plan."""
-    x = add(store, "The cabin water heater needs a new anode rod every spring")
-    y = add(store, "The cabin water heater needs a new anode rod every spring!")
+def test_a_merge_dropped_for_want_of_a_chat_model_comes_back_with_one(store, large):
+    """Without a chat model a merge is dropped every night: the mark still moves (or every plan
+    would be a whole one), and the merge is planned again when there is a model to write it."""
+    from fakes import FakeGenerator
+
+    store.config = store.config.with_values(merge_threshold=0.6)
+    x = add(store, "The cabin water heater needs a new anode rod every spring, says the plumber Tom")
+    y = add(store, "Plumber Tom says the cabin water heater anode rod is due every spring")
+    pair = {x.id, y.id}
     plan = dream.plan(store, now=NOW, generator=False)
-    plan.dropped.append({"kind": "merge", "members": [x.id], "reason": "no chat model to write the merge"})
-    dream.apply(store, plan, accept=set(), backup=False)  # the dedup of x and y turned down too
-    assert mark(store) == plan.mark and store.dream_mark()["revisit"] == [x.id]
+    assert any(set(d["members"]) == pair and d["reason"].startswith("no chat model") for d in plan.dropped)
+    dream.apply(store, plan, accept=set(), backup=False)
+    assert mark(store) == plan.mark and store.dream_mark()["revisit"] == []
     again = dream.plan(store, now=NOW, generator=False)
-    assert again.since == plan.mark and again.changed == 1
-    assert ("dedup", tuple(sorted([x.id, y.id]))) in {_key(p) for p in again.proposals}
+    assert again.since == plan.mark and again.dropped == []  # not tried again: nothing changed
+    with_model = dream.plan(store, now=NOW, generator=FakeGenerator())
+    assert with_model.since is None  # another basis: everything compared again
+    tried = [p for p in with_model.proposals if p.kind == "merge" and set(p.members) == pair]
+    tried += [d for d in with_model.dropped if set(d["members"]) == pair]
+    assert tried and not any(d["reason"].startswith("no chat model") for d in with_model.dropped)
 
 
 def test_a_proposal_skipped_as_stale_brings_its_members_back(store, large):
@@ -240,15 +248,16 @@ def test_another_model_or_threshold_compares_everything_again(store, large, monk
 
 
 def test_facts_of_a_subject_are_found_past_a_thousand_mentions(store, large):
-    talk = "we talked about how the favourite tea of the household ran out, day"
+    talk = "we talked about how the favourite coffee of the household ran out, day"
     store.insert([Memory(id=f"e{i:05d}", text=f"{talk} {i}", tier="episodic", created_at="2025-12-20T00:00:00Z")
                   for i in range(1100)], summary="chat")
-    old = add(store, "Favourite tea of the household is a smoky lapsang from Fujian hills",
+    old = add(store, "Favourite coffee of the household is a dark roast from Huila",
               created_at="2024-01-01T00:00:00Z")
     dream.apply(store, dream.plan(store, now=NOW, generator=False, full=True), backup=False)
-    new = add(store, "Favourite tea of the household is green sencha with toasted brown rice",
+    new = add(store, "Favourite coffee of the household is pale washed beans with cardamom",
               created_at="2025-01-01T00:00:00Z")
-    assert [m.id for m in store.facts_starting_with("favourite tea of the household".split())] == [old.id, new.id]
+    subject = "favourite coffee of the household".split()
+    assert [m.id for m in store.facts_starting_with(subject)] == [old.id, new.id]
     plan = dream.plan(store, now=NOW, generator=False)
     assert plan.since is not None
     assert ("supersede", tuple(sorted([old.id, new.id]))) in {_key(p) for p in plan.proposals}
