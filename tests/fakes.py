@@ -77,8 +77,10 @@ class FakeDream:
 
     def __init__(self):
         self.applied = None
+        self.planned: list[bool] = []  # `full` of each plan() call
 
-    def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None):
+    def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None, full=False):
+        self.planned.append(full)
         return FakePlan([
             FakeProposal("p1", "dedup", ["a2", "a5"], None, "same [bold]cabin[/] fact"),
             FakeProposal("p2", "expire", ["a4"], None, "looks like noise"),

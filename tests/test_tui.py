@@ -914,6 +914,23 @@ async def test_dream_review_accepts_and_applies(tstore):
         assert "a5" in app.table.ids() or app.total == 4
 
 
+async def test_dream_review_plans_again_comparing_everything(tstore):
+    fake = FakeDream()
+    app = make(tstore, dream=fake)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("D")
+        await settle(app, pilot)
+        await pilot.press("space")  # p1 accepted
+        await pilot.press("f")
+        await settle(app, pilot)
+        assert fake.planned == [False, True]
+        assert app.screen.accepted == {"p1"}  # still in the new plan
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert fake.applied == {"p1"}
+
+
 async def test_list_keys_do_nothing_under_the_dream_screen(tstore):
     app = make(tstore, dream=FakeDream())
     async with app.run_test(size=SIZE) as pilot:

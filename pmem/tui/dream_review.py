@@ -27,6 +27,7 @@ class DreamScreen(Screen[bool]):
         Binding("a", "accept_all", "All"),
         Binding("n", "reject_all", "None"),
         Binding("y", "apply", "Apply"),
+        Binding("f", "full_plan", "Compare all"),
         Binding("escape,q", "close", "Close"),
     ]
 
@@ -56,16 +57,24 @@ class DreamScreen(Screen[bool]):
     # -- planning -------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="dream")
-    def make_plan(self) -> None:
+    def make_plan(self, full: bool = False) -> None:
+        """The plan (on a large store, of what changed since the last dream unless `full`)."""
         app = self.app
         try:
             dream = app.dream_module()  # type: ignore[attr-defined]
             with app.background() as store:  # type: ignore[attr-defined]
-                plan = dream.plan(store, now=app.now_iso())  # type: ignore[attr-defined]
+                plan = dream.plan(store, now=app.now_iso(), full=full)  # type: ignore[attr-defined]
         except Exception as exc:  # a plan failure must not kill the app
             app.call_from_thread(self._status, f"Dream could not plan: {exc}")
             return
         app.call_from_thread(self._show_plan, plan)
+
+    def action_full_plan(self) -> None:
+        """Plan again comparing every memory (what `pmem dream --full` does)."""
+        if self.applying:
+            return
+        self._status("Dream: comparing every memory…")
+        self.make_plan(full=True)
 
     def _status(self, message: str) -> None:
         if not self.is_attached:
@@ -76,13 +85,14 @@ class DreamScreen(Screen[bool]):
         if not self.is_attached:  # closed while planning
             return
         self.plan = plan
+        self.accepted &= {p.id for p in plan.proposals}  # a new plan keeps what is still in it
         table = self.query_one("#proposals", DataTable)
         table.clear()
         for p in plan.proposals:
             table.add_row(*self._cells(p), key=p.id)
         n = len(plan.proposals)
-        since = (" Only what changed since the last dream was compared (`pmem dream --full` compares "
-                 "everything); what you leave unaccepted stays turned down.") if plan.since is not None else ""
+        since = (" Only what changed since the last dream was compared (f compares every memory); "
+                 "what you leave unaccepted stays turned down.") if plan.since is not None else ""
         self._status((f"Dream: {n} proposal{'s' if n != 1 else ''}. space accepts or rejects, y applies "
                       "the accepted ones." if n else "Dream: nothing to do.") + since)
         if n:
