@@ -129,6 +129,8 @@ class Plan:
     changed: int | None = None  # how many memories had changed since then
     mark: int = 0  # the newest event when the plan was made (what an applied dream has dealt with)
     basis: str = ""  # the model and thresholds its pairs qualified under (_basis)
+    undone: int = 0  # operations undone when the plan was made (MemoryStore.set_dream_mark)
+    waiting: list[str] = field(default_factory=list)  # merges still waiting for a chat model (_what_changed)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}
@@ -812,21 +814,21 @@ def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> 
     return sorted(found)
 
 
-def _basis(store: "MemoryStore", thresholds: Thresholds, generator: Any = None) -> str:
-    """What decides which pairs qualify and what becomes of them: the vectors' model, the
-    thresholds, and the chat model that writes merges (`generator` as plan() takes it). A mark
-    recorded under another basis (a reindex, a changed setting, a chat model where there was
-    none) is not used: every pair is compared again."""
-    chat = "none" if generator is False else getattr(generator, "name", None) or str(store.config.chat_model)
+def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
+    """What decides which pairs qualify and which merges are grounded: the vectors' model and
+    the thresholds. A mark recorded under another basis (a reindex, a changed setting) is not
+    used: every pair is compared again."""
     return json.dumps([*store.vector_model(), thresholds.dedup, thresholds.supersede, thresholds.merge,
-                       float(store.config.dedup_lexical), chat])
+                       float(store.config.dedup_lexical), thresholds.grounding,
+                       float(store.config.extract_min_support)])
 
 
 def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: Thresholds, live: int,
-                  included: set[str], result: Plan) -> tuple[list[Memory], set[str]] | None:
+                  included: set[str], generator: Any, result: Plan) -> tuple[list[Memory], set[str]] | None:
     """On a large store, the memories a plan must read when the last applied dream dealt with
     the rest, and those of them the pair kinds compare: the memories changed since
-    (store.dream_mark; with those the last dream dropped or skipped, and the pinned ones named in
+    (store.dream_mark; with those of proposals the last dream skipped, of merges it dropped for
+    want of a working chat model unless `generator` is False, and the pinned ones named in
     `include`), those they resemble (within the lowest threshold of the pair kinds), and old facts
     of the same subject; besides, what expire and compress look for (expired memories; old
     episodes no dream wrote). None: read everything (no dream was applied under this basis, or a
@@ -841,7 +843,11 @@ def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: 
         if mark is None or mark.get("basis") != result.basis:
             return None
         changed = {m.id: m for m in store.changed_since(int(mark["event"]))}
-        for m in store.get_many([*mark.get("revisit", ()), *included]):
+        # Merges dropped for want of a working chat model wait for a plan that may use one.
+        waiting = list(mark.get("waiting", ()))
+        if generator is False:
+            result.waiting, waiting = waiting, []
+        for m in store.get_many([*mark.get("revisit", ()), *waiting, *included]):
             if m.forgotten_at is None and m.merged_into is None:
                 changed[m.id] = m
         if 4 * len(changed) > live:
@@ -873,7 +879,8 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
 
     On a store of INCREMENTAL_FROM live memories and more, once a dream has been applied, only
     what changed since is compared (with everything it resembles): the cost follows the change,
-    not the store. Proposals a person turned down then do not come back; `full` compares
+    not the store. Proposals a person turned down come back only when a memory like them changes
+    (pairs among what changed and what it resembles are compared); `full` compares
     everything, as a smaller store always does.
 
     Args:
@@ -905,11 +912,11 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
 
     from .store import Filter
 
-    result.mark, result.basis = store.event_mark(), _basis(store, thresholds, generator)
+    result.mark, result.basis, result.undone = store.event_mark(), _basis(store, thresholds), store.undone_count()
     restricted = None
     live = store.count(Filter.live())
     if not full and live >= INCREMENTAL_FROM:
-        restricted = _what_changed(store, kinds, now, thresholds, live, included, result)
+        restricted = _what_changed(store, kinds, now, thresholds, live, included, generator, result)
     everything = restricted[0] if restricted else store.list(Filter.everything(), sort="id", limit=None)
     usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
               and (not m.pinned or m.id in included)]
@@ -1052,16 +1059,19 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
     """After a dream that planned every pair kind to the end and applied what was accepted to
     the end, the next dream of a large store compares only what changes after the plan's mark
-    (what a person did not accept was turned down). The members of proposals skipped (changed
-    since the plan, failed) are looked at again then. A proposal dropped (no chat model, not
-    grounded) would be dropped again while its members and the chat model stay as they are: a
-    change to either brings it back (_basis). Best effort: the dream is committed, and a mark not
-    recorded only means more to compare."""
+    (what a person did not accept was turned down). Looked at again then: the members of
+    proposals skipped (changed since the plan, failed), and of merges dropped for want of a
+    working chat model (once a plan may use one). A merge dropped as not grounded would be
+    dropped again while its members, the model and the settings stay as they are. Best effort:
+    the dream is committed, and a mark not recorded only means more to compare."""
     if not (plan.mark and plan.complete and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
         return
     skipped = {s["id"] for s in result.skipped}
     revisit = {m for p in plan.proposals if p.id in skipped for m in p.members}
+    waiting = set(plan.waiting)
+    waiting.update(m for d in plan.dropped if not d["reason"].startswith("not grounded") for m in d.get("members", ()))
     try:
-        store.set_dream_mark({"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit)})
+        store.set_dream_mark({"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit),
+                              "waiting": sorted(waiting)}, undone=plan.undone)
     except PmemError:
         pass

@@ -1713,16 +1713,34 @@ class MemoryStore:
 
     def dream_mark(self) -> dict[str, Any] | None:
         """What the last finished dream had dealt with (pmem.dream): {"event": the newest event it
-        had seen, and the dream's own keys}, or None."""
+        had seen, and the dream's own keys}, or None (none recorded, or not in this form)."""
         value = self.setting("dream_mark")
-        return json.loads(value) if value else None
+        try:
+            mark = json.loads(value) if value else None
+        except ValueError:
+            return None
+        return mark if isinstance(mark, dict) and isinstance(mark.get("event"), int) else None
 
-    def set_dream_mark(self, mark: dict[str, Any]) -> None:
+    def undone_count(self) -> int:
+        """How many operations have been undone (a dream notes it when it plans)."""
+        return self.conn.execute("SELECT count(*) FROM operations WHERE undone_at IS NOT NULL").fetchone()[0]
+
+    def set_dream_mark(self, mark: dict[str, Any], undone: int | None = None) -> None:
         """Record `mark` (its "event" an event number), unless a mark of a later event is
-        recorded already (another dream finished after this one planned)."""
+        recorded already (another dream finished after this one planned). `undone`: how many
+        operations had been undone when the dream planned; an undo since then put memories back
+        without events, so the mark goes to before the first event of what it undid."""
         with self.transaction():
+            mark = dict(mark)
+            late = self.undone_count() - undone if undone is not None else 0
+            if late > 0:
+                row = self.conn.execute(
+                    "SELECT min(e.seq) FROM events e WHERE e.op_id IN (SELECT id FROM operations "
+                    "WHERE undone_at IS NOT NULL ORDER BY undone_at DESC, rowid ASC LIMIT ?)", (late,)).fetchone()
+                if row[0] is not None:
+                    mark["event"] = min(int(mark["event"]), row[0] - 1)
             current = self.dream_mark()
-            if current is None or int(mark["event"]) >= int(current["event"]):
+            if current is None or int(mark["event"]) >= int(current["event"]) or late > 0:
                 self._set_setting("dream_mark", json.dumps(mark))
 
     def _pull_dream_mark(self, event: int) -> None:

@@ -81,10 +81,10 @@ class FakeDream:
 
     def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None, full=False):
         self.planned.append(full)
-        return FakePlan([
-            FakeProposal("p1", "dedup", ["a2", "a5"], None, "same [bold]cabin[/] fact"),
-            FakeProposal("p2", "expire", ["a4"], None, "looks like noise"),
-        ])
+        p1 = FakeProposal("p1", "dedup", ["a2", "a5"], None, "same [bold]cabin[/] fact")
+        if full:  # a whole plan: p2 is not in it, p3 is
+            return FakePlan([p1, FakeProposal("p3", "expire", ["a3"], None, "an old note")])
+        return FakePlan([p1, FakeProposal("p2", "expire", ["a4"], None, "looks like noise")])
 
     def apply(self, store, plan, *, accept=None, progress=None):
         self.applied = set(accept or ())

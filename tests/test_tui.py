@@ -921,11 +921,14 @@ async def test_dream_review_plans_again_comparing_everything(tstore):
         await pilot.pause()
         await pilot.press("D")
         await settle(app, pilot)
-        await pilot.press("space")  # p1 accepted
+        await pilot.press("space", "space")  # p1 and p2 accepted
+        assert app.screen.accepted == {"p1", "p2"}
         await pilot.press("f")
         await settle(app, pilot)
+        await pilot.press("f")  # once is enough
+        await settle(app, pilot)
         assert fake.planned == [False, True]
-        assert app.screen.accepted == {"p1"}  # still in the new plan
+        assert app.screen.accepted == {"p1"}  # p2 is not in the new plan
         await pilot.press("y")
         await settle(app, pilot)
         assert fake.applied == {"p1"}

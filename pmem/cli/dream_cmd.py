@@ -85,7 +85,8 @@ def dream(
 
     On a store of 20,000 memories and more, once a dream has been applied, a dream compares only
     the memories changed since then (with those they resemble), so its cost follows the change;
-    what you turned down then stays turned down. --full compares everything again.
+    what you turned down stays turned down until a memory like it changes. --full compares
+    everything again.
 
     \b
     Examples:

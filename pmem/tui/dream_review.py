@@ -37,6 +37,8 @@ class DreamScreen(Screen[bool]):
         self.accepted: set[str] = set()
         self.applying = False
         self.applied = False
+        self._requests = 0  # plans asked for (make_plan): a late answer to an older one is dropped
+        self._full_asked = False  # f pressed: a whole plan is coming or shown
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dream"):
@@ -57,24 +59,29 @@ class DreamScreen(Screen[bool]):
     # -- planning -------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="dream")
-    def make_plan(self, full: bool = False) -> None:
-        """The plan (on a large store, of what changed since the last dream unless `full`)."""
+    def make_plan(self, full: bool = False, request: int = 0) -> None:
+        """The plan (on a large store, of what changed since the last dream unless `full`). A
+        thread worker runs on when another starts: only the newest request's plan is shown."""
         app = self.app
         try:
             dream = app.dream_module()  # type: ignore[attr-defined]
             with app.background() as store:  # type: ignore[attr-defined]
                 plan = dream.plan(store, now=app.now_iso(), full=full)  # type: ignore[attr-defined]
         except Exception as exc:  # a plan failure must not kill the app
-            app.call_from_thread(self._status, f"Dream could not plan: {exc}")
+            if request == self._requests:
+                app.call_from_thread(self._status, f"Dream could not plan: {exc}")
             return
-        app.call_from_thread(self._show_plan, plan)
+        if request == self._requests:
+            app.call_from_thread(self._show_plan, plan)
 
     def action_full_plan(self) -> None:
         """Plan again comparing every memory (what `pmem dream --full` does)."""
-        if self.applying:
+        if self.applying or self._full_asked:
             return
+        self._full_asked = True
         self._status("Dream: comparing every memory…")
-        self.make_plan(full=True)
+        self._requests += 1
+        self.make_plan(full=True, request=self._requests)
 
     def _status(self, message: str) -> None:
         if not self.is_attached:
@@ -92,7 +99,8 @@ class DreamScreen(Screen[bool]):
             table.add_row(*self._cells(p), key=p.id)
         n = len(plan.proposals)
         since = (" Only what changed since the last dream was compared (f compares every memory); "
-                 "what you leave unaccepted stays turned down.") if plan.since is not None else ""
+                 "what you leave unaccepted stays turned down until a memory like it changes.") \
+            if plan.since is not None else ""
         self._status((f"Dream: {n} proposal{'s' if n != 1 else ''}. space accepts or rejects, y applies "
                       "the accepted ones." if n else "Dream: nothing to do.") + since)
         if n:
