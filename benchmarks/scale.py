@@ -646,25 +646,28 @@ def merge(cache: Path, n: int, label: str, rounds: int = 5) -> dict:
             p.unlink()
 
 
-def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | None = None) -> dict:
+def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | None = None,
+          model: str = EMBED) -> dict:
     """A dream after a day's memories: the store as a dream left it (with `full`, a whole plan
     applied first; its mark set to the newest event), `new` memories added (nine in ten fresh
     sentences, one in ten an existing text with "!" added: a near-duplicate), then `dream.plan`
     of what changed, and with `full` the whole plan, compared. All in one transaction, rolled
     back, so the cached store stays as it is. The distinct store is used at its size when it
     exists (scale.py distinct), else the LoCoMo-pair store. `only`: the kinds planned (the
-    LoCoMo-pair stores never had a dream, so every old episode of them awaits compression)."""
+    LoCoMo-pair stores never had a dream, so every old episode of them awaits compression).
+    `model`: the distinct store of that model's own vectors (scale.py distinct --model)."""
     import resource
 
-    os.environ["PMEM_EMBED_MODEL"] = EMBED
+    os.environ["PMEM_EMBED_MODEL"] = model
     from pmem import dream
+    from pmem.config import load
     from pmem.records import Memory
     from pmem.store import MemoryStore
 
-    path = cache / f"distinct-{n}.db"
+    path = cache / f"distinct-{n}{'' if model == EMBED else '-' + model}.db"
     if not path.exists():
         path, _ = opened(cache, n, label)
-    store = MemoryStore(path, clock=lambda: NOW)
+    store = MemoryStore(path, config=load().with_values(embed_model=model), clock=lambda: NOW)
     kinds = set(only.split(",")) if only else None
     out: dict = {"n": n, "db": str(path), "new": new, "kinds": only or "default", "load_start": os.getloadavg()}
     fresh = distinct_texts(n + new)[n:] if path.name.startswith("distinct") else distinct_texts(new)
@@ -725,7 +728,7 @@ def main() -> int:
     ap.add_argument("--upkeep", action="store_true", help="also time FTS optimize + VACUUM on a copy")
     ap.add_argument("--dream", action="store_true", help="also time `pmem dream` planning")
     ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
-    ap.add_argument("--model", help="distinct: the embedding model (default fake-384)")
+    ap.add_argument("--model", help="distinct, since: the embedding model (default fake-384)")
     ap.add_argument("--questions", type=int, default=200, help="keywords: LoCoMo dev questions asked")
     ap.add_argument("--new", type=int, default=1000, help="since: memories added after the last dream")
     ap.add_argument("--full", action="store_true", help="since: also the whole plan, and compare")
@@ -748,7 +751,8 @@ def main() -> int:
     elif args.what == "merge":
         print(json.dumps(merge(args.cache, args.n, args.label), indent=1))
     elif args.what == "since":
-        print(json.dumps(since(args.cache, args.n, args.label, args.new, args.full, args.only), indent=1))
+        print(json.dumps(since(args.cache, args.n, args.label, args.new, args.full, args.only, args.model or EMBED),
+                         indent=1))
     else:
         print(json.dumps(quality(args.pool), indent=1))
     return 0
