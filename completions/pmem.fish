@@ -81,7 +81,7 @@ complete -c pmem -n '__fish_seen_subcommand_from list' -l pinned -l unpinned -d 
 complete -c pmem -n '__fish_seen_subcommand_from list' -l include-expired -d 'Also expired memories.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l include-forgotten -d 'Also forgotten memories.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l all -s a -d 'Everything: every tier and status.'
-complete -c pmem -n '__fish_seen_subcommand_from list' -l sort -r -d 'created, updated, accessed, expires or id.'
+complete -c pmem -n '__fish_seen_subcommand_from list' -l sort -r -d 'created, updated, accessed, expires (soonest first, never last) or id.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l reverse -s r -d 'Oldest first.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l scope -r -d 'all (default), global, auto (global memories plus the project\'s (the git root or directory) of the current directory), or a project directory.'
 complete -c pmem -n '__fish_seen_subcommand_from list' -l json -d 'Print JSON for scripts (stable keys).'

@@ -440,6 +440,16 @@ def m009_core_index(conn) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS memories_core ON memories(created_at, seq) WHERE tier = 'core'")
 
 
+@migration
+def m010_list_sort_indexes(conn) -> None:
+    """`pmem list --sort updated` and `--sort accessed` sorted every memory for each page (2.4 s
+    and 1.8 s at 1,000,000); these indexes walk in order instead. Never-accessed memories are
+    NULL, the smallest value, so they come last newest-first as before. (`--sort expires` reads
+    the partial index memories_expires: MemoryStore.list.)"""
+    conn.execute("CREATE INDEX IF NOT EXISTS memories_updated ON memories(updated_at, seq)")
+    conn.execute("CREATE INDEX IF NOT EXISTS memories_accessed ON memories(last_accessed_at, seq)")
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

@@ -614,7 +614,9 @@ class MemoryStore:
         """Memories passing `flt` (default: the active core and archival ones), newest first.
 
         Args: `sort` is created, updated, accessed, expires or id; `reverse` flips the order; `limit` None
-        means all. Raises UsageError for an unknown sort or tier."""
+        means all. Never-accessed memories sort as the oldest access (last, newest first), and
+        memories that never expire after every date (last, soonest first). Raises UsageError for an
+        unknown sort or tier. Each order walks an index, so a page reads only what it shows."""
         flt = flt or Filter()
         where, params = flt.where(self.clock())
         order = {"created": "m.created_at", "updated": "m.updated_at", "accessed": "m.last_accessed_at",
@@ -622,6 +624,8 @@ class MemoryStore:
         if order is None:
             raise UsageError(f"unknown sort {sort!r}: use created, updated, accessed, expires or id")
         direction = "ASC" if (sort in ("id", "expires")) != reverse else "DESC"
+        if sort == "expires":
+            return self._by_expiry(where, params, direction, limit, offset)
         tail = f"ORDER BY {order} {direction}, m.seq {direction}"
         if limit is not None:
             tail += f" LIMIT {int(limit)} OFFSET {int(offset)}"
@@ -629,6 +633,29 @@ class MemoryStore:
         # statistics SQLite would walk every memory in date order instead (3.5 s cold at 1,000,000).
         whole = len(set(flt.tiers)) == 1 and flt.tiers[0] in migrations.WHOLE_TIERS and flt.ids is None
         return self._select(where, params, tail, f"memories_{flt.tiers[0]}" if whole else "")
+
+    def _by_expiry(self, where: str, params: builtins.list[Any], direction: str, limit: int | None,
+                   offset: int) -> builtins.list[Memory]:
+        """`list(sort="expires")`: the memories with an expiry from their partial index
+        (memories_expires), then those without, in storage order; reversed, the other way round.
+        (SQLite puts NULL first in ascending order: the never-expiring came before the soonest.)"""
+        parts = [("m.expires_at IS NOT NULL", f"m.expires_at {direction}, m.seq {direction}"),
+                 ("m.expires_at IS NULL", f"m.seq {direction}")]
+        if direction == "DESC":
+            parts.reverse()
+        out: builtins.list[Memory] = []
+        for clause, order in parts:
+            if limit is not None and len(out) >= limit:
+                break
+            part = f"{where} AND {clause}"
+            rows = self._select(part, params, f"ORDER BY {order} LIMIT "
+                                f"{-1 if limit is None else int(limit) - len(out)} OFFSET {int(offset)}")
+            if offset and not rows:  # the page starts past this part: skip what it holds
+                offset -= self.conn.execute(f"SELECT count(*) FROM memories m WHERE {part}", params).fetchone()[0]
+            else:
+                out += rows
+                offset = 0
+        return out
 
     def count(self, flt: Filter | None = None) -> int:
         """How many memories pass `flt`. Filters on tiers, pinned and status are answered from the
