@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ContextManager
 
 from . import db, paths
 from .config import Settings
@@ -25,13 +28,16 @@ class Check:
             self.level = "ok" if self.ok else "fail"
 
 
-def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
+def run_checks(settings: Settings | PmemError, db_override=None,
+               busy: Callable[[str], ContextManager[object]] = lambda label: contextlib.nullcontext()) -> list[Check]:
     """Every check, in order; a failing driver or config stops the later checks that need it.
 
     Args:
         settings: the settings the caller loaded (the CLI: `config.load()`), or the PmemError that
             loading them raised, reported here as the config check's failure. Never read here.
         db_override: the database path given with `--db`, if any (default paths.db_path()).
+        busy: a context to hold around the database's integrity check, given what it does (the
+            CLI shows it: it reads the whole file, 15 s at 1,000,000 memories).
 
     Returns:
         The checks. Raises nothing for a problem it finds: each becomes a failed Check.
@@ -69,7 +75,8 @@ def run_checks(settings: Settings | PmemError, db_override=None) -> list[Check]:
     else:
         try:
             conn = db.connect(path, create=False)
-            result = conn.execute("PRAGMA quick_check").fetchone()[0]
+            with busy(f"checking the database ({path.stat().st_size / 1e6:,.0f} MB)"):
+                result = conn.execute("PRAGMA quick_check").fetchone()[0]
             mode = path.stat().st_mode & 0o777
             checks.append(Check("database", result == "ok", f"{path}: integrity {result}",
                                 "restore from a backup in " + str(paths.backups_dir())))

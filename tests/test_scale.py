@@ -395,6 +395,36 @@ def test_doctor_mentions_free_space_a_dream_would_give_back(store, monkeypatch):
     assert [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "free space"] == []
 
 
+def test_doctor_says_what_it_does_while_it_reads_the_whole_database(store, monkeypatch):
+    """The integrity check reads every page (15 s at 1,000,000 memories): doctor holds its `busy`
+    context (the CLI's progress line) around exactly that, naming the file's size."""
+    from contextlib import contextmanager
+
+    from pmem import db, doctor
+    from pmem.config import load
+
+    store.add("a memory to check")
+    seen: list[str] = []
+    connect = db.connect
+
+    def traced(*args, **kw):
+        conn = connect(*args, **kw)
+        conn.set_trace_callback(lambda sql: seen.append(sql) if "quick_check" in sql else None)
+        return conn
+
+    @contextmanager
+    def busy(label):
+        seen.append(label)
+        yield
+        seen.append("done")
+
+    monkeypatch.setattr(db, "connect", traced)
+    checks = {c.name: c for c in doctor.run_checks(load(), db_override=store.path, busy=busy)}
+    assert checks["database"].ok
+    mb = f"{store.path.stat().st_size / 1e6:,.0f} MB"
+    assert seen == [f"checking the database ({mb})", "PRAGMA quick_check", "done"]
+
+
 def _levels(blob: bytes, lo: bytes, hi: bytes) -> list[int]:
     """A vector's level per dimension: 0 below bit_lo, 1 between, 2 above bit_hi."""
     v, a, b = (store_module.deserialize(x) for x in (blob, lo, hi))

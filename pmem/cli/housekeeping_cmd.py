@@ -84,7 +84,7 @@ def doctor(as_json: bool = JsonOpt) -> None:
         settings: config.Settings | PmemError = config.load()
     except PmemError as exc:  # a broken config file is one of the findings, not the end of the check
         settings = exc
-    checks = run_checks(settings, db_override())
+    checks = run_checks(settings, db_override(), busy=out.Progress)
     if as_json:
         out.print_json([c.__dict__ for c in checks])
     else:
