@@ -151,7 +151,8 @@ def test_kept_counts_follow_every_change(store):
 
 def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     words = [f"rare{i}" for i in range(40)]
-    memories = [Memory(id=f"k{i:05d}", text=f"common filler {words[i % 40]} text {i}") for i in range(1500)]
+    memories = [Memory(id=f"k{i:05d}", text=f"common filler {words[i % 40]} text {i}",
+                       created_at=f"2025-01-01T00:{i // 60:02d}:{i % 60:02d}Z") for i in range(1500)]
     store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
     assert store.count() == 1500
     exact = keyword_ranks(store, "common rare7", Filter(), 10)
@@ -177,7 +178,21 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert [r for _, r in more] == sorted(r for _, r in more)
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert ranked and all("'(\"rare3\" OR \"nowhere\") AND (" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
-    # A filter that keeps fewer of the newest rows than asked: the whole query still answers.
+    # A filter that keeps fewer of the newest rows than asked: the whole query still answers,
+    # at once (a first pass of the best rows by BM25 alone would rank every row only to fail).
+    monkeypatch.setattr(store_module, "COMMON_RECENT", 200)
+    old = Filter(until="2025-01-01T00:04:59Z")  # the first 300: none of the newest 200, and no count says so
+    statements.clear()
+    store.conn.set_trace_callback(statements.append)
+    found = keyword_ranks(store, "common filler", old, 100)
+    store.conn.set_trace_callback(None)
+    store.exact_below = 10**9
+    whole = keyword_ranks(store, "common filler", old, 100)
+    assert [r for _, r in found] == pytest.approx([r for _, r in whole]) and len(found) == 100
+    assert all(m.created_at <= old.until for m in store.memories_by_seq(s for s, _ in found).values())
+    ranked = [sql for sql in statements if "bm25(" in sql]
+    assert len(ranked) == 2 and "ORDER BY rowid DESC" in ranked[0] and "ORDER BY rank LIMIT 400)" not in ranked[1]
+    store.exact_below = 0
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
@@ -203,7 +218,11 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
         by_seq = store.memories_by_seq(s for s, _ in fast)
         assert len(by_seq) == len(fast)
         ranked = [sql for sql in statements if "bm25(" in sql]
-        assert "ORDER BY rank LIMIT 40)" in ranked[0]
+        if store._estimate(flt) * store_module.KEYWORD_FETCH < store.count(Filter.everything()):
+            # A filter known to keep few (a tier, a tag): the whole query at once, ranked once.
+            assert len(ranked) == 1 and "ORDER BY rank LIMIT 40)" not in ranked[0]
+        else:
+            assert "ORDER BY rank LIMIT 40)" in ranked[0]
         if flt == Filter():  # most rows pass: the 40 best by BM25 hold the 10
             assert len(ranked) == 1
 
