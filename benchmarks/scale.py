@@ -6,6 +6,7 @@
     python benchmarks/scale.py keywords --n 100000        # keyword hit@k vs BM25 of the whole query
     python benchmarks/scale.py merge --n 100000           # search before and after merging the keyword index
     python benchmarks/scale.py since --n 100000 --full    # a dream of a day's change against the whole plan
+    python benchmarks/scale.py commands --n 1000000 --label s5   # every command, whole process, on a copy
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
@@ -716,10 +717,69 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
     return out
 
 
+# Every interactive command, as a person would type it at this size: {a} is an archival memory,
+# {c} a core one. The writes come last, each undone by the next, on a copy of the store.
+COMMANDS = (
+    "search 'When did Caroline go to the LGBTQ support group?' --json", "search 'basketball team' --tag travel",
+    "search 'basketball team' --tier episodic", "search 'basketball team' --since 2025-01-01",
+    "search 'basketball team' --as-of 2021-01-01",
+    "search 'When did Caroline go to the LGBTQ support group?' --until 2021-01-01",
+    "search 'basketball team' --mode keyword", "search 'basketball team' --mode semantic",
+    "search 'basketball team' -C 2", "recall 'what does John play'",
+    "list", "list --sort updated", "list --sort accessed", "list --sort expires", "list --sort id",
+    "list --tag travel", "list --tier core", "list --pinned", "list --since 2024-06-01 --until 2024-06-02",
+    "list -a", "list --offset 500000", "show {a}", "history {a}", "why {a}", "log", "stats", "context",
+    "add 'I planted three tomato plants in the garden today'", "undo", "edit {a} 'The garden hose is in the shed'",
+    "undo", "pin {a}", "undo", "expire {a} --at 2030-01-01", "undo", "forget {a}", "restore {a}",
+)
+
+
+def commands(cache: Path, n: int, label: str, runs: int) -> dict:
+    """Every command of COMMANDS as a whole process on a copy of the store (the writes change it):
+    median wall time of `runs`, and `pmem doctor` and `pmem export` once each (they read the whole
+    file), with their peak anonymous memory (the file's mapped pages left out)."""
+    src, _ = opened(cache, n, label)
+    path = cache / f"commands-{n}.db"
+    shutil.copyfile(src, path)
+    os.chmod(path, 0o600)
+    env = dict(os.environ, PMEM_HOME=str(cache / "home"), PMEM_EMBED_MODEL=EMBED, PMEM_SERVER="off")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    py = [sys.executable, "-m", "pmem", "--db", str(path)]
+    from pmem import db
+
+    conn = db.connect(path)
+    ids = {"a": conn.execute("SELECT id FROM memories WHERE tier = 'archival' ORDER BY seq LIMIT 1").fetchone()[0],
+           "c": conn.execute("SELECT id FROM memories WHERE tier = 'core' ORDER BY seq LIMIT 1").fetchone()[0]}
+    conn.close()
+    out: dict = {"n": n, "db": str(path), "load_start": os.getloadavg(), "median_s": []}
+    import shlex
+
+    try:
+        for cmd in COMMANDS:
+            args = shlex.split(cmd.format(**ids))
+            writes = args[0] in ("add", "undo", "edit", "pin", "expire", "forget", "restore")
+            out["median_s"].append([cmd, timed_process([*py, *args], env, 1 if writes else runs)["median_s"]])
+        for name, args in (("doctor", ["doctor", "--json"]), ("export", ["export", "-o", str(path) + ".jsonl"])):
+            proc = subprocess.Popen([*py, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            peak, t = 0, time.perf_counter()
+            while proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    status = Path(f"/proc/{proc.pid}/status").read_text()
+                    peak = max(peak, int(status.split("RssAnon:")[1].split()[0]))
+                time.sleep(0.1)
+            out[name] = {"wall_s": round(time.perf_counter() - t, 2), "peak_anon_mb": round(peak / 1024, 1),
+                         "rc": proc.returncode}
+    finally:
+        for suffix in ("", "-wal", "-shm", ".jsonl"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    out["load_end"] = os.getloadavg()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates", "distinct",
-                                     "keywords", "merge", "since"])
+                                     "keywords", "merge", "since", "commands"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -750,6 +810,8 @@ def main() -> int:
         print(json.dumps(pairs(args.cache, args.n, args.label), indent=1))
     elif args.what == "merge":
         print(json.dumps(merge(args.cache, args.n, args.label), indent=1))
+    elif args.what == "commands":
+        print(json.dumps(commands(args.cache, args.n, args.label, min(args.runs, 3)), indent=1))
     elif args.what == "since":
         print(json.dumps(since(args.cache, args.n, args.label, args.new, args.full, args.only, args.model or EMBED),
                          indent=1))

@@ -770,8 +770,10 @@ class MemoryStore:
     def find_exact(self, text: str) -> Memory | None:
         """The oldest live (not forgotten, not merged) memory whose text is exactly `text` (stripped),
         or None."""
-        rows = self._select("m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",
-                            [text.strip()], "ORDER BY m.seq LIMIT 1")
+        text = text.strip()
+        rows = self._select("length(m.text) = length(?) AND substr(m.text, 1, 32) = substr(?, 1, 32) "
+                            "AND m.text = ? AND m.forgotten_at IS NULL AND m.merged_into IS NULL",
+                            [text, text, text], "ORDER BY m.seq LIMIT 1")  # memories_text_start (m011)
         return rows[0] if rows else None
 
     # -- search support (the SQL behind pmem.search) ----------------------------------------

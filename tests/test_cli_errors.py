@@ -316,7 +316,7 @@ def test_a_read_only_database_from_an_older_pmem_says_how_to_upgrade_it(tmp_path
     folder = tmp_path / "ro-old"
     folder.mkdir()
     db = folder / "pmem.db"
-    schema_before(db, "m010_list_sort_indexes").close()  # as the previous release left it
+    schema_before(db, "m011_text_start").close()  # as the previous release left it
     if not _make_read_only(folder):
         _make_writable(folder)
         pytest.skip("cannot make a file read-only here")

@@ -37,6 +37,25 @@ def test_exact_duplicate_not_stored_twice(store):
     assert store.count() == 2
 
 
+def test_exact_duplicates_are_found_through_the_text_index(store):
+    """The duplicate check reads an index of each text's length and first 32 characters (m011),
+    not every memory (0.18 s a look at 1,000,000): texts that share both, or differ only after
+    them, in any script, are still told apart exactly."""
+    head = "Über die Brücke: 東京 meeting notes — "  # longer than 32 characters, multi-byte
+    texts = [head + end for end in ("alpha", "gamma", "alphas", "ALPHA")] + [head[:20]]
+    stored = {t: store.add(t)[0].id for t in texts}
+    assert len(set(stored.values())) == len(texts)
+    for t in texts:
+        again, created = store.add(f"  {t}\n")
+        assert not created and again.id == stored[t]
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    assert store.find_exact(head + "beta") is None
+    store.conn.set_trace_callback(None)
+    (sql,) = [q for q in statements if "FROM memories" in q]
+    plan = " ".join(r[3] for r in store.conn.execute("EXPLAIN QUERY PLAN " + sql))
+    assert "memories_text_start" in plan and "SCAN" not in plan
+
 def test_pin_makes_core_and_unpin_archival(store):
     m, _ = store.add("I am vegetarian")
     assert store.pin(m.id).tier == "core"
