@@ -103,8 +103,8 @@ class Memory:
         return "active"
 
 
-
 _FIELDS = tuple(f.name for f in fields(Memory))
+
 
 @dataclass
 class Hit:

@@ -199,7 +199,7 @@ def export(
             yield m
 
     # Streamed from one snapshot of the store, in batches: an export of 1,000,000 memories held
-    # them all (2.2 GB) before writing the first line.
+    # them all (1.2 GB) before writing the first line.
     with open_store(read_only=True) as store, store.snapshot():
         if fmt == "md":  # by tier, oldest first
             flt = Filter(include_expired=True, include_superseded=True, include_merged=True,
