@@ -26,6 +26,7 @@ import json
 import os
 import random
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -717,8 +718,8 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
     return out
 
 
-# Every interactive command, as a person would type it at this size: {a} is an archival memory,
-# {c} a core one. The writes come last, each undone by the next, on a copy of the store.
+# Every interactive command, as a person would type it at this size ({a}: an archival memory).
+# The writes come last, each undone by the next, on a copy of the store.
 COMMANDS = (
     "search 'When did Caroline go to the LGBTQ support group?' --json", "search 'basketball team' --tag travel",
     "search 'basketball team' --tier episodic", "search 'basketball team' --since 2025-01-01",
@@ -748,12 +749,9 @@ def commands(cache: Path, n: int, label: str, runs: int) -> dict:
     from pmem import db
 
     conn = db.connect(path)
-    ids = {"a": conn.execute("SELECT id FROM memories WHERE tier = 'archival' ORDER BY seq LIMIT 1").fetchone()[0],
-           "c": conn.execute("SELECT id FROM memories WHERE tier = 'core' ORDER BY seq LIMIT 1").fetchone()[0]}
+    ids = {"a": conn.execute("SELECT id FROM memories WHERE tier = 'archival' ORDER BY seq LIMIT 1").fetchone()[0]}
     conn.close()
     out: dict = {"n": n, "db": str(path), "load_start": os.getloadavg(), "median_s": []}
-    import shlex
-
     try:
         for cmd in COMMANDS:
             args = shlex.split(cmd.format(**ids))
