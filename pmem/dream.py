@@ -130,7 +130,10 @@ class Plan:
     mark: int = 0  # the newest event when the plan was made (what an applied dream has dealt with)
     basis: str = ""  # the model and thresholds its pairs qualified under (_basis)
     undone: int = 0  # operations undone when the plan was made (MemoryStore.set_dream_mark)
-    waiting: list[str] = field(default_factory=list)  # merges still waiting for a chat model (_what_changed)
+    waiting: list[str] = field(default_factory=list)  # merges still waiting for a chat model (_compare_large)
+    revisit: list[str] = field(default_factory=list)  # memories a later slice left to the next dream
+    through: int | None = None  # stopped before comparing the memories stored after this row
+    left: int = 0  # how many memories it had not compared then
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}
@@ -156,6 +159,7 @@ class Plan:
             "since_event": self.since,
             "changed": self.changed,
             "mark_event": self.mark,
+            "not_compared": self.left,
             "counts": self.counts(),
             "proposals": [p.to_dict() for p in self.proposals],
             "dropped": list(self.dropped),
@@ -454,7 +458,8 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
 
 @dataclass
 class Planning:
-    """What every planner reads and writes: one per `plan()` call.
+    """What every planner reads and writes: one per set of memories a plan reads (the store, or
+    on a large one a slice and what it resembles; _Planner).
 
     Planners run in APPLY_ORDER; each appends its proposals to `result` and adds the memories it
     takes out of the active set to `claimed`, so that a later kind never proposes them again."""
@@ -472,14 +477,11 @@ class Planning:
     claimed: set[str]
     generator: Any  # None: load the configured chat model when needed; False: no model
     thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
-    paired: list[int] | None = None  # rows of `active` the pair kinds compare (None: all of them)
     _gen_tried: bool = False
 
-    def pairable(self, keep: Callable[[Memory], bool] = lambda m: True) -> list[int]:
-        """Rows of `active` a pair kind compares: `paired` (what changed and what it resembles,
-        not the old episodes that are read only for compress), those that `keep`."""
-        rows = range(len(self.active)) if self.paired is None else self.paired
-        return [i for i in rows if keep(self.active[i])]
+    def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
+        """Rows of `active` that a pair kind compares: those that `keep`."""
+        return [i for i, m in enumerate(self.active) if keep(m)]
 
     @property
     def settings(self):
@@ -547,9 +549,7 @@ def _plan_dedup(ctx: Planning) -> None:
     threshold, lexical = ctx.thresholds.dedup, float(ctx.settings.dedup_lexical)
     edges = []
     sims: dict[tuple[int, int], float] = {}
-    rows = ctx.pairable()
-    for x, y, s in _pairs(ctx.vecs if ctx.paired is None else ctx.vecs[rows], threshold):
-        i, j = rows[x], rows[y]
+    for i, j, s in _pairs(ctx.vecs, threshold):
         a, b = active[i], active[j]
         if a.tier != b.tier or numbers(a.text) != numbers(b.text):
             continue
@@ -790,14 +790,17 @@ PLANNERS: dict[str, Planner] = {
 _NEEDS_VECTORS = ("dedup", "supersede", "merge", "compress")
 
 
-INCREMENTAL_FROM = PAIRS_EXACT_MAX  # live memories from which a dream compares only what changed
+INCREMENTAL_FROM = PAIRS_EXACT_MAX  # live memories from which a dream compares a slice at a time
 PAIR_KINDS = ("dedup", "supersede", "merge")  # the kinds that compare memories with each other
-PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles the changed ones
+PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles a slice
+SLICE = PAIRS_EXACT_MAX  # memories never compared yet that one slice of a large store's dream takes
 
 
-def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> list[int]:
-    """Row numbers of the stored vectors at cosine >= `threshold` to any of `changed`'s: every
-    vector is read once, a block at a time, so the cost is (changed x store), not (store x store)."""
+def _partners(store: "MemoryStore", changed: list[Memory], threshold: float, upto: int | None = None,
+              budget: _Budget | None = None) -> list[int] | None:
+    """Row numbers of the stored vectors (of rows up to `upto`) at cosine >= `threshold` to any
+    of `changed`'s: every vector is read once, a block at a time, so the cost is (changed x
+    store), not (store x store), and a block is all that is held. None: `budget` ran out first."""
     import numpy as np
 
     _, dim = store.vector_model()
@@ -806,7 +809,9 @@ def _partners(store: "MemoryStore", changed: list[Memory], threshold: float) -> 
     if not dim or not len(new):
         return []
     found: set[int] = set()
-    for seqs, blob in store.vector_blocks(PARTNER_BLOCK):
+    for seqs, blob in store.vector_blocks(PARTNER_BLOCK, upto):
+        if budget is not None and budget.over():
+            return None
         block = np.frombuffer(blob, dtype="<f4").reshape(-1, dim)
         for start in range(0, len(new), 1024):
             near = np.any(block @ new[start:start + 1024].T >= threshold - 1e-6, axis=1)
@@ -823,64 +828,136 @@ def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
                        float(store.config.extract_min_support)])
 
 
-def _what_changed(store: "MemoryStore", kinds: list[str], now: str, thresholds: Thresholds, live: int,
-                  included: set[str], generator: Any, result: Plan) -> tuple[list[Memory], set[str]] | None:
-    """On a large store, the memories a plan must read when the last applied dream dealt with
-    the rest, and those of them the pair kinds compare: the memories changed since
-    (store.dream_mark; with those of proposals the last dream skipped, of merges it dropped for
-    want of a working chat model unless `generator` is False, and the pinned ones named in
-    `include`), those they resemble (within the lowest threshold of the pair kinds), and old facts
-    of the same subject; besides, what expire and compress look for (expired memories; old
-    episodes no dream wrote). None: read everything (no dream was applied under this basis, or a
-    quarter of the store changed)."""
-    from .store import Filter
+class _Planner:
+    """One plan's planners over one set of memories at a time (Planning), sharing what they
+    claim, the memories read, and the chat model once loaded: a small store is one set, a
+    large one a slice at a time."""
 
-    found: dict[str, Memory] = {}
-    compared: set[str] = set()
+    def __init__(self, store: "MemoryStore", result: Plan, kinds: list[str], now: str, budget: _Budget,
+                 generator: Any, thresholds: Thresholds, included: set[str]):
+        self.store, self.result, self.kinds, self.now, self.budget = store, result, kinds, now, budget
+        self.generator, self.thresholds, self.included = generator, thresholds, included
+        self.claimed: set[str] = set()  # memories that leave the active set in this plan
+        self.considered: set[str] = set()
+
+    def run(self, memories: Iterable[Memory], which: Iterable[str]) -> None:
+        """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`."""
+        which = [k for k in APPLY_ORDER if k in which and k in self.kinds]
+        now, claimed = self.now, self.claimed
+        usable = [m for m in memories if m.forgotten_at is None and m.merged_into is None
+                  and (not m.pinned or m.id in self.included)]
+        self.considered.update(m.id for m in usable)
+        expired = sorted((m for m in usable if m.id not in claimed and m.is_expired(now)),
+                         key=lambda m: (m.expires_at, m.id))
+        claimed.update(m.id for m in expired)
+        active = [m for m in usable if m.id not in claimed and not m.is_superseded(now)]
+        needs_vectors = any(k in which for k in _NEEDS_VECTORS)
+        ctx = Planning(
+            store=self.store, result=self.result, kinds=self.kinds, now=now, budget=self.budget,
+            expired=expired, active=active, vecs=_vectors(self.store, active) if needs_vectors and active else None,
+            index={m.id: i for i, m in enumerate(active)}, words={m.id: content_stems(m.text) for m in active},
+            claimed=claimed, generator=self.generator, thresholds=self.thresholds)
+        for kind in which:
+            PLANNERS[kind](ctx)
+        if ctx._gen_tried:  # loaded (or found missing) once for the whole plan
+            self.generator = ctx.generator if ctx.generator is not None else False
+
+
+def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress | None) -> None:
+    """The pair kinds on a large store, a slice at a time, each slice with the memories it
+    resembles (within the lowest threshold of the pair kinds) and old facts of the same subject,
+    so that a plan holds a slice rather than the store:
+
+    1. once a dream has been applied (store.dream_mark, under this basis), the memories changed
+       since: with those of proposals the last dream skipped or left for the next, of merges it
+       dropped for want of a working chat model unless the plan uses none, and the pinned ones
+       named in `include`;
+    2. memories never compared yet (a first dream, --full, another basis, or a quarter of the
+       store changed), SLICE at a time in storage order, each slice with the earlier memories it
+       resembles, until the time limit. The plan then says where they start (Plan.through), and
+       the next dream goes on from there.
+
+    Memories a proposal of an earlier slice holds are left to the next dream (Plan.revisit)."""
+    store, result, budget, kinds = planner.store, planner.result, planner.budget, planner.kinds
     pairs = [k for k in PAIR_KINDS if k in kinds]
-    if pairs:
-        mark = store.dream_mark()
-        if mark is None or mark.get("basis") != result.basis:
-            return None
+    thresholds = planner.thresholds
+    lowest = min({"dedup": thresholds.dedup, "supersede": thresholds.supersede, "merge": thresholds.merge}[k]
+                 for k in pairs)
+    touched: set[str] = set()
+    revisit: set[str] = set()
+
+    def compare(chunk: list[Memory], upto: int | None) -> bool:
+        near = _partners(store, chunk, lowest, upto, budget)
+        if near is None:
+            result.complete = False
+            result.notes.append("time limit reached while comparing memories")
+            return False
+        found = {m.id: m for m in chunk}
+        found.update((m.id, m) for m in store.memories_by_seq(near).values())
+        if "supersede" in kinds:  # the same subject with another value: not always close in meaning
+            subjects = {sv[0] for m in chunk if m.tier != "episodic" and (sv := subject_value(m.text))}
+            for subject in sorted(subjects):
+                found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject), upto))
+        revisit.update(found.keys() & touched)
+        first = len(result.proposals)
+        planner.run(sorted((m for i, m in found.items() if i not in touched), key=lambda m: m.id), pairs)
+        touched.update(i for p in result.proposals[first:] for i in p.members)
+        return result.complete
+
+    mark = None if full else store.dream_mark()
+    changed: dict[str, Memory] = {}
+    if mark is not None and mark.get("basis") == result.basis:
         changed = {m.id: m for m in store.changed_since(int(mark["event"]))}
         # Merges dropped for want of a working chat model wait for a plan that may use one.
         waiting = list(mark.get("waiting", ()))
-        if generator is False:
+        if planner.generator is False:
             result.waiting, waiting = waiting, []
-        for m in store.get_many([*mark.get("revisit", ()), *waiting, *included]):
+        for m in store.get_many([*mark.get("revisit", ()), *waiting, *planner.included]):
             if m.forgotten_at is None and m.merged_into is None:
                 changed[m.id] = m
         if 4 * len(changed) > live:
-            return None
+            mark = None
+    else:
+        mark = None
+    through: int | None = 0
+    if mark is not None:
         result.since, result.changed = int(mark["event"]), len(changed)
-        found.update(changed)
-        lowest = min({"dedup": thresholds.dedup, "supersede": thresholds.supersede,
-                      "merge": thresholds.merge}[k] for k in pairs)
-        near = store.memories_by_seq(_partners(store, list(changed.values()), lowest))
-        found.update((m.id, m) for m in near.values() if m.forgotten_at is None and m.merged_into is None)
-        if "supersede" in kinds:  # the same subject with another value: not always close in meaning
-            subjects = {sv[0] for m in changed.values() if m.tier != "episodic" and (sv := subject_value(m.text))}
-            for subject in sorted(subjects):
-                found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject)))
-        compared = set(found)
-    if "compress" in kinds:
-        cutoff = timeutil.iso(_parse(now) - timedelta(days=int(store.config.compress_after_days)))
-        found.update((m.id, m) for m in store.list(Filter(tiers=("episodic",), until=cutoff, pinned=False,
-                                                           include_expired=True, include_superseded=True),
-                                                    limit=None) if not m.derived_from)
-    if "expire" in kinds or "purge" in kinds:
-        found.update((m.id, m) for m in store.expired_live(now))
-    return sorted(found.values(), key=lambda m: m.id), compared
+        through = mark.get("through")  # absent: every memory was compared
+        if through is not None and (not isinstance(through, int) or isinstance(through, bool)):
+            through = 0  # not in this form: compare them all
+        if changed and not compare(list(changed.values()), None):
+            return
+    total = store.count_live_after(through) if through is not None else 0
+    done = 0
+    while through is not None and not budget.over():
+        window = store.live_after(through, SLICE)
+        if not window:
+            through = None
+            break
+        if not compare([m for _, m in window], window[-1][0]):
+            break
+        through, done = window[-1][0], done + len(window)
+        if progress:
+            progress(done, total)
+    result.revisit = sorted(revisit)
+    # a merge dropped in one slice may be met again in a later one
+    result.dropped = list({(d["kind"], tuple(d.get("members", ()))): d for d in result.dropped}.values())
+    if through is not None:
+        result.complete, result.through, result.left = False, through, total - done
+        result.notes.append(f"{total - done:,} memories not compared yet: a large store is compared a slice "
+                            f"at a time, and the next dream goes on from where this one stopped")
 
 
 def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
-         max_seconds: float | None = None, include: Iterable[str] = (), full: bool = False) -> Plan:
+         max_seconds: float | None = None, include: Iterable[str] = (), full: bool = False,
+         progress: Progress | None = None) -> Plan:
     """Propose, never write.
 
-    On a store of INCREMENTAL_FROM live memories and more, once a dream has been applied, only
-    what changed since is compared (with everything it resembles): the cost follows the change,
-    not the store. Proposals a person turned down come back only when a memory like them changes
-    (pairs among what changed and what it resembles are compared); `full` compares
+    A store of INCREMENTAL_FROM live memories and more is compared a slice at a time
+    (_compare_large): once a dream has been applied, what changed since (with everything it
+    resembles), so that the cost follows the change, not the store; and memories never compared
+    yet, SLICE at a time, until the time limit (the next dream goes on from there). Proposals a
+    person turned down come back only when a memory like them changes; `full` compares
     everything, as a smaller store always does.
 
     Args:
@@ -892,6 +969,8 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
         max_seconds: stop planning after this long (the plan is then marked incomplete).
         include: ids of pinned memories a dream may change.
         full: compare every memory, even where only what changed would be.
+        progress: called with (memories compared, memories to compare) after each slice of
+            memories never compared yet.
 
     Returns:
         The Plan. Raises UsageError for an unknown kind, NotFound / AmbiguousId for `include`.
@@ -913,28 +992,20 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     from .store import Filter
 
     result.mark, result.basis, result.undone = store.event_mark(), _basis(store, thresholds), store.undone_count()
-    restricted = None
+    planner = _Planner(store, result, kinds, now, budget, generator, thresholds, included)
     live = store.count(Filter.live())
-    if not full and live >= INCREMENTAL_FROM:
-        restricted = _what_changed(store, kinds, now, thresholds, live, included, generator, result)
-    everything = restricted[0] if restricted else store.list(Filter.everything(), sort="id", limit=None)
-    usable = [m for m in everything if m.forgotten_at is None and m.merged_into is None
-              and (not m.pinned or m.id in included)]
-    result.considered = len(usable)
-    expired = sorted((m for m in usable if m.is_expired(now)), key=lambda m: (m.expires_at, m.id))
-    claimed = {m.id for m in expired}  # memories that leave the active set in this plan
-    active = [m for m in usable if m.id not in claimed and not m.is_superseded(now)]
-    needs_vectors = any(k in kinds for k in _NEEDS_VECTORS)
-    ctx = Planning(
-        store=store, result=result, kinds=kinds, now=now, budget=budget, expired=expired, active=active,
-        vecs=_vectors(store, active) if needs_vectors and active else None,
-        index={m.id: i for i, m in enumerate(active)},
-        words={m.id: content_stems(m.text) for m in active},
-        claimed=claimed, generator=generator, thresholds=thresholds,
-        paired=None if restricted is None else [i for i, m in enumerate(active) if m.id in restricted[1]])
-    for kind in APPLY_ORDER:
-        if kind in kinds:
-            PLANNERS[kind](ctx)
+    if live < INCREMENTAL_FROM:
+        planner.run(store.list(Filter.everything(), sort="id", limit=None), kinds)
+    else:
+        planner.run(store.expired_live(now), ("expire", "purge"))
+        if any(k in kinds for k in PAIR_KINDS):
+            _compare_large(planner, live, full, progress)
+        if "compress" in kinds:  # old episodes no dream wrote, read until compressed
+            cutoff = timeutil.iso(_parse(now) - timedelta(days=int(cfg.compress_after_days)))
+            old = store.list(Filter(tiers=("episodic",), until=cutoff, pinned=False, include_expired=True,
+                                    include_superseded=True), limit=None)
+            planner.run(sorted((m for m in old if not m.derived_from), key=lambda m: m.id), ("compress",))
+    result.considered = len(planner.considered)
     result.elapsed_s = budget.elapsed()
     return result
 
@@ -1057,21 +1128,27 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 
 
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
-    """After a dream that planned every pair kind to the end and applied what was accepted to
-    the end, the next dream of a large store compares only what changes after the plan's mark
-    (what a person did not accept was turned down). Looked at again then: the members of
-    proposals skipped (changed since the plan, failed), and of merges dropped for want of a
-    working chat model (once a plan may use one). A merge dropped as not grounded would be
+    """After a dream that planned every pair kind to the end (or to the end of a slice of the
+    memories never compared yet) and applied what was accepted to the end, the next dream of a
+    large store compares only what changes after the plan's mark (what a person did not accept
+    was turned down), and the memories never compared from where the plan stopped. Looked at
+    again then: the members of proposals skipped (changed since the plan, failed), those a later
+    slice left to the next dream, and of merges dropped for want of a working chat model (once
+    a plan may use one). A merge dropped as not grounded would be
     dropped again while its members, the model and the settings stay as they are. Best effort:
     the dream is committed, and a mark not recorded only means more to compare."""
-    if not (plan.mark and plan.complete and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
+    settled = plan.complete or plan.through is not None  # or cut short between slices
+    if not (plan.mark and settled and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
         return
     skipped = {s["id"] for s in result.skipped}
-    revisit = {m for p in plan.proposals if p.id in skipped for m in p.members}
+    revisit = {m for p in plan.proposals if p.id in skipped for m in p.members} | set(plan.revisit)
     waiting = set(plan.waiting)
     waiting.update(m for d in plan.dropped if not d["reason"].startswith("not grounded") for m in d.get("members", ()))
+    mark: dict[str, Any] = {"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit),
+                            "waiting": sorted(waiting)}
+    if plan.through is not None:
+        mark["through"] = plan.through
     try:
-        store.set_dream_mark({"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit),
-                              "waiting": sorted(waiting)}, undone=plan.undone)
+        store.set_dream_mark(mark, undone=plan.undone)
     except PmemError:
         pass

@@ -1749,32 +1749,49 @@ class MemoryStore:
         return self._select(f"{where} AND m.expires_at IS NOT NULL AND m.expires_at <= ?", [*params, now],
                             "ORDER BY m.seq", "memories_expires")
 
-    def facts_starting_with(self, words: Sequence[str]) -> builtins.list[Memory]:
-        """Live memories outside the episodic tier whose text begins with these words (the
-        keyword index, with its stemming): the facts of one subject ("my car is ...")."""
+    def facts_starting_with(self, words: Sequence[str], upto: int | None = None) -> builtins.list[Memory]:
+        """Live memories outside the episodic tier (stored up to row `upto`) whose text begins
+        with these words (the keyword index, with its stemming): the facts of one subject ("my
+        car is ...")."""
         if not words:
             return []
         phrase = '^"' + " ".join(w.replace('"', '""') for w in words) + '"'
         where, params = Filter.live().where(self.clock())
-        return self._select(f"{where} AND m.tier != 'episodic' AND m.seq IN "
+        return self._select(f"{where} AND m.tier != 'episodic' AND m.seq <= ? AND m.seq IN "
                             f"(SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)",
-                            [*params, f"text : {phrase}"], "ORDER BY m.seq")
+                            [*params, (1 << 62) if upto is None else int(upto), f"text : {phrase}"],
+                            "ORDER BY m.seq")
 
-    def vector_blocks(self, size: int = 16384) -> Iterator[tuple[builtins.list[int], bytes]]:
-        """Every stored vector of the store's dimension, `size` at a time in row order: (their
-        seqs, the float32 vectors joined), so that a caller holds one block, not the store."""
+    def vector_blocks(self, size: int = 16384, upto: int | None = None) -> Iterator[tuple[builtins.list[int], bytes]]:
+        """Every stored vector of the store's dimension (of rows up to `upto`), `size` at a time
+        in row order: (their seqs, the float32 vectors joined), so that a caller holds one block,
+        not the store."""
         _, dim = self.vector_model()
         if not dim or not self._has_vec_table():
             return
-        last = -1
+        last, upto = -1, (1 << 62) if upto is None else int(upto)
         while True:
-            rows = self.conn.execute("SELECT seq, embedding FROM memory_vec WHERE seq > ? ORDER BY seq LIMIT ?",
-                                     (last, int(size))).fetchall()
+            rows = self.conn.execute("SELECT seq, embedding FROM memory_vec WHERE seq > ? AND seq <= ? "
+                                     "ORDER BY seq LIMIT ?", (last, upto, int(size))).fetchall()
             if not rows:
                 return
             last = rows[-1][0]
             rows = [r for r in rows if len(r[1]) == dim * 4]
             yield [r[0] for r in rows], b"".join(r[1] for r in rows)
+
+    def live_after(self, seq: int, limit: int) -> builtins.list[tuple[int, Memory]]:
+        """Up to `limit` live memories stored after row `seq`, in storage order, with their row
+        numbers (a dream's first comparison of a large store goes through them in slices)."""
+        where, params = Filter.live().where(self.clock())
+        rows = self.conn.execute(f"SELECT m.seq, {_COLUMNS_SQL} FROM memories m WHERE {where} AND m.seq > ? "
+                                 f"ORDER BY m.seq LIMIT ?", [*params, int(seq), int(limit)])
+        return [(r[0], Memory.from_row(r[1:])) for r in rows]
+
+    def count_live_after(self, seq: int) -> int:
+        """How many live memories were stored after row `seq`."""
+        where, params = Filter.live().where(self.clock())
+        return self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where} AND m.seq > ?",
+                                 [*params, int(seq)]).fetchone()[0]
 
     def dream_mark(self) -> dict[str, Any] | None:
         """What the last finished dream had dealt with (pmem.dream): {"event": the newest event it

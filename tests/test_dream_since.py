@@ -320,3 +320,121 @@ def test_old_episodes_are_read_for_compress_but_not_compared_again(store, large)
     assert all(e1.id not in p.members for p in plan.proposals)  # and not compared again
     assert all(e1.id not in p.members for p in dream.plan(store, now=NOW, generator=False, only={"dedup", "merge",
                                                                                                "supersede"}).proposals)
+
+
+def _pair_keys(plan):
+    return {_key(p) for p in plan.proposals if p.kind in dream.PAIR_KINDS}
+
+
+@pytest.fixture
+def sliced(store, monkeypatch):
+    """A store the dream treats as large, compared 8 memories a slice: distinct notes with a
+    near-duplicate pair and a changed fact each stored slices apart."""
+    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 20)
+    monkeypatch.setattr(dream, "SLICE", 8)
+    rng = random.Random(11)
+    notes = [add(store, f"{' '.join(rng.sample(WORDS, 5))} number {i}") for i in range(50)]
+    early = add(store, "The boat shed key hangs behind the blue door", created_at="2024-01-01T00:00:00Z")
+    tea = add(store, "Favourite tea of the household is a smoky lapsang from Fujian hills",
+              created_at="2024-01-01T00:00:00Z")
+    notes += [add(store, f"{' '.join(rng.sample(WORDS, 5))} count {i}") for i in range(30)]
+    late = add(store, "The boat shed key hangs behind the blue door!", created_at="2025-01-01T00:00:00Z")
+    new_tea = add(store, "Favourite tea of the household is green sencha with toasted brown rice",
+                  created_at="2025-01-01T00:00:00Z")
+    return {"notes": notes, "dup": (early, late), "tea": (tea, new_tea)}
+
+
+def test_a_first_dream_of_a_large_store_goes_a_slice_at_a_time_and_finds_what_a_whole_plan_finds(
+        store, sliced, monkeypatch):
+    sizes = []
+    vectors = dream._vectors
+    monkeypatch.setattr(dream, "_vectors", lambda st, ms: sizes.append(len(ms)) or vectors(st, ms))
+    seen = []
+    plan = dream.plan(store, now=NOW, generator=False, progress=lambda done, total: seen.append((done, total)))
+    live = store.count(Filter.live())
+    assert plan.complete and plan.through is None and plan.left == 0 and plan.considered == live == 84
+    assert seen[-1] == (84, 84) and len(seen) == 11  # 8 a slice
+    assert max(sizes) < live / 2  # a slice and what it resembles, never the store
+    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 10_000)  # the same store compared whole
+    whole = dream.plan(store, now=NOW, generator=False)
+    assert _pair_keys(plan) == _pair_keys(whole)
+    early, late = sliced["dup"]
+    tea, new_tea = sliced["tea"]
+    assert ("dedup", tuple(sorted([early.id, late.id]))) in _pair_keys(plan)
+    assert ("supersede", tuple(sorted([tea.id, new_tea.id]))) in _pair_keys(plan)
+
+
+def test_a_time_limit_stops_between_slices_and_the_next_dream_goes_on(store, sliced, monkeypatch):
+    windows = []
+    live_after = store.live_after
+    monkeypatch.setattr(store, "live_after", lambda seq, limit: windows.append(seq) or live_after(seq, limit))
+    over = {"after": 7}  # the budget runs out in the 7th slice (when it looks for what resembles it)
+    monkeypatch.setattr(dream._Budget, "over", lambda self: len(windows) >= over["after"])
+    cut = dream.plan(store, now=NOW, generator=False, max_seconds=60)
+    assert not cut.complete and cut.left == 84 - 6 * 8 and cut.through == windows[6]
+    assert "36 memories not compared yet" in " ".join(cut.notes)
+    early, late = sliced["dup"]
+    assert all(late.id not in p.members for p in cut.proposals)  # stored after the stop
+    dream.apply(store, cut, backup=False)
+    assert store.dream_mark()["through"] == cut.through and mark(store) == cut.mark
+    over["after"] = 10 ** 9
+    rest = dream.plan(store, now=NOW, generator=False)
+    assert rest.complete and rest.through is None and rest.since == cut.mark
+    assert rest.considered < 84  # the first six slices are not read again
+    assert ("dedup", tuple(sorted([early.id, late.id]))) in _pair_keys(rest)
+    dream.apply(store, rest, accept=set(), backup=False)
+    assert "through" not in store.dream_mark()  # every memory compared: only what changes from now on
+    assert dream.plan(store, now=NOW, generator=False).considered == 0
+
+
+def test_a_memory_an_earlier_slice_proposed_is_left_to_the_next_dream(store, sliced):
+    early, late = sliced["dup"]
+    for i in range(10):
+        add(store, f"another note {i} about {WORDS[i]} and {WORDS[-i - 1]}")
+    third = add(store, "The boat shed key hangs behind the blue door.", created_at="2025-06-01T00:00:00Z")
+    plan = dream.plan(store, now=NOW, generator=False)
+    dups = [set(p.members) for p in plan.proposals if p.kind == "dedup"]
+    assert dups == [{early.id, late.id}]  # the third was met in a later slice than the pair
+    assert {early.id, late.id} & set(plan.revisit)
+    dream.apply(store, plan, backup=False)
+    nxt = dream.plan(store, now=NOW, generator=False)
+    assert nxt.since == plan.mark
+    assert any(third.id in p.members and p.kind == "dedup" for p in nxt.proposals)
+
+
+def test_the_cli_says_how_many_memories_are_left_to_compare(store, sliced, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_DB", str(store.path))
+    monkeypatch.setattr(dream._Budget, "over", lambda self: self.start + 0.0 < 0)  # never
+    r = CliRunner().invoke(app, ["dream", "--json", "--no-model"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["complete"] and data["not_compared"] == 0
+    calls = []
+    monkeypatch.setattr(dream._Budget, "over", lambda self: calls.append(1) or len(calls) > 3)
+    r = CliRunner().invoke(app, ["dream", "--no-model", "--max-seconds", "5"])
+    assert r.exit_code == 0, r.output
+    assert "memories not compared yet" in r.stderr and "run again to continue" in r.stderr
+
+
+def test_a_time_limit_before_the_slices_records_nothing(store, sliced, monkeypatch):
+    dream.apply(store, dream.plan(store, now=NOW, generator=False), accept=set(), backup=False)
+    before = mark(store)
+    add(store, "a new note about the harbor and the heron")
+    with monkeypatch.context() as m:
+        m.setattr(dream._Budget, "over", lambda self: True)
+        cut = dream.plan(store, now=NOW, generator=False, max_seconds=1)
+    assert not cut.complete and cut.through is None and "time limit reached while comparing memories" in cut.notes
+    dream.apply(store, cut, backup=False)
+    assert mark(store) == before and "through" not in store.dream_mark()
+
+
+def test_a_slice_mark_in_another_form_compares_everything(store, sliced):
+    dream.apply(store, dream.plan(store, now=NOW, generator=False), accept=set(), backup=False)
+    store.conn.execute("UPDATE settings SET value = json_set(value, '$.through', 'x') WHERE key = 'dream_mark'")
+    store.conn.commit()
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert plan.complete and plan.considered == store.count(Filter.live())

@@ -83,10 +83,11 @@ def dream(
     was nothing to apply, the keyword index is merged into one segment (faster keyword search on
     large stores) and, when a fifth or more of the file is free space, the file is VACUUMed.
 
-    On a store of 20,000 memories and more, once a dream has been applied, a dream compares only
-    the memories changed since then (with those they resemble), so its cost follows the change;
-    what you turned down stays turned down until a memory like it changes. --full compares
-    everything again.
+    On a store of 20,000 memories and more, a dream compares a slice at a time: once a dream has
+    been applied, only the memories changed since then (with those they resemble), so its cost
+    follows the change; what you turned down stays turned down until a memory like it changes.
+    The first dream of a large store (and --full) compares every memory, 20,000 at a time; with
+    --max-seconds it stops between slices, and the next applied dream goes on from there.
 
     \b
     Examples:
@@ -103,9 +104,9 @@ def dream(
     kinds = _kinds(only, purge)
     started = time.monotonic()
     with open_store() as store:
-        with out.Progress("dreaming"):
+        with out.Progress("dreaming") as bar:
             plan = dreaming.plan(store, only=kinds, generator=False if no_model else None,
-                                 max_seconds=max_seconds, include=include or (), full=full)
+                                 max_seconds=max_seconds, include=include or (), full=full, progress=bar)
         if not apply:
             if as_json:
                 out.print_json(plan.to_dict())
