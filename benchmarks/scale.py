@@ -7,6 +7,7 @@
     python benchmarks/scale.py merge --n 100000           # search before and after merging the keyword index
     python benchmarks/scale.py since --n 100000 --full    # a dream of a day's change against the whole plan
     python benchmarks/scale.py commands --n 1000000 --label s5   # every command, whole process, on a copy
+    python benchmarks/scale.py first --n 1000000 --label s6 --max-seconds 600 --rounds 3   # a first dream
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
@@ -735,16 +736,23 @@ COMMANDS = (
 )
 
 
-def commands(cache: Path, n: int, label: str, runs: int) -> dict:
-    """Every command of COMMANDS as a whole process on a copy of the store (the writes change it):
-    median wall time of `runs`, and `pmem doctor` and `pmem export` once each (they read the whole
-    file), with their peak anonymous memory (the file's mapped pages left out)."""
+def private_copy(cache: Path, n: int, label: str, name: str) -> tuple[Path, dict]:
+    """A copy of the store to change (`name`-n.db, the owner's only), and the environment a
+    whole `python -m pmem` process runs in: no server, the fake embedder, bytecode written."""
     src, _ = opened(cache, n, label)
-    path = cache / f"commands-{n}.db"
+    path = cache / f"{name}-{n}.db"
     shutil.copyfile(src, path)
     os.chmod(path, 0o600)
     env = dict(os.environ, PMEM_HOME=str(cache / "home"), PMEM_EMBED_MODEL=EMBED, PMEM_SERVER="off")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return path, env
+
+
+def commands(cache: Path, n: int, label: str, runs: int) -> dict:
+    """Every command of COMMANDS as a whole process on a copy of the store (the writes change it):
+    median wall time of `runs`, and `pmem doctor` and `pmem export` once each (they read the whole
+    file), with their peak anonymous memory (the file's mapped pages left out)."""
+    path, env = private_copy(cache, n, label, "commands")
     py = [sys.executable, "-m", "pmem", "--db", str(path)]
     from pmem import db
 
@@ -758,15 +766,7 @@ def commands(cache: Path, n: int, label: str, runs: int) -> dict:
             writes = args[0] in ("add", "undo", "edit", "pin", "expire", "forget", "restore")
             out["median_s"].append([cmd, timed_process([*py, *args], env, 1 if writes else runs)["median_s"]])
         for name, args in (("doctor", ["doctor", "--json"]), ("export", ["export", "-o", str(path) + ".jsonl"])):
-            proc = subprocess.Popen([*py, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            peak, t = 0, time.perf_counter()
-            while proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    status = Path(f"/proc/{proc.pid}/status").read_text()
-                    peak = max(peak, int(status.split("RssAnon:")[1].split()[0]))
-                time.sleep(0.1)
-            out[name] = {"wall_s": round(time.perf_counter() - t, 2), "peak_anon_mb": round(peak / 1024, 1),
-                         "rc": proc.returncode}
+            out[name] = watched([*py, *args], env)
     finally:
         for suffix in ("", "-wal", "-shm", ".jsonl"):
             Path(str(path) + suffix).unlink(missing_ok=True)
@@ -774,10 +774,59 @@ def commands(cache: Path, n: int, label: str, runs: int) -> dict:
     return out
 
 
+def watched(cmd: list[str], env: dict, timeout: float | None = None, stdout=subprocess.DEVNULL) -> dict:
+    """One whole process: its wall time and peak anonymous memory (the file's mapped pages left
+    out), polled every 0.1 s; killed after `timeout` seconds (then "killed": true)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.DEVNULL)
+    peak, t = 0, time.perf_counter()
+    while proc.poll() is None:
+        with contextlib.suppress(OSError, IndexError):
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = max(peak, int(status.split("RssAnon:")[1].split()[0]))
+        if timeout is not None and time.perf_counter() - t > timeout:
+            proc.kill()
+            proc.wait()
+            return {"wall_s": round(time.perf_counter() - t, 2), "peak_anon_mb": round(peak / 1024, 1), "killed": True}
+        time.sleep(0.1)
+    return {"wall_s": round(time.perf_counter() - t, 2), "peak_anon_mb": round(peak / 1024, 1), "rc": proc.returncode}
+
+
+def first(cache: Path, n: int, label: str, max_seconds: float | None, rounds: int, timeout: float | None) -> dict:
+    """The first dream of a store that never had one, as a person runs it: `pmem dream --json
+    --no-model --apply --yes --no-upkeep` (with --max-seconds when given) on a copy, again and
+    again until every memory has been compared or `rounds` are done, each a whole process with its
+    wall time and peak anonymous memory. With rounds 0: one plan only (no --apply), killed after
+    `timeout` seconds (the code before slices held the whole store and ran one whole plan)."""
+    path, env = private_copy(cache, n, label, "first")
+    args = [sys.executable, "-m", "pmem", "--db", str(path), "dream", "--json", "--no-model"]
+    if max_seconds is not None:
+        args += ["--max-seconds", str(max_seconds)]
+    out: dict = {"n": n, "max_seconds": max_seconds, "load_start": os.getloadavg(), "rounds": []}
+    try:
+        for _ in range(max(rounds, 1)):
+            report = path.with_suffix(".json")
+            with report.open("w") as sink:
+                run = watched(args + (["--apply", "--yes", "--no-upkeep"] if rounds else []), env, timeout, sink)
+            data = json.loads(report.read_text() or "null") if not run.get("killed") else None
+            plan = (data or {}).get("plan", data) or {}
+            run.update({k: plan.get(k) for k in ("complete", "not_compared", "considered", "counts", "elapsed_s")})
+            if data and "result" in data:
+                run["applied"] = len(data["result"]["applied"])
+            out["rounds"].append(run)
+            print(json.dumps(run), file=sys.stderr, flush=True)
+            if not rounds or run.get("killed") or not plan.get("not_compared"):
+                break
+    finally:
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), path.with_suffix(".json")):
+            leftover.unlink(missing_ok=True)
+    out["load_end"] = os.getloadavg()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["build", "measure", "recall", "quality", "pairs", "rates", "distinct",
-                                     "keywords", "merge", "since", "commands"])
+                                     "keywords", "merge", "since", "commands", "first"])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pmem-scale"))
     ap.add_argument("--label", default="before", help="before: measure the cached build as it is; "
@@ -791,6 +840,9 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=1000, help="since: memories added after the last dream")
     ap.add_argument("--full", action="store_true", help="since: also the whole plan, and compare")
     ap.add_argument("--only", help="since: the dream kinds planned, comma-separated (default: dream's)")
+    ap.add_argument("--max-seconds", type=float, help="first: each dream's --max-seconds")
+    ap.add_argument("--rounds", type=int, default=1, help="first: applied dreams at most (0: one plan, not applied)")
+    ap.add_argument("--timeout", type=float, help="first: kill a dream after this many seconds")
     args = ap.parse_args()
     if args.what == "build":
         build(args.cache, args.n)
@@ -810,6 +862,8 @@ def main() -> int:
         print(json.dumps(merge(args.cache, args.n, args.label), indent=1))
     elif args.what == "commands":
         print(json.dumps(commands(args.cache, args.n, args.label, min(args.runs, 3)), indent=1))
+    elif args.what == "first":
+        print(json.dumps(first(args.cache, args.n, args.label, args.max_seconds, args.rounds, args.timeout), indent=1))
     elif args.what == "since":
         print(json.dumps(since(args.cache, args.n, args.label, args.new, args.full, args.only, args.model or EMBED),
                          indent=1))
