@@ -477,11 +477,24 @@ class Planning:
     claimed: set[str]
     generator: Any  # None: load the configured chat model when needed; False: no model
     thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
+    # (i, j, cosine), i < j rows of `active`: the pairs to compare, best first, when a slice's scan
+    # found them (_neighbours); None: every pair of `active` is compared
+    near: list[tuple[int, int, float]] | None = None
     _gen_tried: bool = False
 
     def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
         """Rows of `active` that a pair kind compares: those that `keep`."""
         return [i for i, m in enumerate(self.active) if keep(m)]
+
+    def pairs(self, rows: list[int], threshold: float) -> list[tuple[int, int, float]]:
+        """(i, j, cosine) of the pairs among `rows` of `active` at `threshold` or closer, best first."""
+        if self.near is None:
+            return [(rows[x], rows[y], s) for x, y, s in _pairs(self.vecs[rows], threshold)]
+        keep = set(rows)
+        return [p for p in self.near if p[2] >= threshold and p[0] in keep and p[1] in keep]
+
+    def cosine(self, i: int, j: int) -> float:
+        return float(self.vecs[i] @ self.vecs[j])
 
     @property
     def settings(self):
@@ -549,7 +562,7 @@ def _plan_dedup(ctx: Planning) -> None:
     threshold, lexical = ctx.thresholds.dedup, float(ctx.settings.dedup_lexical)
     edges = []
     sims: dict[tuple[int, int], float] = {}
-    for i, j, s in _pairs(ctx.vecs, threshold):
+    for i, j, s in ctx.pairs(list(range(len(active))), threshold):
         a, b = active[i], active[j]
         if a.tier != b.tier or numbers(a.text) != numbers(b.text):
             continue
@@ -585,8 +598,8 @@ def _plan_supersede(ctx: Planning) -> None:
     when = {m.id: (m.valid_from or m.created_at) for m in active}
     found: list[tuple[Memory, Memory, str]] = []
     if ctx.vecs is not None and len(facts) > 1:
-        for a, b, cos in _pairs(ctx.vecs[facts], ctx.thresholds.supersede):
-            x, y = active[facts[a]], active[facts[b]]
+        for a, b, cos in ctx.pairs(facts, ctx.thresholds.supersede):
+            x, y = active[a], active[b]
             if when[x.id] == when[y.id]:
                 continue
             older, newer = (x, y) if when[x.id] < when[y.id] else (y, x)
@@ -622,15 +635,9 @@ def _plan_merge(ctx: Planning) -> None:
     pool = ctx.pairable(lambda m: m.id not in claimed and m.tier == "archival" and not m.derived_from)
     if len(pool) < 2:
         return
-    sims: dict[tuple[int, int], float] = {}
-    edges = []
-    for a, b, s in _pairs(ctx.vecs[pool], threshold):
-        i, j = pool[a], pool[b]
-        sims[(i, j)] = s
-        edges.append((i, j, s))
     cluster_of: dict[int, int] = {}
     clusters: list[list[int]] = []
-    for i, j, _ in edges:  # best pair first; complete linkage
+    for i, j, _ in ctx.pairs(pool, threshold):  # best pair first; complete linkage
         ci, cj = cluster_of.get(i), cluster_of.get(j)
         if ci is None and cj is None:
             cluster_of[i] = cluster_of[j] = len(clusters)
@@ -642,7 +649,7 @@ def _plan_merge(ctx: Planning) -> None:
         members = clusters[c]
         if len(members) >= MERGE_MAX:
             continue
-        if all(sims.get((min(x, new), max(x, new)), 0.0) >= threshold for x in members):
+        if all(ctx.cosine(x, new) >= threshold for x in members):
             members.append(new)
             cluster_of[new] = c
     for members in sorted(clusters, key=lambda c: min(active[i].id for i in c)):
@@ -651,7 +658,7 @@ def _plan_merge(ctx: Planning) -> None:
             result.notes.append("time limit reached while planning merges")
             return
         ms = sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
-        score = min(sims[(min(a, b), max(a, b))] for a in members for b in members if a < b)
+        score = min(ctx.cosine(a, b) for a in members for b in members if a < b)
         gen = ctx.writer()
         ids = [m.id for m in ms]
         if gen is None:
@@ -796,27 +803,36 @@ PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resemble
 SLICE = PAIRS_EXACT_MAX  # memories never compared yet that one slice of a large store's dream takes
 
 
-def _partners(store: "MemoryStore", changed: list[Memory], threshold: float, upto: int | None = None,
-              budget: _Budget | None = None) -> list[int] | None:
-    """Row numbers of the stored vectors (of rows up to `upto`) at cosine >= `threshold` to any
-    of `changed`'s: every vector is read once, a block at a time, so the cost is (changed x
-    store), not (store x store), and a block is all that is held. None: `budget` ran out first."""
+def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
+                budget: _Budget | None = None) -> list[tuple[int, int, float]] | None:
+    """(row of a memory of `chunk`, row of a stored memory, cosine) for every stored vector (of
+    rows up to `upto`) at cosine >= `threshold` to a vector of `chunk` (row number -> memory);
+    a pair of two memories of `chunk` once, and no memory with itself. Every vector is read
+    once, a block at a time, so the cost is (chunk x store), not (store x store), and a block is
+    all that is held. None: `budget` ran out first."""
     import numpy as np
 
     _, dim = store.vector_model()
-    new = _vectors(store, changed)
-    new = new[np.flatnonzero(np.any(new != 0, axis=1))]
+    seqs = np.array(sorted(chunk), dtype=np.int64)
+    new = _vectors(store, [chunk[int(q)] for q in seqs])
+    kept = np.flatnonzero(np.any(new != 0, axis=1))
+    new, seqs = new[kept], seqs[kept]
     if not dim or not len(new):
         return []
-    found: set[int] = set()
-    for seqs, blob in store.vector_blocks(PARTNER_BLOCK, upto):
+    found: list[tuple[int, int, float]] = []
+    for block_seqs, blob in store.vector_blocks(PARTNER_BLOCK, upto):
         if budget is not None and budget.over():
             return None
         block = np.frombuffer(blob, dtype="<f4").reshape(-1, dim)
+        rows = np.array(block_seqs, dtype=np.int64)
+        in_chunk = np.isin(rows, seqs)
         for start in range(0, len(new), 1024):
-            near = np.any(block @ new[start:start + 1024].T >= threshold - 1e-6, axis=1)
-            found.update(seqs[i] for i in np.flatnonzero(near).tolist())
-    return sorted(found)
+            sims = new[start:start + 1024] @ block.T
+            x, y = np.nonzero(sims >= threshold - 1e-6)
+            mine, theirs = seqs[start + x], rows[y]
+            once = (theirs < mine) | ~in_chunk[y]  # two of the chunk: the later with the earlier
+            found.extend(zip(mine[once].tolist(), theirs[once].tolist(), sims[x[once], y[once]].tolist()))
+    return found
 
 
 def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
@@ -840,8 +856,11 @@ class _Planner:
         self.claimed: set[str] = set()  # memories that leave the active set in this plan
         self.considered: set[str] = set()
 
-    def run(self, memories: Iterable[Memory], which: Iterable[str]) -> None:
-        """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`."""
+    def run(self, memories: Iterable[Memory], which: Iterable[str],
+            near: tuple[dict[int, str], list[tuple[int, int, float]]] | None = None) -> None:
+        """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`;
+        `near`: (row number -> id, the pairs of row numbers to compare: _neighbours), or None
+        to compare every pair."""
         which = [k for k in APPLY_ORDER if k in which and k in self.kinds]
         now, claimed = self.now, self.claimed
         usable = [m for m in memories if m.forgotten_at is None and m.merged_into is None
@@ -857,6 +876,16 @@ class _Planner:
             expired=expired, active=active, vecs=_vectors(self.store, active) if needs_vectors and active else None,
             index={m.id: i for i, m in enumerate(active)}, words={m.id: content_stems(m.text) for m in active},
             claimed=claimed, generator=self.generator, thresholds=self.thresholds)
+        if near is not None:
+            ids, found = near
+            index = ctx.index
+            pairs = []
+            for a, b, cos in found:
+                i, j = index.get(ids.get(a, "")), index.get(ids.get(b, ""))
+                if i is not None and j is not None:
+                    pairs.append((min(i, j), max(i, j), cos))
+            pairs.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
+            ctx.near = pairs
         for kind in which:
             PLANNERS[kind](ctx)
         if ctx._gen_tried:  # loaded (or found missing) once for the whole plan
@@ -886,21 +915,25 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
     touched: set[str] = set()
     revisit: set[str] = set()
 
-    def compare(chunk: list[Memory], upto: int | None) -> bool:
-        near = _partners(store, chunk, lowest, upto, budget)
+    def compare(chunk: dict[int, Memory], upto: int | None) -> bool:
+        """Plan the pairs of `chunk` (row number -> memory) with each other and with the stored
+        memories of rows up to `upto`; False when the time limit cut it short."""
+        near = _neighbours(store, chunk, lowest, upto, budget)
         if near is None:
             result.complete = False
             result.notes.append("time limit reached while comparing memories")
             return False
-        found = {m.id: m for m in chunk}
-        found.update((m.id, m) for m in store.memories_by_seq(near).values())
+        rows = dict(chunk)
+        rows.update(store.memories_by_seq({b for _, b, _ in near} - rows.keys()))
+        found = {m.id: m for m in rows.values()}
         if "supersede" in kinds:  # the same subject with another value: not always close in meaning
-            subjects = {sv[0] for m in chunk if m.tier != "episodic" and (sv := subject_value(m.text))}
+            subjects = {sv[0] for m in chunk.values() if m.tier != "episodic" and (sv := subject_value(m.text))}
             for subject in sorted(subjects):
                 found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject), upto))
         revisit.update(found.keys() & touched)
         first = len(result.proposals)
-        planner.run(sorted((m for i, m in found.items() if i not in touched), key=lambda m: m.id), pairs)
+        planner.run(sorted((m for i, m in found.items() if i not in touched), key=lambda m: m.id), pairs,
+                    near=({q: m.id for q, m in rows.items()}, near))
         touched.update(i for p in result.proposals[first:] for i in p.members)
         return result.complete
 
@@ -925,7 +958,8 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         through = mark.get("through")  # absent: every memory was compared
         if through is not None and (not isinstance(through, int) or isinstance(through, bool)):
             through = 0  # not in this form: compare them all
-        if changed and not compare(list(changed.values()), None):
+        seq = store.storage_order(changed)
+        if changed and not compare({seq[i]: m for i, m in changed.items() if i in seq}, None):
             return
     total = store.count_live_after(through) if through is not None else 0
     done = 0
@@ -934,7 +968,7 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         if not window:
             through = None
             break
-        if not compare([m for _, m in window], window[-1][0]):
+        if not compare(dict(window), window[-1][0]):
             break
         through, done = window[-1][0], done + len(window)
         if progress:

@@ -132,20 +132,24 @@ def test_a_small_store_always_compares_everything(store, large, monkeypatch):
     assert plan.since is None and plan.considered == 63
 
 
-def test_partners_are_every_stored_vector_at_the_threshold(store, large, monkeypatch):
-    """_partners reads the vectors a block at a time: the same rows as comparing with each."""
-    import numpy as np
-
+def test_neighbours_are_every_stored_vector_at_the_threshold(store, large, monkeypatch):
+    """_neighbours reads the vectors a block at a time: the same pairs as comparing each stored
+    vector (up to `upto`) with each of the chunk's, two of the chunk once, none with itself."""
     monkeypatch.setattr(dream, "PARTNER_BLOCK", 7)
-    changed = large["background"][:5] + [large["old"][0]]
     everyone = store.list(Filter.live(), limit=None)
     seq = store.storage_order(m.id for m in everyone)
-    vecs = dream._vectors(store, everyone)
-    new = dream._vectors(store, changed)
+    vec = {seq[m.id]: v for m, v in zip(everyone, dream._vectors(store, everyone))}
+    chunk = {seq[m.id]: m for m in large["background"][:5] + [large["old"][0]]}
+    sizes = {}
     for threshold in (0.3, 0.5, 0.9):
-        want = sorted(seq[m.id] for m, v in zip(everyone, vecs) if np.max(new @ v) >= threshold - 1e-6)
-        assert dream._partners(store, changed, threshold) == want
-        assert len(want) >= len(changed)
+        for upto in (None, max(chunk) - 1):
+            want = {(a, b) for a in chunk for b in vec if (upto is None or b <= upto)
+                    and (b < a or b not in chunk) and float(vec[a] @ vec[b]) >= threshold - 1e-6}
+            got = dream._neighbours(store, chunk, threshold, upto)
+            assert {(a, b) for a, b, _ in got} == want and len(got) == len(want)
+            assert all(abs(cos - float(vec[a] @ vec[b])) < 1e-5 for a, b, cos in got)
+            sizes[(threshold, upto)] = len(want)
+    assert sizes[(0.3, None)] > sizes[(0.3, max(chunk) - 1)] > 0 and sizes[(0.9, None)] < sizes[(0.3, None)]
 
 
 def test_cli_full_and_the_plan_json_say_what_was_compared(store, large, monkeypatch):
