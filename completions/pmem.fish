@@ -139,7 +139,7 @@ complete -c pmem -n '__fish_seen_subcommand_from doctor' -l help -d 'Show this m
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l apply -d 'Apply the plan (asks once; see --yes).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l yes -s y -d 'Apply without asking (for cron).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l only -r -d 'Only these kinds, comma-separated: dedup, merge, compress, expire, supersede, purge.'
-complete -c pmem -n '__fish_seen_subcommand_from dream' -l max-seconds -r -d 'Stop planning and applying after N seconds.'
+complete -c pmem -n '__fish_seen_subcommand_from dream' -l max-seconds -r -d 'Stop planning and applying after N seconds (with --apply, planning stops at three quarters of them).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l purge -d 'Also delete expired memories past the grace period (purge_grace_days), after an automatic backup.'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l include -r -d 'A pinned memory the dream may change (repeatable).'
 complete -c pmem -n '__fish_seen_subcommand_from dream' -l no-model -d 'Use no chat model: no merges; extractive summaries.'

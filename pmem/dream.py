@@ -1163,16 +1163,16 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
     """After a dream that planned every pair kind to the end (or to the end of a slice of the
-    memories never compared yet) and applied what was accepted to the end, the next dream of a
-    large store compares only what changes after the plan's mark (what a person did not accept
-    was turned down), and the memories never compared from where the plan stopped. Looked at
-    again then: the members of proposals skipped (changed since the plan, failed), those a later
-    slice left to the next dream, and of merges dropped for want of a working chat model (once
-    a plan may use one). A merge dropped as not grounded would be
-    dropped again while its members, the model and the settings stay as they are. Best effort:
-    the dream is committed, and a mark not recorded only means more to compare."""
+    memories never compared yet), the next dream of a large store compares only what changes
+    after the plan's mark (what a person did not accept was turned down), and the memories never
+    compared from where the plan stopped. Looked at again then: the members of proposals skipped
+    (changed since the plan, failed, or left by the time limit), those a later slice left to the
+    next dream, and of merges dropped for want of a working chat model (once a plan may use
+    one). A merge dropped as not grounded would be dropped again while its members, the model
+    and the settings stay as they are. Best effort: the dream is committed, and a mark not
+    recorded only means more to compare."""
     settled = plan.complete or plan.through is not None  # or cut short between slices
-    if not (plan.mark and settled and result.complete and set(PAIR_KINDS) <= set(plan.kinds)):
+    if not (plan.mark and settled and set(PAIR_KINDS) <= set(plan.kinds)):
         return
     skipped = {s["id"] for s in result.skipped}
     revisit = {m for p in plan.proposals if p.id in skipped for m in p.members} | set(plan.revisit)

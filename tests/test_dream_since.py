@@ -442,3 +442,31 @@ def test_a_slice_mark_in_another_form_compares_everything(store, sliced):
     store.conn.commit()
     plan = dream.plan(store, now=NOW, generator=False)
     assert plan.complete and plan.considered == store.count(Filter.live())
+
+
+def test_proposals_the_time_limit_left_unapplied_come_back_in_the_next_dream(store, sliced, monkeypatch):
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert len(plan.proposals) >= 2
+    with monkeypatch.context() as m:
+        m.setattr(dream._Budget, "over", lambda self: self.deadline is not None)  # out of time at once
+        result = dream.apply(store, plan, backup=False, max_seconds=1)
+    assert not result.complete and not result.applied
+    assert mark(store) == plan.mark  # what was planned is not planned again from the start
+    assert {i for p in plan.proposals for i in p.members} <= set(store.dream_mark()["revisit"])
+    again = dream.plan(store, now=NOW, generator=False)
+    assert again.since == plan.mark and _pair_keys(again) == _pair_keys(plan)
+
+
+def test_applying_keeps_a_quarter_of_max_seconds(store, sliced, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_DB", str(store.path))
+    asked = []
+    plan = dream.plan
+    monkeypatch.setattr(dream, "plan", lambda *a, **k: asked.append(k["max_seconds"]) or plan(*a, **k))
+    for args in (["--max-seconds", "40"], ["--apply", "--yes", "--max-seconds", "40"], ["--apply", "--yes"]):
+        r = CliRunner().invoke(app, ["dream", "--json", "--no-model", "--no-upkeep", *args])
+        assert r.exit_code == 0, r.output
+    assert asked == [40, 30, None]

@@ -10,6 +10,8 @@ from ..errors import PmemError, UsageError
 from . import output as out
 from .common import JsonOpt, open_store
 
+PLAN_SHARE = 0.75  # of --max-seconds, what planning may take when the plan is applied after it
+
 
 def register(app: typer.Typer) -> None:
     app.command()(dream)
@@ -65,7 +67,8 @@ def dream(
     only: Optional[str] = typer.Option(None, "--only", help="Only these kinds, comma-separated: "
                                        "dedup, merge, compress, expire, supersede, purge."),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds",
-                                                help="Stop planning and applying after N seconds."),
+                                                help="Stop planning and applying after N seconds (with "
+                                                "--apply, planning stops at three quarters of them)."),
     purge: bool = typer.Option(False, "--purge", help="Also delete expired memories past the grace period "
                                "(purge_grace_days), after an automatic backup."),
     include: List[str] = typer.Option(None, "--include", help="A pinned memory the dream may change (repeatable)."),
@@ -104,9 +107,11 @@ def dream(
     kinds = _kinds(only, purge)
     started = time.monotonic()
     with open_store() as store:
+        # Applying needs time too: a plan that spent it all would leave every proposal to the next dream.
+        planning = max_seconds * PLAN_SHARE if max_seconds is not None and apply else max_seconds
         with out.Progress("dreaming") as bar:
             plan = dreaming.plan(store, only=kinds, generator=False if no_model else None,
-                                 max_seconds=max_seconds, include=include or (), full=full, progress=bar)
+                                 max_seconds=planning, include=include or (), full=full, progress=bar)
         if not apply:
             if as_json:
                 out.print_json(plan.to_dict())
