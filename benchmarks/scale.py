@@ -809,7 +809,8 @@ def first(cache: Path, n: int, label: str, max_seconds: float | None, rounds: in
                 run = watched(args + (["--apply", "--yes", "--no-upkeep"] if rounds else []), env, timeout, sink)
             data = json.loads(report.read_text() or "null") if not run.get("killed") else None
             plan = (data or {}).get("plan", data) or {}
-            run.update({k: plan.get(k) for k in ("complete", "not_compared", "considered", "counts", "elapsed_s")})
+            run.update({k: plan.get(k) for k in ("complete", "not_compared", "changed", "considered", "counts",
+                                                 "elapsed_s")})
             if data and "result" in data:
                 run["applied"] = len(data["result"]["applied"])
             out["rounds"].append(run)

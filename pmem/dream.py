@@ -801,6 +801,7 @@ INCREMENTAL_FROM = PAIRS_EXACT_MAX  # live memories from which a dream compares 
 PAIR_KINDS = ("dedup", "supersede", "merge")  # the kinds that compare memories with each other
 PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles a slice
 SLICE = PAIRS_EXACT_MAX  # memories never compared yet that one slice of a large store's dream takes
+READ_MAX = 3 * SLICE  # memories a slice's planners read at a time: a part of it and what resembles that
 
 
 def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
@@ -917,23 +918,42 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
 
     def compare(chunk: dict[int, Memory], upto: int | None) -> bool:
         """Plan the pairs of `chunk` (row number -> memory) with each other and with the stored
-        memories of rows up to `upto`; False when the time limit cut it short."""
+        memories of rows up to `upto`, in pieces that read at most READ_MAX memories (a piece
+        of the chunk and what resembles it); False when the time limit cut it short."""
         near = _neighbours(store, chunk, lowest, upto, budget)
         if near is None:
             result.complete = False
             result.notes.append("time limit reached while comparing memories")
             return False
-        rows = dict(chunk)
-        rows.update(store.memories_by_seq({b for _, b, _ in near} - rows.keys()))
+        by_member: dict[int, list[tuple[int, int, float]]] = {}
+        for pair in near:
+            by_member.setdefault(pair[0], []).append(pair)
+        piece: list[int] = []
+        partners: set[int] = set()
+        for q in sorted(chunk):
+            mine = {b for _, b, _ in by_member.get(q, ())}
+            if piece and len(piece) + len(partners | mine) > READ_MAX:
+                if not plan_piece(chunk, piece, partners, by_member, upto):
+                    return False
+                piece, partners = [], set()
+            piece.append(q)
+            partners |= mine
+        return plan_piece(chunk, piece, partners, by_member, upto) if piece else result.complete
+
+    def plan_piece(chunk: dict[int, Memory], piece: list[int], partners: set[int],
+                   by_member: dict[int, list[tuple[int, int, float]]], upto: int | None) -> bool:
+        rows = {q: chunk[q] for q in piece}
+        rows.update((q, chunk[q]) for q in partners if q in chunk)
+        rows.update(store.memories_by_seq(partners - rows.keys()))
         found = {m.id: m for m in rows.values()}
         if "supersede" in kinds:  # the same subject with another value: not always close in meaning
-            subjects = {sv[0] for m in chunk.values() if m.tier != "episodic" and (sv := subject_value(m.text))}
+            subjects = {sv[0] for q in piece if rows[q].tier != "episodic" and (sv := subject_value(rows[q].text))}
             for subject in sorted(subjects):
                 found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject), upto))
         revisit.update(found.keys() & touched)
         first = len(result.proposals)
         planner.run(sorted((m for i, m in found.items() if i not in touched), key=lambda m: m.id), pairs,
-                    near=({q: m.id for q, m in rows.items()}, near))
+                    near=({q: m.id for q, m in rows.items()}, [p for q in piece for p in by_member.get(q, ())]))
         touched.update(i for p in result.proposals[first:] for i in p.members)
         return result.complete
 
@@ -959,8 +979,10 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         if through is not None and (not isinstance(through, int) or isinstance(through, bool)):
             through = 0  # not in this form: compare them all
         seq = store.storage_order(changed)
-        if changed and not compare({seq[i]: m for i, m in changed.items() if i in seq}, None):
-            return
+        ordered = sorted((seq[i], m) for i, m in changed.items() if i in seq)
+        for start in range(0, len(ordered), SLICE):
+            if not compare(dict(ordered[start:start + SLICE]), None):
+                return
     total = store.count_live_after(through) if through is not None else 0
     done = 0
     while through is not None and not budget.over():

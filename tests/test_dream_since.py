@@ -348,17 +348,23 @@ def sliced(store, monkeypatch):
     return {"notes": notes, "dup": (early, late), "tea": (tea, new_tea)}
 
 
+@pytest.mark.parametrize("read_max", [None, 6])
 def test_a_first_dream_of_a_large_store_goes_a_slice_at_a_time_and_finds_what_a_whole_plan_finds(
-        store, sliced, monkeypatch):
-    sizes = []
-    vectors = dream._vectors
-    monkeypatch.setattr(dream, "_vectors", lambda st, ms: sizes.append(len(ms)) or vectors(st, ms))
+        store, sliced, monkeypatch, read_max):
+    if read_max:  # a slice planned in pieces that read at most 6 memories (with their subjects' facts)
+        monkeypatch.setattr(dream, "READ_MAX", read_max)
+    sizes = []  # memories each run of the planners read
+    run = dream._Planner.run
+    monkeypatch.setattr(dream._Planner, "run", lambda self, ms, *a, **k: sizes.append(len(ms := list(ms)))
+                        or run(self, ms, *a, **k))
     seen = []
     plan = dream.plan(store, now=NOW, generator=False, progress=lambda done, total: seen.append((done, total)))
     live = store.count(Filter.live())
     assert plan.complete and plan.through is None and plan.left == 0 and plan.considered == live == 84
     assert seen[-1] == (84, 84) and len(seen) == 11  # 8 a slice
     assert max(sizes) < live / 2  # a slice and what it resembles, never the store
+    if read_max:
+        assert max(sizes) <= read_max + 1 and len(sizes) > 2 * len(seen)
     monkeypatch.setattr(dream, "INCREMENTAL_FROM", 10_000)  # the same store compared whole
     whole = dream.plan(store, now=NOW, generator=False)
     assert _pair_keys(plan) == _pair_keys(whole)
