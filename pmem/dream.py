@@ -134,6 +134,7 @@ class Plan:
     revisit: list[str] = field(default_factory=list)  # memories a later slice left to the next dream
     through: int | None = None  # stopped before comparing the memories stored after this row
     left: int = 0  # how many memories it had not compared then
+    resume: bool = False  # the pair kinds stopped where the next dream can go on (through, revisit)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in KINDS}
@@ -973,6 +974,7 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
     else:
         mark = None
     through: int | None = 0
+    ordered: list[tuple[int, Memory]] = []
     if mark is not None:
         result.since, result.changed = int(mark["event"]), len(changed)
         through = mark.get("through")  # absent: every memory was compared
@@ -980,12 +982,14 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
             through = 0  # not in this form: compare them all
         seq = store.storage_order(changed)
         ordered = sorted((seq[i], m) for i, m in changed.items() if i in seq)
-        for start in range(0, len(ordered), SLICE):
-            if not compare(dict(ordered[start:start + SLICE]), None):
-                return
     total = store.count_live_after(through) if through is not None else 0
-    done = 0
-    while through is not None and not budget.over():
+    done, stopped = 0, False
+    for start in range(0, len(ordered), SLICE):
+        if not compare(dict(ordered[start:start + SLICE]), None):
+            revisit.update(m.id for _, m in ordered[start:])  # what changed and was not compared: next time
+            stopped = True
+            break
+    while not stopped and through is not None and not budget.over():
         window = store.live_after(through, SLICE)
         if not window:
             through = None
@@ -995,11 +999,12 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         through, done = window[-1][0], done + len(window)
         if progress:
             progress(done, total)
-    result.revisit = sorted(revisit)
+    result.revisit, result.resume = sorted(revisit), True
     # a merge dropped in one slice may be met again in a later one
     result.dropped = list({(d["kind"], tuple(d.get("members", ()))): d for d in result.dropped}.values())
-    if through is not None:
+    if stopped or through is not None:
         result.complete, result.through, result.left = False, through, total - done
+    if through is not None:
         result.notes.append(f"{total - done:,} memories not compared yet: a large store is compared a slice "
                             f"at a time, and the next dream goes on from where this one stopped")
 
@@ -1184,17 +1189,16 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 
 
 def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
-    """After a dream that planned every pair kind to the end (or to the end of a slice of the
-    memories never compared yet), the next dream of a large store compares only what changes
-    after the plan's mark (what a person did not accept was turned down), and the memories never
-    compared from where the plan stopped. Looked at again then: the members of proposals skipped
-    (changed since the plan, failed, or left by the time limit), those a later slice left to the
-    next dream, and of merges dropped for want of a working chat model (once a plan may use
-    one). A merge dropped as not grounded would be dropped again while its members, the model
-    and the settings stay as they are. Best effort: the dream is committed, and a mark not
-    recorded only means more to compare."""
-    settled = plan.complete or plan.through is not None  # or cut short between slices
-    if not (plan.mark and settled and set(PAIR_KINDS) <= set(plan.kinds)):
+    """After a dream that planned every pair kind to the end (or on a large store, to where the
+    time limit stopped it), the next dream of a large store compares only what changes after the
+    plan's mark (what a person did not accept was turned down), and the memories never compared
+    from where the plan stopped. Looked at again then: the members of proposals skipped (changed
+    since the plan, failed, or left by the time limit), those a later slice left to the next
+    dream, changed memories the time limit left, and of merges dropped for want of a working
+    chat model (once a plan may use one). A merge dropped as not grounded would be dropped again
+    while its members, the model and the settings stay as they are. Best effort: the dream is
+    committed, and a mark not recorded only means more to compare."""
+    if not (plan.mark and (plan.complete or plan.resume) and set(PAIR_KINDS) <= set(plan.kinds)):
         return
     skipped = {s["id"] for s in result.skipped}
     revisit = {m for p in plan.proposals if p.id in skipped for m in p.members} | set(plan.revisit)

@@ -109,7 +109,7 @@ def test_the_mark_moves_only_after_a_whole_dream(store, large):
     partial = dream.plan(store, now=NOW, generator=False, only={"dedup", "expire"})
     dream.apply(store, partial, backup=False)
     assert mark(store) == before  # supersede and merge did not look
-    plan.complete = False  # a time limit cut it short
+    plan.complete = plan.resume = False  # cut short where no dream could go on from
     dream.apply(store, plan, backup=False)
     assert mark(store) == before
     plan = dream.plan(store, now=NOW, generator=False)
@@ -430,16 +430,26 @@ def test_the_cli_says_how_many_memories_are_left_to_compare(store, sliced, monke
     assert "memories not compared yet" in r.stderr and "run again to continue" in r.stderr
 
 
-def test_a_time_limit_before_the_slices_records_nothing(store, sliced, monkeypatch):
+def test_what_changed_and_the_time_limit_left_is_compared_next_time(store, sliced, monkeypatch):
+    """A dream whose time runs out among what changed still moves the mark (or a change larger
+    than a night's time would be compared from the start every night): what it did not compare
+    is looked at next time."""
     dream.apply(store, dream.plan(store, now=NOW, generator=False), accept=set(), backup=False)
     before = mark(store)
-    add(store, "a new note about the harbor and the heron")
-    with monkeypatch.context() as m:
-        m.setattr(dream._Budget, "over", lambda self: True)
+    monkeypatch.setattr(dream, "SLICE", 2)
+    twins = [add(store, f"{m.text}!") for m in sliced["notes"][:5]]  # five near-duplicates, two a slice
+    calls = []
+    with monkeypatch.context() as m:  # out of time when comparing the second two
+        m.setattr(dream._Budget, "over", lambda self: calls.append(1) or len(calls) > 1)
         cut = dream.plan(store, now=NOW, generator=False, max_seconds=1)
-    assert not cut.complete and cut.through is None and "time limit reached while comparing memories" in cut.notes
+    assert not cut.complete and cut.resume and cut.changed == 5
+    assert "time limit reached while comparing memories" in cut.notes
+    found = {i for p in cut.proposals for i in p.members}
+    assert len([t for t in twins if t.id in found]) == 2 and {t.id for t in twins[2:]} <= set(cut.revisit)
     dream.apply(store, cut, backup=False)
-    assert mark(store) == before and "through" not in store.dream_mark()
+    assert mark(store) == cut.mark > before and "through" not in store.dream_mark()
+    rest = dream.plan(store, now=NOW, generator=False)
+    assert rest.complete and {t.id for t in twins[2:]} <= {i for p in rest.proposals for i in p.members}
 
 
 def test_a_slice_mark_in_another_form_compares_everything(store, sliced):
