@@ -7,7 +7,7 @@
     python benchmarks/scale.py merge --n 100000           # search before and after merging the keyword index
     python benchmarks/scale.py since --n 100000 --full    # a dream of a day's change against the whole plan
     python benchmarks/scale.py commands --n 1000000 --label s5   # every command, whole process, on a copy
-    python benchmarks/scale.py first --n 1000000 --label s6 --max-seconds 600 --rounds 3   # a first dream
+    python benchmarks/scale.py first --n 1000000 --max-seconds 600 --rounds 3   # first dreams, applied
 
 Stores are built once into --cache (default /tmp/pmem-scale) through `MemoryStore.insert`, the
 path `pmem import` takes, 10,000 memories per operation, with the deterministic `fake-384`
