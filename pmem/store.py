@@ -1757,10 +1757,11 @@ class MemoryStore:
             return []
         phrase = '^"' + " ".join(w.replace('"', '""') for w in words) + '"'
         where, params = Filter.live().where(self.clock())
-        return self._select(f"{where} AND m.tier != 'episodic' AND m.seq <= ? AND m.seq IN "
+        if upto is not None:
+            where, params = f"{where} AND m.seq <= ?", [*params, int(upto)]
+        return self._select(f"{where} AND m.tier != 'episodic' AND m.seq IN "
                             f"(SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)",
-                            [*params, (1 << 62) if upto is None else int(upto), f"text : {phrase}"],
-                            "ORDER BY m.seq")
+                            [*params, f"text : {phrase}"], "ORDER BY m.seq")
 
     def vector_blocks(self, size: int = 16384, upto: int | None = None) -> Iterator[tuple[builtins.list[int], bytes]]:
         """Every stored vector of the store's dimension (of rows up to `upto`), `size` at a time
@@ -1769,10 +1770,11 @@ class MemoryStore:
         _, dim = self.vector_model()
         if not dim or not self._has_vec_table():
             return
-        last, upto = -1, (1 << 62) if upto is None else int(upto)
+        last = -1
+        bound, upper = ("", ()) if upto is None else (" AND seq <= ?", (int(upto),))
         while True:
-            rows = self.conn.execute("SELECT seq, embedding FROM memory_vec WHERE seq > ? AND seq <= ? "
-                                     "ORDER BY seq LIMIT ?", (last, upto, int(size))).fetchall()
+            rows = self.conn.execute(f"SELECT seq, embedding FROM memory_vec WHERE seq > ?{bound} "
+                                     "ORDER BY seq LIMIT ?", (last, *upper, int(size))).fetchall()
             if not rows:
                 return
             last = rows[-1][0]
