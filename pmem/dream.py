@@ -489,8 +489,9 @@ class Planning:
 
     def pairs(self, rows: list[int], threshold: float) -> list[tuple[int, int, float]]:
         """(i, j, cosine) of the pairs among `rows` of `active` at `threshold` or closer, best first."""
-        if self.near is None:
-            return [(rows[x], rows[y], s) for x, y, s in _pairs(self.vecs[rows], threshold)]
+        if self.near is None:  # every row: the vectors as they are, not a copy
+            vecs = self.vecs if len(rows) == len(self.active) else self.vecs[rows]
+            return [(rows[x], rows[y], s) for x, y, s in _pairs(vecs, threshold)]
         keep = set(rows)
         return [p for p in self.near if p[2] >= threshold and p[0] in keep and p[1] in keep]
 
@@ -959,8 +960,10 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         return result.complete
 
     mark = None if full else store.dream_mark()
+    if mark is not None and mark.get("basis") != result.basis:
+        mark = None  # recorded under another model or thresholds: every pair again
     changed: dict[str, Memory] = {}
-    if mark is not None and mark.get("basis") == result.basis:
+    if mark is not None:
         changed = {m.id: m for m in store.changed_since(int(mark["event"]))}
         # Merges dropped for want of a working chat model wait for a plan that may use one.
         waiting = list(mark.get("waiting", ()))
@@ -971,8 +974,6 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
                 changed[m.id] = m
         if 4 * len(changed) > live:
             mark = None
-    else:
-        mark = None
     through: int | None = 0
     ordered: list[tuple[int, Memory]] = []
     if mark is not None:
