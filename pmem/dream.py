@@ -804,6 +804,13 @@ PAIR_KINDS = ("dedup", "supersede", "merge")  # the kinds that compare memories 
 PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles a slice
 SLICE = PAIRS_EXACT_MAX  # memories never compared yet that one slice of a large store's dream takes
 READ_MAX = 3 * SLICE  # memories a slice's planners read at a time: a part of it and what resembles that
+# What the pair kinds decide on, and whether a memory takes part at all; ("valid_from",
+# "created_at"): the date a fact holds from, which orders supersede. A memory whose events since
+# the last dream changed none of these (its tags or meta; a newer fact's valid_from set to its own
+# date by a supersede) is not compared again: its pairs stay as the last plan decided them, and a
+# new memory meets it from its own side.
+COMPARED_FIELDS = ("text", "tier", "pinned", "merged_into", "forgotten_at", "superseded_by", "valid_to",
+                   "expires_at", ("valid_from", "created_at"))
 
 
 def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
@@ -859,6 +866,14 @@ class _Planner:
         self.claimed: set[str] = set()  # memories that leave the active set in this plan
         self.considered: set[str] = set()
 
+    def usable(self, m: Memory) -> bool:
+        """Not forgotten or merged, and not pinned unless `include` names it."""
+        return m.forgotten_at is None and m.merged_into is None and (not m.pinned or m.id in self.included)
+
+    def comparable(self, m: Memory) -> bool:
+        """Usable, and neither expired nor superseded: one the pair kinds compare."""
+        return self.usable(m) and not m.is_expired(self.now) and not m.is_superseded(self.now)
+
     def run(self, memories: Iterable[Memory], which: Iterable[str],
             near: tuple[dict[int, str], list[tuple[int, int, float]]] | None = None) -> None:
         """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`;
@@ -866,8 +881,7 @@ class _Planner:
         to compare every pair."""
         which = [k for k in APPLY_ORDER if k in which and k in self.kinds]
         now, claimed = self.now, self.claimed
-        usable = [m for m in memories if m.forgotten_at is None and m.merged_into is None
-                  and (not m.pinned or m.id in self.included)]
+        usable = [m for m in memories if self.usable(m)]
         self.considered.update(m.id for m in usable)
         expired = sorted((m for m in usable if m.id not in claimed and m.is_expired(now)),
                          key=lambda m: (m.expires_at, m.id))
@@ -964,13 +978,14 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         mark = None  # recorded under another model or thresholds: every pair again
     changed: dict[str, Memory] = {}
     if mark is not None:
-        changed = {m.id: m for m in store.changed_since(int(mark["event"]))}
+        changed = {m.id: m for m in store.changed_since(int(mark["event"]), COMPARED_FIELDS)
+                   if planner.comparable(m)}
         # Merges dropped for want of a working chat model wait for a plan that may use one.
         waiting = list(mark.get("waiting", ()))
         if planner.generator is False:
             result.waiting, waiting = waiting, []
         for m in store.get_many([*mark.get("revisit", ()), *waiting, *planner.included]):
-            if m.forgotten_at is None and m.merged_into is None:
+            if planner.comparable(m):
                 changed[m.id] = m
         if 4 * len(changed) > live:
             mark = None
@@ -995,7 +1010,7 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         if not window:
             through = None
             break
-        if not compare(dict(window), window[-1][0]):
+        if not compare({q: m for q, m in window if planner.comparable(m)}, window[-1][0]):
             break
         through, done = window[-1][0], done + len(window)
         if progress:

@@ -1736,12 +1736,25 @@ class MemoryStore:
         """The number of the newest event: any later change to a memory gets a larger one."""
         return self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
 
-    def changed_since(self, event: int) -> builtins.list[Memory]:
+    def changed_since(self, event: int, fields: Sequence[str | tuple[str, ...]] | None = None) -> builtins.list[Memory]:
         """Live memories (not forgotten, not merged) that an event after `event` touched: stored,
-        edited, restored, or changed by a dream."""
+        edited, restored, or changed by a dream. With `fields` (names of Memory's fields, or a
+        tuple of names for the first of them that is set), only those that an event stored or
+        changed one of these of."""
         where, params = Filter.live().where(self.clock())
-        return self._select(f"{where} AND m.id IN (SELECT memory_id FROM events WHERE seq > ?)",
-                            [*params, int(event)], "ORDER BY m.seq")
+        events, extra = "SELECT memory_id FROM events WHERE seq > ?", [int(event)]
+        if fields:
+            names = [(f,) if isinstance(f, str) else f for f in fields]
+            paths = [f"$.{n}" for group in names for n in group]
+
+            def values(side: str) -> str:
+                first = (f"coalesce({', '.join(f'json_extract({side}, ?)' for _ in group)})" if len(group) > 1
+                         else f"json_extract({side}, ?)" for group in names)
+                return f"json_array({', '.join(first)})"
+
+            events += f" AND (before IS NULL OR after IS NULL OR {values('before')} IS NOT {values('after')})"
+            extra += paths + paths
+        return self._select(f"{where} AND m.id IN ({events})", [*params, *extra], "ORDER BY m.seq")
 
     def expired_live(self, now: str) -> builtins.list[Memory]:
         """Live memories whose expires_at has passed by `now` (from the index on expires_at)."""

@@ -63,7 +63,8 @@ def test_only_what_changed_is_compared_and_found_as_a_full_plan_finds_it(store, 
     store.edit(large["background"][40].id, expires_at="2025-06-01T00:00:00Z")  # an edit is a change too
     plan = dream.plan(store, now=NOW, generator=False)
     full = dream.plan(store, now=NOW, generator=False, full=True)
-    assert plan.since == mark(store) and plan.changed == 3
+    # the memory whose expiry passed is proposed for expiry, not compared
+    assert plan.since == mark(store) and plan.changed == 2
     assert plan.considered < full.considered == 65
     got = {_key(p) for p in plan.proposals}
     assert got == {_key(p) for p in full.proposals if set(p.members) & {new_dup.id, new_tea.id,
@@ -76,13 +77,40 @@ def test_only_what_changed_is_compared_and_found_as_a_full_plan_finds_it(store, 
     assert ("dedup", old) not in got and ("dedup", old) in {_key(p) for p in full.proposals}
 
 
+def test_what_a_dream_changed_outside_the_pairs_is_not_compared_again(store, large):
+    """The kept duplicate's tags and date, the newer fact's valid_from and the older fact's
+    supersession (it leaves the active set) decide no pair: the next dream compares none of them,
+    and a new near-duplicate of the kept one still meets it, from its own side. A date that
+    orders supersede, moved, is a change."""
+    twin = large["background"][17]
+    dup = add(store, twin.text + "!", tags=["garden"], created_at=twin.created_at)
+    newer = add(store, "Favourite tea of the household is green sencha with toasted brown rice",
+                created_at="2025-01-01T00:00:00Z")
+    plan = dream.plan(store, now=NOW, generator=False)
+    assert {p.kind for p in plan.proposals} == {"dedup", "supersede"}
+    kept = next(p.target for p in plan.proposals if p.kind == "dedup")
+    assert kept == dup.id  # the longer of the two
+    dream.apply(store, plan, backup=False)
+    assert store.get(kept).tags == ["garden"] and store.get(newer.id).valid_from is not None
+    again = dream.plan(store, now=NOW, generator=False)
+    assert again.since == plan.mark and again.changed == 0 and again.proposals == []
+    third = add(store, twin.text + "?", created_at="2020-01-01T00:00:00Z")
+    store.edit(large["background"][3].id, text="The porch light is on a timer until midnight")
+    after = dream.plan(store, now=NOW, generator=False)
+    assert after.changed == 2
+    assert [sorted(p.members) for p in after.proposals] == [sorted([kept, third.id])]
+    dream.apply(store, after, backup=False)
+    assert store.get(kept).created_at == "2020-01-01T00:00:00Z"  # the earliest of its duplicates
+    assert dream.plan(store, now=NOW, generator=False).changed == 1
+
+
 def test_an_expiry_that_passed_without_a_change_is_still_proposed(store, large):
     m = store.edit(large["background"][5].id, expires_at="2025-12-31T00:00:00Z")
     plan = dream.plan(store, now=NOW, generator=False)
     dream.apply(store, plan, backup=False)
     later = "2026-03-01T00:00:00Z"
     plan = dream.plan(store, now=later, generator=False)
-    assert plan.changed == 1  # what the last dream applied (the stamp) is a change; nothing else
+    assert plan.changed == 0  # the stamp the last dream applied changed nothing a pair is decided on
     assert [p.kind for p in plan.proposals] == []  # stamped already: nothing new
     other = large["background"][6]
     store.conn.execute("UPDATE memories SET expires_at = ? WHERE id = ?", ("2026-02-01T00:00:00Z", other.id))
