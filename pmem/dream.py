@@ -478,9 +478,9 @@ class Planning:
     claimed: set[str]
     generator: Any  # None: load the configured chat model when needed; False: no model
     thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
-    # (i, j, cosine), i < j rows of `active`: the pairs to compare, best first, when a slice's scan
-    # found them (_neighbours); None: every pair of `active` is compared
-    near: list[tuple[int, int, float]] | None = None
+    # arrays (i, j, cosine), i < j rows of `active`: the pairs to compare, best first, when a
+    # slice's scan found them (_neighbours); None: every pair of `active` is compared
+    near: Any = None
     _gen_tried: bool = False
 
     def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
@@ -492,8 +492,13 @@ class Planning:
         if self.near is None:  # every row: the vectors as they are, not a copy
             vecs = self.vecs if len(rows) == len(self.active) else self.vecs[rows]
             return [(rows[x], rows[y], s) for x, y, s in _pairs(vecs, threshold)]
-        keep = set(rows)
-        return [p for p in self.near if p[2] >= threshold and p[0] in keep and p[1] in keep]
+        import numpy as np
+
+        i, j, cos = self.near
+        keep = np.zeros(len(self.active), dtype=bool)
+        keep[rows] = True
+        chosen = (cos >= threshold) & keep[i] & keep[j]
+        return list(zip(i[chosen].tolist(), j[chosen].tolist(), cos[chosen].tolist()))
 
     def cosine(self, i: int, j: int) -> float:
         return float(self.vecs[i] @ self.vecs[j])
@@ -814,12 +819,12 @@ COMPARED_FIELDS = ("text", "tier", "pinned", "merged_into", "forgotten_at", "sup
 
 
 def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
-                budget: _Budget | None = None) -> list[tuple[int, int, float]] | None:
-    """(row of a memory of `chunk`, row of a stored memory, cosine) for every stored vector (of
-    rows up to `upto`) at cosine >= `threshold` to a vector of `chunk` (row number -> memory);
-    a pair of two memories of `chunk` once, and no memory with itself. Every vector is read
-    once, a block at a time, so the cost is (chunk x store), not (store x store), and a block is
-    all that is held. None: `budget` ran out first."""
+                budget: _Budget | None = None):
+    """Arrays (row of a memory of `chunk`, row of a stored memory, cosine), in the order of the
+    first, for every stored vector (of rows up to `upto`) at cosine >= `threshold` to a vector
+    of `chunk` (row number -> memory); a pair of two memories of `chunk` once, and no memory
+    with itself. Every vector is read once, a block at a time, so the cost is (chunk x store),
+    not (store x store), and a block is all that is held. None: `budget` ran out first."""
     import numpy as np
 
     _, dim = store.vector_model()
@@ -827,9 +832,9 @@ def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float
     new = _vectors(store, [chunk[int(q)] for q in seqs])
     kept = np.flatnonzero(np.any(new != 0, axis=1))
     new, seqs = new[kept], seqs[kept]
+    parts: list[tuple[Any, Any, Any]] = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))]
     if not dim or not len(new):
-        return []
-    found: list[tuple[int, int, float]] = []
+        return parts[0]
     for block_seqs, blob in store.vector_blocks(PARTNER_BLOCK, upto):
         if budget is not None and budget.over():
             return None
@@ -841,8 +846,10 @@ def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float
             x, y = np.nonzero(sims >= threshold - 1e-6)
             mine, theirs = seqs[start + x], rows[y]
             once = (theirs < mine) | ~in_chunk[y]  # two of the chunk: the later with the earlier
-            found.extend(zip(mine[once].tolist(), theirs[once].tolist(), sims[x[once], y[once]].tolist()))
-    return found
+            parts.append((mine[once], theirs[once], sims[x[once], y[once]]))
+    mine, theirs, cos = (np.concatenate(column) for column in zip(*parts))
+    order = np.argsort(mine, kind="stable")
+    return mine[order], theirs[order], cos[order]
 
 
 def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
@@ -875,10 +882,10 @@ class _Planner:
         return self.usable(m) and not m.is_expired(self.now) and not m.is_superseded(self.now)
 
     def run(self, memories: Iterable[Memory], which: Iterable[str],
-            near: tuple[dict[int, str], list[tuple[int, int, float]]] | None = None) -> None:
+            near: tuple[dict[int, str], Any] | None = None) -> None:
         """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`;
-        `near`: (row number -> id, the pairs of row numbers to compare: _neighbours), or None
-        to compare every pair."""
+        `near`: (row number -> id, the arrays of pairs of row numbers to compare: _neighbours),
+        or None to compare every pair."""
         which = [k for k in APPLY_ORDER if k in which and k in self.kinds]
         now, claimed = self.now, self.claimed
         usable = [m for m in memories if self.usable(m)]
@@ -894,15 +901,21 @@ class _Planner:
             index={m.id: i for i, m in enumerate(active)}, words={m.id: content_stems(m.text) for m in active},
             claimed=claimed, generator=self.generator, thresholds=self.thresholds)
         if near is not None:
-            ids, found = near
-            index = ctx.index
-            pairs = []
-            for a, b, cos in found:
-                i, j = index.get(ids.get(a, "")), index.get(ids.get(b, ""))
-                if i is not None and j is not None:
-                    pairs.append((min(i, j), max(i, j), cos))
-            pairs.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
-            ctx.near = pairs
+            import numpy as np
+
+            ids, (a, b, cos) = near
+            seqs = np.array(sorted(ids) or [-1], dtype=np.int64)  # never empty, for rows_of's lookup
+            row = np.array([ctx.index.get(ids.get(q, ""), -1) for q in seqs.tolist()], dtype=np.int64)
+
+            def rows_of(qs):  # row numbers -> rows of `active` (-1: not there)
+                at = np.minimum(np.searchsorted(seqs, qs), len(seqs) - 1)
+                return np.where(seqs[at] == qs, row[at], -1)
+
+            ia, ib = rows_of(a), rows_of(b)
+            both = (ia >= 0) & (ib >= 0)
+            i, j, cos = np.minimum(ia, ib)[both], np.maximum(ia, ib)[both], cos[both]
+            order = np.lexsort((j, i, -np.round(cos.astype(np.float64), 6)))  # best first
+            ctx.near = (i[order], j[order], cos[order])
         for kind in which:
             PLANNERS[kind](ctx)
         if ctx._gen_tried:  # loaded (or found missing) once for the whole plan
@@ -924,6 +937,8 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
        the next dream goes on from there.
 
     Memories a proposal of an earlier slice holds are left to the next dream (Plan.revisit)."""
+    import numpy as np
+
     store, result, budget, kinds = planner.store, planner.result, planner.budget, planner.kinds
     pairs = [k for k in PAIR_KINDS if k in kinds]
     thresholds = planner.thresholds
@@ -941,23 +956,22 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
             result.complete = False
             result.notes.append("time limit reached while comparing memories")
             return False
-        by_member: dict[int, list[tuple[int, int, float]]] = {}
-        for pair in near:
-            by_member.setdefault(pair[0], []).append(pair)
+        members, theirs = near[0], near[1]
+        # a piece is a run of the chunk in row order, and its pairs a run of `near`
         piece: list[int] = []
         partners: set[int] = set()
         for q in sorted(chunk):
-            mine = {b for _, b, _ in by_member.get(q, ())}
-            if piece and len(piece) + len(partners | mine) > READ_MAX:
-                if not plan_piece(chunk, piece, partners, by_member, upto):
+            lo, hi = np.searchsorted(members, [q, q + 1])
+            mine = set(theirs[lo:hi].tolist())
+            if piece and len(piece) + len(partners) + len(mine - partners) > READ_MAX:
+                if not plan_piece(chunk, piece, partners, near, upto):
                     return False
                 piece, partners = [], set()
             piece.append(q)
             partners |= mine
-        return plan_piece(chunk, piece, partners, by_member, upto) if piece else result.complete
+        return plan_piece(chunk, piece, partners, near, upto) if piece else result.complete
 
-    def plan_piece(chunk: dict[int, Memory], piece: list[int], partners: set[int],
-                   by_member: dict[int, list[tuple[int, int, float]]], upto: int | None) -> bool:
+    def plan_piece(chunk: dict[int, Memory], piece: list[int], partners: set[int], near, upto: int | None) -> bool:
         rows = {q: chunk[q] for q in piece}
         rows.update((q, chunk[q]) for q in partners if q in chunk)
         rows.update(store.memories_by_seq(partners - rows.keys()))
@@ -968,8 +982,9 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
                 found.update((m.id, m) for m in store.facts_starting_with(re.findall(r"\w+", subject), upto))
         revisit.update(found.keys() & touched)
         first = len(result.proposals)
+        lo, hi = np.searchsorted(near[0], [piece[0], piece[-1] + 1])
         planner.run(sorted((m for i, m in found.items() if i not in touched), key=lambda m: m.id), pairs,
-                    near=({q: m.id for q, m in rows.items()}, [p for q in piece for p in by_member.get(q, ())]))
+                    near=({q: m.id for q, m in rows.items()}, tuple(column[lo:hi] for column in near)))
         touched.update(i for p in result.proposals[first:] for i in p.members)
         return result.complete
 

@@ -173,7 +173,7 @@ def test_neighbours_are_every_stored_vector_at_the_threshold(store, large, monke
         for upto in (None, max(chunk) - 1):
             want = {(a, b) for a in chunk for b in vec if (upto is None or b <= upto)
                     and (b < a or b not in chunk) and float(vec[a] @ vec[b]) >= threshold - 1e-6}
-            got = dream._neighbours(store, chunk, threshold, upto)
+            got = list(zip(*(column.tolist() for column in dream._neighbours(store, chunk, threshold, upto))))
             assert {(a, b) for a, b, _ in got} == want and len(got) == len(want)
             assert all(abs(cos - float(vec[a] @ vec[b])) < 1e-5 for a, b, cos in got)
             sizes[(threshold, upto)] = len(want)

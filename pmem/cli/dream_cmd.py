@@ -87,8 +87,9 @@ def dream(
     large stores) and, when a fifth or more of the file is free space, the file is VACUUMed.
 
     On a store of 20,000 memories and more, a dream compares a slice at a time: once a dream has
-    been applied, only the memories changed since then (with those they resemble), so its cost
-    follows the change; what you turned down stays turned down until a memory like it changes.
+    been applied, only the memories added since then or whose text, tier, pin, expiry or date
+    changed (with those they resemble), so its cost follows the change; what you turned down
+    stays turned down until a memory like it changes.
     The first dream of a large store (and --full) compares every memory, 20,000 at a time; with
     --max-seconds it stops between slices, and the next applied dream goes on from there.
 
