@@ -930,7 +930,7 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
     1. once a dream has been applied (store.dream_mark, under this basis), the memories changed
        since: with those of proposals the last dream skipped or left for the next, of merges it
        dropped for want of a working chat model unless the plan uses none, and the pinned ones
-       named in `include`;
+       named in `include`; each with the memories compared so far (up to the mark's `through`);
     2. memories never compared yet (a first dream, --full, another basis, or a quarter of the
        store changed), SLICE at a time in storage order, each slice with the earlier memories it
        resembles, until the time limit. The plan then says where they start (Plan.through), and
@@ -1016,7 +1016,8 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
     total = store.count_live_after(through) if through is not None else 0
     done, stopped = 0, False
     for start in range(0, len(ordered), SLICE):
-        if not compare(dict(ordered[start:start + SLICE]), None):
+        # with the memories compared so far: the others meet what changed when their slice comes
+        if not compare(dict(ordered[start:start + SLICE]), through):
             revisit.update(m.id for _, m in ordered[start:])  # what changed and was not compared: next time
             stopped = True
             break

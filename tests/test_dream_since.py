@@ -425,6 +425,33 @@ def test_a_time_limit_stops_between_slices_and_the_next_dream_goes_on(store, sli
     assert dream.plan(store, now=NOW, generator=False).considered == 0
 
 
+def test_between_nights_what_changed_is_scanned_only_against_what_was_compared(store, sliced, monkeypatch):
+    """A first dream cut short: the next night scans a changed memory against the memories
+    compared so far (up to `through`) and no further; one stored after that meets it when its
+    own slice comes, so the pair is still found."""
+    windows = []
+    live_after = store.live_after
+    monkeypatch.setattr(store, "live_after", lambda seq, limit: windows.append(seq) or live_after(seq, limit))
+    over = {"after": 4}  # three slices of 8
+    monkeypatch.setattr(dream._Budget, "over", lambda self: len(windows) >= over["after"])
+    dream.apply(store, dream.plan(store, now=NOW, generator=False, max_seconds=60), accept=set(), backup=False)
+    through = store.dream_mark()["through"]
+    early, late = sliced["dup"]
+    inside = sliced["notes"][2]
+    order = store.storage_order([inside.id, early.id])
+    assert order[inside.id] <= through < order[early.id]
+    store.edit(inside.id, text=early.text + "?")  # now a near-duplicate of `early`
+    scans = []
+    neighbours = dream._neighbours
+    monkeypatch.setattr(dream, "_neighbours", lambda st, chunk, threshold, upto=None, budget=None:
+                        scans.append((sorted(chunk), upto)) or neighbours(st, chunk, threshold, upto, budget))
+    over["after"] = 10 ** 9
+    nxt = dream.plan(store, now=NOW, generator=False)
+    assert nxt.complete and nxt.changed == 1
+    assert scans[0] == ([order[inside.id]], through)  # what changed, against the part compared so far
+    assert any({inside.id, early.id} <= set(p.members) for p in nxt.proposals if p.kind == "dedup")
+
+
 def test_a_memory_an_earlier_slice_proposed_is_left_to_the_next_dream(store, sliced):
     early, late = sliced["dup"]
     for i in range(10):
