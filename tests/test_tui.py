@@ -564,11 +564,12 @@ async def test_search_is_debounced(tstore):
         calls.append(query)
         return search(store, query, flt, **kw)
 
-    app = make(tstore, search_debounce=0.2, search_mode="keyword", search_fn=counting)
+    # a debounce well above Pilot's ~60 ms a key, so a busy machine cannot split the typing
+    app = make(tstore, search_debounce=1.0, search_mode="keyword", search_fn=counting)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("slash", *"cabin")
-        await pilot.pause(0.5)
+        await pilot.pause(1.3)
         await settle(app, pilot)
         assert calls == ["cabin"]
 
