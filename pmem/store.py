@@ -1747,10 +1747,10 @@ class MemoryStore:
             names = [(f,) if isinstance(f, str) else f for f in fields]
             paths = [f"$.{n}" for group in names for n in group]
 
-            def values(side: str) -> str:
-                first = (f"coalesce({', '.join(f'json_extract({side}, ?)' for _ in group)})" if len(group) > 1
-                         else f"json_extract({side}, ?)" for group in names)
-                return f"json_array({', '.join(first)})"
+            def values(side: str) -> str:  # json_array of each group's first value that is set
+                calls = [[f"json_extract({side}, ?)"] * len(group) for group in names]
+                return "json_array(" + ", ".join(c[0] if len(c) == 1 else f"coalesce({', '.join(c)})"
+                                                 for c in calls) + ")"
 
             events += f" AND (before IS NULL OR after IS NULL OR {values('before')} IS NOT {values('after')})"
             extra += paths + paths
