@@ -178,8 +178,8 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert [r for _, r in more] == sorted(r for _, r in more)
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert ranked and all("'(\"rare3\" OR \"nowhere\") AND (" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
-    # A filter that keeps fewer of the newest rows than asked: the whole query still answers,
-    # at once (a first pass of the best rows by BM25 alone would rank every row only to fail).
+    # A date filter that keeps none of the store's newest rows: a window of fewer than
+    # DATE_WINDOW memories is ranked whole, at once, inside its storage range (exact).
     monkeypatch.setattr(store_module, "COMMON_RECENT", 200)
     old = Filter(until="2025-01-01T00:04:59Z")  # the first 300: none of the newest 200, and no count says so
     statements.clear()
@@ -191,8 +191,22 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert [r for _, r in found] == pytest.approx([r for _, r in whole]) and len(found) == 100
     assert all(m.created_at <= old.until for m in store.memories_by_seq(s for s, _ in found).values())
     ranked = [sql for sql in statements if "bm25(" in sql]
-    assert len(ranked) == 2 and "ORDER BY rowid DESC" in ranked[0] and "ORDER BY rank LIMIT 400)" not in ranked[1]
+    assert len(ranked) == 1 and "rowid BETWEEN 1 AND 300" in ranked[0]
+    # A larger window: its newest rows stand for the store's newest, common words are ranked
+    # among the rows holding them there, and no BM25 of every row holding them follows.
     store.exact_below = 0
+    monkeypatch.setattr(store_module, "DATE_WINDOW", 150)
+    statements.clear()
+    store.conn.set_trace_callback(statements.append)
+    newest = keyword_ranks(store, "common filler", old, 100)
+    one = keyword_ranks(store, "filler", old, 100)  # one common word: the same, not the store's best first
+    store.conn.set_trace_callback(None)
+    ranked = [sql for sql in statements if "bm25(" in sql]
+    assert len(ranked) == 2 and all("rowid BETWEEN 151 AND 300" in sql and "rowid DESC" in sql for sql in ranked)
+    assert len(newest) == len(one) == 100 and {s for s, _ in newest} <= set(range(151, 301))
+    assert {s for s, _ in one} <= set(range(151, 301))
+    assert keyword_ranks(store, "common filler", Filter(until="2024-12-31T00:00:00Z"), 100) == []
+    monkeypatch.setattr(store_module, "DATE_WINDOW", 20_000)
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
@@ -218,7 +232,9 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
         by_seq = store.memories_by_seq(s for s, _ in fast)
         assert len(by_seq) == len(fast)
         ranked = [sql for sql in statements if "bm25(" in sql]
-        if store._estimate(flt) * store_module.KEYWORD_FETCH < store.count(Filter.everything()):
+        if flt.since:  # a date window of fewer than DATE_WINDOW rows: ranked whole in its range
+            assert len(ranked) == 1 and "rowid BETWEEN" in ranked[0]
+        elif store._estimate(flt) * store_module.KEYWORD_FETCH < store.count(Filter.everything()):
             # A filter known to keep few (a tier, a tag): the whole query at once, ranked once.
             assert len(ranked) == 1 and "ORDER BY rank LIMIT 40)" not in ranked[0]
         else:
@@ -262,6 +278,53 @@ def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypat
     assert {s for s, _ in planned} == both == {s for s, _ in whole}
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert ranked and all("'(\"zebra\") AND (" in sql for sql in ranked)  # caroline chose no rows
+
+
+def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_order(store, monkeypatch):
+    """An imported history appends old dates after new ones. A --since / --until window of fewer
+    than DATE_WINDOW memories is still ranked whole: the keyword side inside the storage range of
+    the window (which holds every row of it, however scattered), the semantic side along the date
+    index instead of the bit pool. Both equal the exact search."""
+    monkeypatch.setattr(store_module, "BIT_POOL", 16)  # a bit pool this small is approximate here
+    rng = random.Random(11)
+    dim = store.embedder.dim
+
+    def when(i: int) -> str:  # seq 1-800 this year in order, 801-1200 an old history appended
+        day, minute = ("2025-02-01", i) if i < 800 else ("2024-01-01", i - 800)
+        return f"{day}T{minute // 60:02d}:{minute % 60:02d}:00Z"
+
+    memories = [Memory(id=f"h{i:05d}", text=f"common filler word{i % 7} {'rare' if i % 13 == 0 else 'plain'} {i}",
+                       created_at=when(i)) for i in range(1200)]
+    store.insert(memories, vectors=[serialize([rng.gauss(0, 1) for _ in range(dim)]) for _ in memories])
+    assert store.build_bits()
+    windows = [Filter(until="2024-12-31T00:00:00Z"),  # the history alone, seq 801-1200
+               Filter(since="2025-02-01T05:00:00Z"),  # this year's newest, seq 301-800
+               Filter(since="2024-01-01T03:00:00Z", until="2025-02-01T02:00:00Z")]  # both ends of storage
+    query = serialize([rng.gauss(0, 1) for _ in range(dim)])
+    for flt in windows:
+        for words in ("common filler", "filler", "rare word3"):
+            store.exact_below = 10**9
+            exact = keyword_ranks(store, words, flt, 10)
+            store.exact_below = 0
+            statements: list[str] = []
+            store.conn.set_trace_callback(statements.append)
+            fast = keyword_ranks(store, words, flt, 10)
+            store.conn.set_trace_callback(None)
+            assert len(fast) == 10 and [r for _, r in fast] == pytest.approx([r for _, r in exact])
+            cut = exact[-1][1]
+            assert {s for s, r in fast if r < cut - 1e-9} == {s for s, r in exact if r < cut - 1e-9}
+            assert [sql for sql in statements if "bm25(" in sql and "rowid BETWEEN" in sql]
+        store.exact_below = 10**9
+        exact_sem = store.semantic_ranks(query, flt, 10)
+        store.exact_below = 0
+        statements = []
+        store.conn.set_trace_callback(statements.append)
+        assert store.semantic_ranks(query, flt, 10) == exact_sem
+        store.conn.set_trace_callback(None)
+        assert not [sql for sql in statements if "vec_bit(" in sql]
+        assert [s for s, _ in exact_sem] == [s for _, s in _brute(store, query, flt, 10)]
+    empty = Filter(since="2023-01-01T00:00:00Z", until="2023-12-31T00:00:00Z")
+    assert keyword_ranks(store, "common filler", empty, 10) == [] and store.semantic_ranks(query, empty, 10) == []
 
 
 def _old_store(path, fake_config, n: int):
