@@ -42,7 +42,8 @@ PART_SLACK = 8  # rows each partition gives beyond its even share of the pool
 WHOLE_EXACT_MAX = 2048  # a whole tier (core) of at most this many memories is ranked exactly
 KEYWORD_FETCH = 4  # a large store's keyword side ranks 4n by BM25 before it filters (MemoryStore.keyword_ranks)
 COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
-DATE_WINDOW = 20_000  # rows of a --since/--until window below which search ranks it whole (~1 us a row a side)
+DATE_WINDOW = 20_000  # rows of a --since/--until window below which search ranks it whole (~1 us a row a side)...
+DATE_SHARE = 20  # ...or below 1/20 of the store (a scan of 50,000 rows costs what the bit path does at 1,000,000)
 UPKEEP_MIN_FREE = 0.2  # share of the file in free pages from which upkeep() runs VACUUM
 MERGE_STEP = 1000  # keyword-index pages one transaction of merge_keyword_index() writes (0.3-0.4 s at 100k)
 MERGE_PAUSE = 0.1  # seconds between two steps: longer than SQLite's busy handler sleeps, so a waiting writer gets in
@@ -793,12 +794,12 @@ class MemoryStore:
                                  "WHERE key >= 'mem:' AND key < 'mem;'").fetchone()[0]
         large = docs >= self.exact_below
         # Under a date filter (--since / --until) on a large store, the storage range [lo, hi] of
-        # the window's newest DATE_WINDOW rows bounds what is ranked. Where the window holds fewer
-        # rows than that, every row of it lies in the range and the bounded query is exact; it
-        # costs what the window holds where dates follow storage order (imports of a day, a
-        # history), and never more than the whole query. (At 1,000,000 `--until 2021-01-01`
-        # ranked every row holding "caroline", "support" or "group": 0.2 s warm, 0.53-0.66 s.)
-        window = self._date_window(flt) if large else None
+        # the window's newest rows (_date_window) bounds what is ranked. Where those are the whole
+        # window, every row of it lies in the range and the bounded query is exact; it costs what
+        # the window holds where dates follow storage order (imports of a day, a history), and
+        # never more than the whole query. (At 1,000,000 `--until 2021-01-01` ranked every row
+        # holding "caroline", "support" or "group": 0.2 s warm, 0.39-0.43 s whole process.)
+        window = self._date_window(flt, docs) if large else None
         lo, hi, complete = window if window is not None else (0, 0, False)
         span = " AND memories_fts.rowid BETWEEN ? AND ?" if complete else ""
         sql = (f"SELECT m.seq, bm25(memories_fts, {weights}) AS rank FROM memories_fts "
@@ -830,6 +831,8 @@ class MemoryStore:
         terms = match.split(" OR ")
         if large and window is None and (flt.since or flt.until):
             return []  # no memory in the date window
+        # --as-of alone: the newest rows created by then stand for "newest" (a fact may hold from
+        # an earlier date than it was stored, so they are never the whole window).
         if complete:
             return ranked(match)
         if large and (len(terms) > 1 or window is not None):
@@ -877,23 +880,26 @@ class MemoryStore:
             return ranked(match, selective=True)  # the filter keeps few of the newest: the whole query
         return ranked(match)
 
-    def _date_window(self, flt: Filter) -> tuple[int, int, bool] | None:
-        """(lo, hi, complete) for a filter with --since / --until: the smallest and largest seq of
-        the DATE_WINDOW newest memories in that window (along memories_created_seq), and whether
-        they are the whole window. None without a date bound or when no memory is in it."""
-        if not flt.since and not flt.until:
-            return None
+    def _date_window(self, flt: Filter, docs: int) -> tuple[int, int, bool] | None:
+        """(lo, hi, complete) for a filter with a date: the smallest and largest seq of the newest
+        memories created in its window, at most max(DATE_WINDOW, docs / DATE_SHARE) of them
+        along memories_created_seq, and whether they are the whole window. --as-of alone gives
+        the memories created by then, never complete. None without a date or an empty window."""
         clauses, params = [], []
         if flt.since:
             clauses.append("created_at >= ?")
             params.append(flt.since)
-        if flt.until:
+        if flt.until or flt.as_of:
             clauses.append("created_at <= ?")
-            params.append(flt.until)
+            params.append(flt.until or flt.as_of)
+        if not clauses:
+            return None
+        most = max(DATE_WINDOW, docs // DATE_SHARE)
         count, lo, hi = self.conn.execute(
             f"SELECT count(*), min(seq), max(seq) FROM (SELECT seq FROM memories WHERE {' AND '.join(clauses)} "
-            f"ORDER BY created_at DESC, seq DESC LIMIT ?)", [*params, DATE_WINDOW]).fetchone()
-        return None if not count else (lo, hi, count < DATE_WINDOW)
+            f"ORDER BY created_at DESC, seq DESC LIMIT ?)", [*params, most]).fetchone()
+        whole = count < most and bool(flt.since or flt.until)
+        return None if not count else (lo, hi, whole)
 
     def semantic_ranks(self, vector: bytes, flt: Filter, n: int,
                        scan: PartitionScan | None = None) -> builtins.list[tuple[int, float]]:
@@ -931,10 +937,10 @@ class MemoryStore:
         if wanted <= EXACT_SCAN_MAX or in_knn == 0:
             return None
         if flt.since or flt.until:
-            # A date window of fewer than DATE_WINDOW memories is scanned whole along the date
-            # index: exact, and at 1,000,000 14 ms for a month (14,400) where the bit pool, which
-            # cannot know how few pass, read the partitions three times (107 ms) before the scan.
-            window = self._date_window(flt)
+            # A small date window (_date_window) is scanned whole along the date index: exact, and
+            # at 1,000,000 14 ms for a month (14,400) where the bit pool, which cannot know how
+            # few pass, read the partitions three times (107 ms) before the same scan.
+            window = self._date_window(flt, self.counter("vectors"))
             if window is None or window[2]:
                 return None
         pool = max(BIT_POOL, 2 * n) * in_knn // wanted

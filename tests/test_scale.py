@@ -206,6 +206,15 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert len(newest) == len(one) == 100 and {s for s, _ in newest} <= set(range(151, 301))
     assert {s for s, _ in one} <= set(range(151, 301))
     assert keyword_ranks(store, "common filler", Filter(until="2024-12-31T00:00:00Z"), 100) == []
+    # --as-of alone: the newest rows created by then stand for the newest, with no whole query
+    # after them (it ranked every row holding a common word: 0.1-0.3 s at 1,000,000).
+    statements.clear()
+    store.conn.set_trace_callback(statements.append)
+    then = keyword_ranks(store, "common filler", Filter(as_of=old.until), 100)
+    store.conn.set_trace_callback(None)
+    ranked = [sql for sql in statements if "bm25(" in sql]
+    assert len(ranked) == 1 and "rowid BETWEEN 151 AND 300" in ranked[0]
+    assert len(then) == 100 and {s for s, _ in then} <= set(range(151, 301))
     monkeypatch.setattr(store_module, "DATE_WINDOW", 20_000)
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
@@ -280,12 +289,16 @@ def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypat
     assert ranked and all("'(\"zebra\") AND (" in sql for sql in ranked)  # caroline chose no rows
 
 
-def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_order(store, monkeypatch):
+@pytest.mark.parametrize("least, share", [(20_000, 20), (10, 2)], ids=["few-rows", "a-share-of-the-store"])
+def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_order(store, monkeypatch, least, share):
     """An imported history appends old dates after new ones. A --since / --until window of fewer
-    than DATE_WINDOW memories is still ranked whole: the keyword side inside the storage range of
-    the window (which holds every row of it, however scattered), the semantic side along the date
-    index instead of the bit pool. Both equal the exact search."""
+    than DATE_WINDOW memories, or of less than 1 / DATE_SHARE of the store, is still ranked whole:
+    the keyword side inside the storage range of the window (which holds every row of it, however
+    scattered), the semantic side along the date index instead of the bit pool. Both equal the
+    exact search."""
     monkeypatch.setattr(store_module, "BIT_POOL", 16)  # a bit pool this small is approximate here
+    monkeypatch.setattr(store_module, "DATE_WINDOW", least)
+    monkeypatch.setattr(store_module, "DATE_SHARE", share)  # (10, 2): windows under 600 of 1,200
     rng = random.Random(11)
     dim = store.embedder.dim
 
@@ -325,6 +338,12 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
         assert [s for s, _ in exact_sem] == [s for _, s in _brute(store, query, flt, 10)]
     empty = Filter(since="2023-01-01T00:00:00Z", until="2023-12-31T00:00:00Z")
     assert keyword_ranks(store, "common filler", empty, 10) == [] and store.semantic_ranks(query, empty, 10) == []
+    # A fact stored later that holds from an earlier date is valid --as-of that date, though no
+    # memory was created by then: --as-of never makes a window whole.
+    early, _ = store.add("common filler sunrise", valid_from="2023-06-01T00:00:00Z")
+    found = keyword_ranks(store, "common filler", Filter(as_of="2023-07-01T00:00:00Z"), 10)
+    assert [s for s, _ in found] == [store.conn.execute("SELECT seq FROM memories WHERE id = ?",
+                                                         (early.id,)).fetchone()[0]]
 
 
 def _old_store(path, fake_config, n: int):
