@@ -100,21 +100,23 @@ def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
     return store.semantic_ranks(blob, flt, n, scan)
 
 
-def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int,
-                context_weight: float) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """keyword_ranks and semantic_ranks of a hybrid search. On a large store the keyword side
-    runs on the store's side reader in another thread while this one embeds the query and ranks
-    by meaning; once done, that thread reads bit-index partitions of the semantic side too
-    (PartitionScan), so both end together (benchmarks/README.md)."""
+def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_weight: float,
+                words: bool = True) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """keyword_ranks (unless not `words`: a semantic search) and semantic_ranks. On a large store
+    the keyword side runs on the store's side reader in another thread while this one embeds the
+    query and ranks by meaning; once done, that thread reads bit-index partitions of the
+    semantic side too (PartitionScan), so both end together (benchmarks/README.md). A semantic
+    search has that thread read partitions from the start."""
     with store.side_reader() as side:
         if side is None:
-            return keyword_ranks(store, query, flt, n, context_weight), semantic_ranks(store, query, flt, n)
+            kw = keyword_ranks(store, query, flt, n, context_weight) if words else []
+            return kw, semantic_ranks(store, query, flt, n)
         out: dict[str, Any] = {}
         scan = PartitionScan()
 
         def keyword() -> None:
             try:
-                out["kw"] = keyword_ranks(side, query, flt, n, context_weight)
+                out["kw"] = keyword_ranks(side, query, flt, n, context_weight) if words else []
             except BaseException as exc:  # raised again on this thread below
                 out["error"] = exc
                 return
@@ -212,7 +214,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     elif mode == "keyword":
         kw, sem = keyword_ranks(store, query, flt, n, tuning.context_weight), []
     else:
-        kw, sem = [], semantic_ranks(store, query, flt, n)
+        kw, sem = _both_sides(store, query, flt, n, tuning.context_weight, words=False)
 
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
     sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}

@@ -852,14 +852,17 @@ def test_a_failing_helper_gives_its_partition_back(store):
     assert not waiting.is_alive() and Broken.calls == 1
 
 
-def test_hybrid_search_with_partitions_shared_equals_one_thread(store, monkeypatch):
-    """On the bit path with the side reader, hybrid search gives the hits one connection gives."""
+@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
+def test_search_with_partitions_shared_equals_one_thread(store, monkeypatch, mode):
+    """On the bit path with the side reader, a hybrid or a semantic search gives the hits one
+    connection gives, and the side reader's thread helps read the partitions (a semantic search
+    at 1,000,000 read its 16 alone: 0.20 s whole process against a hybrid search's 0.15 s)."""
     _fill(store, 900, seed=10)
     monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
     store.exact_below = 0
     queries = ("topic 5 word3", "note 17", "about word6", "word2 topic 9")
     monkeypatch.setattr(store_module, "SIDE_READS_FROM", 10**9)
-    alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10, mode=mode)] for q in queries]
     monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
     helped = []
     real = store_module.PartitionScan.help
@@ -869,7 +872,7 @@ def test_hybrid_search_with_partitions_shared_equals_one_thread(store, monkeypat
         helped.append(conn is not store.conn)
 
     monkeypatch.setattr(store_module.PartitionScan, "help", spy)
-    both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
+    both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10, mode=mode)] for q in queries]
     assert both == alone
     assert helped == [True] * len(queries)
 
