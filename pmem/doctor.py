@@ -117,10 +117,15 @@ def run_checks(settings: Settings | PmemError, db_override=None,
         except PmemError as exc:
             checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
     from . import provision
+    from .embed import is_fake
 
     for key in ("embed_model", "chat_model"):
         spec = cfg.get(key)
-        if spec in provision.known_models():
+        if key == "embed_model" and is_fake(spec):  # tests and benchmarks: no file, vectors of no meaning
+            checks.append(Check(key, True, f"{spec}: the built-in fake embedder (for tests; its vectors carry "
+                                           "no meaning)", "pmem config set embed_model multilingual-e5-small",
+                                level="info"))
+        elif spec in provision.known_models():
             f = provision.model_file(spec, paths.models_dir())
             if f.exists():
                 checks.append(Check(key, True, f"{spec}: {f}"))

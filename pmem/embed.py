@@ -197,6 +197,11 @@ _cache_lock = threading.Lock()
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
+def is_fake(spec: str) -> bool:
+    """Whether `spec` names the built-in fake embedder ("fake", "fake-N"), which needs no file."""
+    return bool(_FAKE.match(spec.strip()))
+
+
 def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
     """The embedder for a provisioned model file, in this process: pmem's numpy engine for an
     E5S1 file (multilingual-e5-small), llama.cpp for a GGUF. The one loading path for commands and
