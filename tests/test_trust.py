@@ -459,3 +459,37 @@ def test_a_purge_killed_after_its_commit_is_finished_by_the_next_open(store, db)
         assert again.setting("purge_pending") is None
         assert again.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517"])
+
+
+def test_a_purge_killed_before_its_last_checkpoint_leaves_no_text_in_the_files(store, db):
+    """Killed once the rewrite is done and its setting cleared, before the -wal is emptied: the
+    rewritten pages are already in the file (a store this small never filled SQLite's 1,000
+    pages that checkpoint on their own, so the file still held the old pages with the text)."""
+    for i in range(200):
+        store.add(f"ordinary memory number {i} about gardening and tools")
+    m, _ = store.add(CANARY)
+    store.close()
+    code = f"""
+        import os
+        from pmem.store import MemoryStore
+        real = MemoryStore.checkpoint
+        calls = []
+
+        def checkpoint(self, attempts=5):
+            calls.append(1)
+            if self.setting("purge_pending") is None:  # the last one, after the setting went
+                os.kill(os.getpid(), 9)
+            return real(self, attempts)
+
+        MemoryStore.checkpoint = checkpoint
+        store = MemoryStore({str(db)!r})
+        store.purge([{m.id!r}])
+    """
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       env={**os.environ, "PMEM_EMBED_MODEL": "fake-64"})
+    assert p.returncode == -9, p.stderr
+    assert_gone(db, [b"Quokkazebra93517", b"quokkazebra93517"])  # before any reopening
+    with MemoryStore(db, config=store.config) as again:
+        assert again.setting("purge_pending") is None
+        assert again.conn.execute("SELECT count(*) FROM memories WHERE id = ?", (m.id,)).fetchone()[0] == 0
+        assert again.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
