@@ -110,3 +110,24 @@ def test_file_databases_are_read_through_a_memory_map(tmp_path, fake_config):
         assert conn.execute("SELECT text FROM memories WHERE id = ?", (memory.id,)).fetchone()[0] == memory.text
     finally:
         conn.close()
+
+
+def test_a_new_store_has_larger_pages_and_an_existing_one_keeps_its_own(tmp_path, fake_config):
+    """A vector row (~1.55 KB at 384-d) fills 5 of 8 KB where 4 KB held 2: new stores use 8 KB
+    pages. A store made with 4 KB pages opens, reads and writes as before, with its own size."""
+    with MemoryStore(tmp_path / "new.db", config=fake_config) as store:
+        assert store.conn.execute("PRAGMA page_size").fetchone()[0] == db.PAGE_SIZE == 8192
+        store.add("a memory in a new store")
+    old = tmp_path / "old.db"
+    raw = db.driver().connect(str(old))
+    raw.execute("PRAGMA page_size = 4096")
+    raw.execute("CREATE TABLE kept (x)")
+    raw.execute("INSERT INTO kept VALUES ('still here')")
+    raw.commit()
+    raw.close()
+    with MemoryStore(old, config=fake_config) as store:
+        assert store.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert store.conn.execute("SELECT x FROM kept").fetchone()[0] == "still here"
+        memory, _ = store.add("a memory in a store of 4 KB pages")
+        assert store.get(memory.id).text == memory.text
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
