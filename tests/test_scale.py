@@ -220,6 +220,23 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
 
+def _exact_and_planned(store, query: str, flt: Filter, n: int):
+    """The keyword side as a small store ranks it (the whole query) and as a large one plans it,
+    with the statements the plan ran; the two rank alike (rows tied at the last score aside)."""
+    store.exact_below = 10**9
+    whole = keyword_ranks(store, query, flt, n)
+    store.exact_below = 0
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    planned = keyword_ranks(store, query, flt, n)
+    store.conn.set_trace_callback(None)
+    assert [r for _, r in planned] == pytest.approx([r for _, r in whole])
+    if whole:  # ties at the last score may be either row
+        cut = whole[-1][1]
+        assert {s for s, r in planned if r < cut - 1e-9} == {s for s, r in whole if r < cut - 1e-9}
+    return whole, planned, statements
+
+
 @pytest.mark.parametrize("flt", FILTERS, ids=lambda f: repr(f)[:60])
 def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
     """On a large store BM25 ranks the matching rows before any is looked up and filtered, and only
@@ -227,17 +244,7 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
     fewer of them than asked (then the whole query answers)."""
     _fill(store, 600)
     for query in ("word3", "word3 word5"):
-        store.exact_below = 10**9
-        whole = keyword_ranks(store, query, flt, 10)
-        store.exact_below = 0
-        statements: list[str] = []
-        store.conn.set_trace_callback(statements.append)
-        fast = keyword_ranks(store, query, flt, 10)
-        store.conn.set_trace_callback(None)
-        assert [r for _, r in fast] == pytest.approx([r for _, r in whole])
-        if whole:  # ties at the last score may be either row
-            cut = whole[-1][1]
-            assert {s for s, r in fast if r < cut - 1e-9} == {s for s, r in whole if r < cut - 1e-9}
+        whole, fast, statements = _exact_and_planned(store, query, flt, 10)
         by_seq = store.memories_by_seq(s for s, _ in fast)
         assert len(by_seq) == len(fast)
         ranked = [sql for sql in statements if "bm25(" in sql]
@@ -316,16 +323,8 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
     query = serialize([rng.gauss(0, 1) for _ in range(dim)])
     for flt in windows:
         for words in ("common filler", "filler", "rare word3"):
-            store.exact_below = 10**9
-            exact = keyword_ranks(store, words, flt, 10)
-            store.exact_below = 0
-            statements: list[str] = []
-            store.conn.set_trace_callback(statements.append)
-            fast = keyword_ranks(store, words, flt, 10)
-            store.conn.set_trace_callback(None)
-            assert len(fast) == 10 and [r for _, r in fast] == pytest.approx([r for _, r in exact])
-            cut = exact[-1][1]
-            assert {s for s, r in fast if r < cut - 1e-9} == {s for s, r in exact if r < cut - 1e-9}
+            exact, fast, statements = _exact_and_planned(store, words, flt, 10)
+            assert len(fast) == 10
             assert [sql for sql in statements if "bm25(" in sql and "rowid BETWEEN" in sql]
         store.exact_below = 10**9
         exact_sem = store.semantic_ranks(query, flt, 10)
