@@ -1156,3 +1156,17 @@ def test_every_list_sort_walks_an_index_and_pages_through_one_order(store):
                     assert "TEMP B-TREE" not in plan, (sort, reverse, plan)
     live = [m.id for m in store.list(Filter(), sort="expires", limit=None)]  # the expired ones left out
     assert live[:2] == ["m00077"] + [m.id for m in expected["expires"] if m.expires_at is None][:1]
+
+
+def test_the_hits_of_a_mask_are_numpys_nonzero_in_the_same_order():
+    """dream's 1-d search of a pair mask (_hits) answers what np.nonzero does, row by row."""
+    import numpy as np
+
+    from pmem.dream import _hits
+
+    rng = np.random.default_rng(4)
+    for shape, share in [((7, 13), 0.3), ((1024, 2000), 0.001), ((3, 1), 1.0), ((0, 5), 0.5), ((4, 6), 0.0)]:
+        mask = rng.random(shape) < share
+        rows, cols = _hits(mask)
+        want_rows, want_cols = np.nonzero(mask)
+        assert rows.tolist() == want_rows.tolist() and cols.tolist() == want_cols.tolist()
