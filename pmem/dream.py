@@ -316,7 +316,6 @@ def _hits(mask):
 
 def _pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
     """Every pair compared, in blocks to bound memory."""
-
     n = len(vecs)
     out: list[tuple[int, int, float]] = []
     block = max(1, min(1024, 2**26 // max(n, 1)))  # rows per product: at most ~256 MB of float32

@@ -831,8 +831,6 @@ class MemoryStore:
         terms = match.split(" OR ")
         if large and window is None and (flt.since or flt.until):
             return []  # no memory in the date window
-        # --as-of alone: the newest rows created by then stand for "newest" (a fact may hold from
-        # an earlier date than it was stored, so they are never the whole window).
         if complete:
             return ranked(match)
         if large and (len(terms) > 1 or window is not None):
@@ -845,7 +843,8 @@ class MemoryStore:
             rare = [t for t in terms if self.conn.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
                 (t, cap + 1)).fetchone()[0] <= cap]
-            # Under a date filter "newest" means the newest rows of its window (their storage range).
+            # Under a date filter "newest" means the newest rows of its window (their storage
+            # range); under --as-of alone, of the memories created by then (_date_window).
             newest = " AND rowid BETWEEN ? AND ?" if window is not None else ""
             recent = (f"SELECT m.seq, f.rank FROM (SELECT rowid, bm25(memories_fts, {weights}) AS rank "
                       f"FROM memories_fts "
