@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 _COLUMNS_SQL = ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 _ID = re.compile(r"^[0-9a-z]{1,32}$")
+SAFE_PREFIX = 4  # characters of an id prefix an agent or a destructive verb must give, as git's minimum
 BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads the model itself
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
@@ -580,11 +581,17 @@ class MemoryStore:
         sql = f"SELECT {_COLUMNS_SQL} FROM memories m{indexed} WHERE {where} {tail}"
         return [Memory.from_row(r) for r in self.conn.execute(sql, list(params))]
 
-    def resolve(self, prefix: str) -> str:
-        """A full id from a unique prefix, like git."""
+    def resolve(self, prefix: str, min_prefix: int = 1) -> str:
+        """A full id from a unique prefix, like git. A prefix shorter than `min_prefix` that is not
+        a whole id raises UsageError: what an agent or a destructive verb names asks for
+        SAFE_PREFIX, so "1" cannot forget whichever memory happens to be the only one to match."""
         p = prefix.strip().lower()
         if not _ID.match(p):
             raise NotFound(f"no memory with id {prefix!r}")
+        if len(p) < min_prefix:
+            if self.conn.execute("SELECT 1 FROM memories WHERE id = ?", (p,)).fetchone():
+                return p
+            raise UsageError(f"id prefix {prefix!r} is too short: give at least {min_prefix} characters of the id")
         rows = self.conn.execute(
             "SELECT id FROM memories WHERE id >= ? AND id < ? ORDER BY id LIMIT 6",
             (p, p + "\uffff")).fetchall()
@@ -594,8 +601,8 @@ class MemoryStore:
             exact = [r[0] for r in rows if r[0] == p]
             if exact:
                 return exact[0]
-            shown = ", ".join(r[0] for r in rows[:5])
-            raise AmbiguousId(f"id prefix {prefix!r} matches several memories: {shown}")
+            shown = ", ".join(r[0] for r in rows[:5]) + (" and more" if len(rows) > 5 else "")
+            raise AmbiguousId(f"id prefix {prefix!r} matches several memories: {shown}; give more of the id")
         return rows[0][0]
 
     def get(self, memory_id: str) -> Memory:
@@ -1286,8 +1293,19 @@ class MemoryStore:
         return self._update(memory_id, action, lambda m: replace(m, **changes))
 
     def pin(self, memory_id: str) -> Memory:
-        """Make a memory core: always recalled first."""
-        return self.set_fields(memory_id, "pin", pinned=True, tier="core")
+        """Make a memory core: always recalled first. A memory that is not active (forgotten,
+        merged, superseded, expired) raises UsageError: pinned, it would still never be recalled."""
+        def change(m: Memory) -> Memory:
+            status = m.status(self.clock())
+            if status != "active":
+                later = m.merged_into or m.superseded_by
+                raise UsageError(f"memory {m.id} is {status}: " + (
+                    f"pin {later}, which replaced it" if later and status in ("merged", "superseded")
+                    else f"restore it first (pmem restore {m.id})" if status in ("forgotten", "expired")
+                    else "it is no longer current"))
+            return replace(m, pinned=True, tier="core")
+
+        return self._update(memory_id, "pin", change)
 
     def unpin(self, memory_id: str) -> Memory:
         """Unpin a memory (a core memory becomes archival); one undoable event. Returns the memory

@@ -1,5 +1,6 @@
 """Commands on memories: add, search, recall, list, show, edit, pin, unpin, expire, forget, restore."""
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from .. import timeutil
-from ..errors import UsageError
+from ..errors import NotFound, UsageError
 from . import output as out
 from .common import (
     AsOfOpt,
@@ -365,9 +366,9 @@ def _edit_in_editor(current: str) -> Optional[str]:
     return None if new == current.strip() else new
 
 
-def _each(ids: List[str], action: str, fn_name: str, **kw) -> None:
+def _each(ids: List[str], action: str, fn_name: str, min_prefix: int = 1, **kw) -> None:
     with open_store() as store:
-        full = [store.resolve(i) for i in ids]
+        full = [store.resolve(i, min_prefix=min_prefix) for i in ids]
         with store.operation(action, f"{action} {' '.join(full)}"):
             for mid in full:
                 getattr(store, fn_name)(mid, **kw)
@@ -402,6 +403,7 @@ def expire(
     now: bool = typer.Option(False, "--now", help="Expire now (the default)."),
 ) -> None:
     """Set when memories expire; expired ones leave search and recall but can be restored.
+    Ids need at least 4 characters (a whole id may be shorter).
 
     \b
     Examples:
@@ -415,7 +417,9 @@ def expire(
         when = timeutil.from_now(in_)
     elif at:
         when = _when(at, direction=1)
-    _each(ids, "expire", "expire", at=when)
+    from ..store import SAFE_PREFIX
+
+    _each(ids, "expire", "expire", min_prefix=SAFE_PREFIX, at=when)
 
 
 def forget(
@@ -427,21 +431,27 @@ def forget(
     yes: bool = typer.Option(False, "--yes", "-y", help="Purge without asking."),
 ) -> None:
     """Forget memories (a soft delete: `pmem restore` or `pmem undo` brings them back), or with
-    --purge erase them for good, from the database file, its history and the backups.
+    --purge erase them for good, from the database file, its history and the backups. Ids need
+    at least 4 characters (a whole id may be shorter), so a typo cannot name a memory by chance.
 
     \b
     Examples:
       pmem forget 3f2a
       pmem forget --purge 3f2a --yes
     """
-    if not purge:
-        _each(ids, "forget", "forget")
+    from ..store import SAFE_PREFIX
+
+    if not purge:  # the verbs that take memories out of recall need SAFE_PREFIX characters of an id
+        _each(ids, "forget", "forget", min_prefix=SAFE_PREFIX)
         return
     from ..backup import backups_holding, purge_backups
 
     if backups not in ("rewrite", "remove", "keep"):
         raise UsageError(f"unknown --backups {backups!r}: use rewrite, remove or keep")
     with open_store() as store:
+        for i in ids:  # checked before asking; an id only the history still holds is the store's to find
+            with contextlib.suppress(NotFound):
+                store.resolve(i, min_prefix=SAFE_PREFIX)
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
                 raise UsageError("refusing to purge without asking: add --yes (stdin is not a terminal)")
