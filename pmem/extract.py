@@ -425,18 +425,22 @@ def _judge(generator: "Generator") -> Callable[[str, str], str] | None:
     return judge
 
 
-def _similar(store: "MemoryStore", text: str, limit: int = 5):
+def _similar(store: "MemoryStore", text: str, limit: int = 5, scope: str | None = None):
     from .search import search
     from .store import Filter
 
-    return [h for h in search(store, text, Filter(), limit=limit, mode="semantic") if h.distance is not None]
+    flt = Filter() if scope is None else Filter(scope=scope)  # a project's: global plus its own
+    return [h for h in search(store, text, flt, limit=limit, mode="semantic") if h.distance is not None]
 
 
-def reconcile(store: "MemoryStore", fact: Fact, judge=None) -> tuple[str, str | None]:
-    """(action, target id) against the most similar stored memories, closest first."""
+def reconcile(store: "MemoryStore", fact: Fact, judge=None, scope: str | None = None) -> tuple[str, str | None]:
+    """(action, target id) against the most similar stored memories, closest first. A fact for a
+    project (`scope`) may find it already stored globally, but rewrites only the project's own."""
     thresholds = store.thresholds()
-    for hit in _similar(store, fact.text):
+    for hit in _similar(store, fact.text, scope=scope):
         action = decide(fact.text, hit.memory.text, 1.0 - hit.distance, judge, thresholds)
+        if scope is not None and action not in ("add", "noop") and hit.memory.scope != scope:
+            continue
         if action != "add":
             return action, hit.memory.id
     return "add", None
@@ -479,32 +483,34 @@ def _check_text(text: str) -> str:
 
 
 def _store_sources(store: "MemoryStore", text: str, *, turns: list[Turn], tags, at, source, model, run,
-                   allow_secret: bool = False, thread: str | None = None) -> list[str]:
+                   allow_secret: bool = False, thread: str | None = None, scope: str | None = None) -> list[str]:
     """Keep the input as episodic memory; its parts are appended, in order, to `thread` (by
     default the source: what one source sends over time reads as one conversation)."""
     date = at or next((t.date for t in turns if t.date), None)
     meta = {"extract": {"model": model, "run": run, "role": "source"}}
     items = [store.new_memory(p, tier="episodic", tags=tags, source=source, meta=meta, created_at=date,
-                              thread=thread or source) for p in _source_parts(text)]
+                              thread=thread or source, scope=scope) for p in _source_parts(text)]
     return [m.id for m in store.insert(items, kind="extract", summary="extract source", allow_secret=allow_secret)]
 
 
 def keep_source(store: "MemoryStore", text: str, *, tags=(), at=None, source=None, model: str = "",
-                allow_secret: bool = False, thread: str | None = None) -> list[str]:
+                allow_secret: bool = False, thread: str | None = None, scope: str | None = None) -> list[str]:
     """Store only the input, as its own operation: what a failed extraction still keeps."""
     text = _check_text(text)
     turns = parse_input(text)
     with store.prepared_vectors(_source_texts(text)), \
             store.operation("extract", f"extract source (model failed): {text[:60]}") as op:
         return _store_sources(store, text, turns=turns, tags=list(tags), at=at, source=source, model=model, run=op,
-                              allow_secret=allow_secret, thread=thread)
+                              allow_secret=allow_secret, thread=thread, scope=scope)
 
 
 def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = None, tags=(), at: str | None = None,
             source: str | None = None, dry_run: bool = False, thread: str | None = None,
             review: Callable[[Fact], str | None] | None = None,
-            progress: Callable[[int, int], None] | None = None, allow_secret: bool = False) -> ExtractResult:
-    """Extract, ground and reconcile facts from `text`; store them with their source in one operation.
+            progress: Callable[[int, int], None] | None = None, allow_secret: bool = False,
+            scope: str | None = None) -> ExtractResult:
+    """Extract, ground and reconcile facts from `text`; store them with their source in one operation,
+    in `scope` (None: global; a project's facts rewrite only that project's memories).
 
     Relative dates in a fact are resolved against when it was said (`resolve_dates`) before review.
     `review(fact)` returns the text to keep (possibly edited) or None to drop the fact. A model
@@ -526,7 +532,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
         if dry_run:
             raise
         ids = keep_source(store, text, tags=tags, at=at, source=source, model=model, allow_secret=allow_secret,
-                          thread=thread)
+                          thread=thread, scope=scope)
         raise type(exc)(f"{exc}; the input was kept as episodic memory {', '.join(ids)}") from None
     result = ExtractResult(model=model, dry_run=dry_run, candidates=shown, invalid=invalid, turns=len(turns))
     embedder = store.embedder
@@ -556,7 +562,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     judge = _judge(generator)
     if dry_run:
         for f in accepted:
-            f.action, f.target = reconcile(store, f, judge)
+            f.action, f.target = reconcile(store, f, judge, scope)
         result.facts = accepted
         return result
     # Embed first, then write: every text this run stores or searches for is embedded before the
@@ -565,9 +571,10 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
             store.operation("extract", f"extract {len(accepted)} facts: {text[:60]}") as op:
         result.run = op
         result.source_ids = _store_sources(store, text, turns=turns, tags=tags, at=at, source=source,
-                                           model=model, run=op, allow_secret=allow_secret, thread=thread)
+                                           model=model, run=op, allow_secret=allow_secret, thread=thread,
+                                           scope=scope)
         for f in accepted:
-            _apply(store, f, result, tags=tags, at=at, source=source, judge=judge)
+            _apply(store, f, result, tags=tags, at=at, source=source, judge=judge, scope=scope)
             result.facts.append(f)
     return result
 
@@ -581,8 +588,9 @@ def _part_of(result: ExtractResult, store: "MemoryStore", f: Fact) -> str:
     return result.source_ids[0]
 
 
-def _apply(store: "MemoryStore", f: Fact, result: ExtractResult, *, tags, at, source, judge) -> None:
-    f.action, f.target = reconcile(store, f, judge)
+def _apply(store: "MemoryStore", f: Fact, result: ExtractResult, *, tags, at, source, judge,
+           scope: str | None = None) -> None:
+    f.action, f.target = reconcile(store, f, judge, scope)
     if f.action == "noop":
         return
     src = _part_of(result, store, f)
@@ -597,7 +605,7 @@ def _apply(store: "MemoryStore", f: Fact, result: ExtractResult, *, tags, at, so
         return
     when = f.date or at
     m = store.new_memory(f.text, tags=tags, source=source, meta={"extract": info}, created_at=when,
-                         valid_from=when, derived_from=[src])
+                         valid_from=when, derived_from=[src], scope=scope)
     f.id = store.insert([m], kind="extract", summary=f.text[:80])[0].id
     if f.action == "supersede":
         store.supersede(f.target, f.id, at=when)
