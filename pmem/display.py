@@ -10,16 +10,17 @@ Three places text leaves pmem, three rules (README, "Output"):
 - a pipe: what is stored, byte for byte (a program downstream decides);
 - JSON (`json_dumps()`): every string escaped where needed (`\\u009b`, `\\u202e`), which keeps the
   value exact while the document stays printable;
-- a prompt for another model (recall blocks): `prompt_safe()` removes the controls (except
-  newline and tab) and the invisible format characters, which could carry instructions the person
-  reading the block cannot see.
+- a prompt for another model (recall blocks, hook output, `pmem context`, MCP tool results, the
+  llm plugin): `prompt_safe()`, the one gate they all call, removes the controls (except newline
+  and tab) and the invisible format characters, which could carry instructions the person reading
+  the block cannot see.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, overload
 
 # Controls: C0 except tab and newline, DEL, C1.
 _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f"
@@ -73,10 +74,28 @@ def restore_hidden(edited: str, original: str) -> str:
     return _SHOWN.sub(back, edited)
 
 
-def prompt_safe(text: str) -> str:
+@overload
+def prompt_safe(value: str) -> str: ...
+
+
+@overload
+def prompt_safe(value: Any) -> Any: ...
+
+
+def prompt_safe(value: Any) -> Any:
     """Text for another model's prompt: controls (except newline and tab) and invisible format
-    characters removed. A carriage return goes too, so `\\r\\n` becomes `\\n`."""
-    return _FOR_PROMPT.sub("", text)
+    characters removed. A carriage return goes too, so `\\r\\n` becomes `\\n`.
+
+    The one gate for text a model reads (recall blocks, hooks, `pmem context`, MCP results, the
+    llm plugin): a JSON value (dict, list) comes back with every string in it cleaned, keys too,
+    so a tool result is gated whole."""
+    if isinstance(value, str):
+        return _FOR_PROMPT.sub("", value)
+    if isinstance(value, dict):
+        return {prompt_safe(k): prompt_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [prompt_safe(v) for v in value]
+    return value
 
 
 def _json_escape(match: re.Match) -> str:

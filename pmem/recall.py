@@ -92,17 +92,6 @@ def _day(m: Memory) -> str:
     return (m.valid_from or m.created_at)[:10]
 
 
-def _clean(value):
-    """Strings anywhere in a JSON value, made prompt-safe (keys too)."""
-    if isinstance(value, str):
-        return prompt_safe(value)
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _line(m: Memory, fmt: str) -> str:
     text = prompt_safe(m.text)
     tags = [prompt_safe(t) for t in m.tags]
@@ -282,7 +271,7 @@ def render(r: Recalled, fmt: str = "md") -> str:
     control or invisible format character reaches the prompt."""
     query_text = prompt_safe(r.query) if r.query else None
     if fmt == "json":
-        return json_dumps(_clean({
+        return json_dumps(prompt_safe({
             "query": r.query, "budget": r.budget, "tokens": r.tokens, "left_out": r.left_out,
             "core": [m.to_dict() for m in r.core],
             "relevant": [{**m.to_dict(), "score": round(r.scores.get(m.id, 0.0), 6),

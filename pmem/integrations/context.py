@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..display import prompt_safe
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def render_block(store: MemoryStore, *, budget: int = 4000, flt: Filter | None =
     used = sum(len(x) + 1 for x in lines)
     shown = 0
     for m in core:
-        line = "- " + " ".join(m.text.split())
+        line = "- " + " ".join(prompt_safe(m.text).split())  # the one gate for text a model reads
         if used + len(line) + 1 > budget:
             break
         lines.append(line)

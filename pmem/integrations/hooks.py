@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
+from ..display import prompt_safe
 
 if TYPE_CHECKING:
     from ..store import Filter, MemoryStore
@@ -138,8 +139,8 @@ def _prune(folder: Path) -> None:
 
 
 def _line(m) -> str:
-    text = " ".join(m.text.split())
-    tags = " " + " ".join("#" + t for t in m.tags) if m.tags else ""
+    text = " ".join(prompt_safe(m.text).split())  # the one gate for text a model reads
+    tags = " " + " ".join("#" + prompt_safe(t) for t in m.tags) if m.tags else ""
     return f"- [{(m.valid_from or m.created_at)[:10]} · {m.id}] {text}{tags}"
 
 
@@ -231,7 +232,7 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
             relevant = store.list(replace(flt, pinned=False, tiers=("archival",)), sort="created", limit=5) \
                 if project else []
         sections = [("## Core (always true for this user)", core),
-                    ("## Recent and relevant" + (f" to {Path(project).name}" if project else ""),
+                    ("## Recent and relevant" + (f" to {prompt_safe(Path(project).name)}" if project else ""),
                      [m for m in relevant if m.id not in {c.id for c in core}])]
     elif event == "user-prompt":
         query = (data.prompt or "").strip()[:MAX_PROMPT_CHARS]
