@@ -83,6 +83,9 @@ class Recalled:
     left_out: int = 0
     # id -> the id of the recalled memory it came with, for thread neighbours included as context
     neighbour_of: dict[str, str] = field(default_factory=dict)
+    # Whether any memory is stored at all (not forgotten or merged, in any tier or scope); set by
+    # recall() when it chose nothing, so an empty block says which is true (None: not checked).
+    stored: bool | None = None
 
     def memories(self) -> list[Memory]:
         return self.core + self.relevant
@@ -216,6 +219,8 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     if came_with:
         result.relevant = _blocks(result.relevant, came_with)
     result.tokens = used
+    if not result.core and not result.relevant:
+        result.stored = bool(store.list(Filter.live(), limit=1))
     store.touch(m.id for m in result.memories())
     return result
 
@@ -295,5 +300,17 @@ def render(r: Recalled, fmt: str = "md") -> str:
         lines += ["", "## Relevant" + (f" to: {query_text}" if query_text else " (most recent)"),
                   *(_line(m, fmt) for m in r.relevant)]
     if not r.core and not r.relevant:
-        lines += ["", "(nothing stored yet)"]
+        lines += ["", _nothing(r, query_text)]
     return "\n".join(lines)
+
+
+def _nothing(r: Recalled, query_text: str | None) -> str:
+    """What an empty block says: why it is empty, in words a model will not misread (an agent
+    told "nothing stored yet" while memories exist may tell the person so)."""
+    if r.left_out:
+        return f"(none of the {r.left_out} memories found fits in {r.budget} tokens)"
+    if r.stored is False:
+        return "(nothing stored yet)"
+    if query_text:
+        return f"(no stored memory is relevant to: {query_text})"
+    return "(no memories to recall here)"
