@@ -113,3 +113,22 @@ def test_installed_entry_point_loads_in_llm(pmem_home):
     plugins, loaders, tools = json.loads(r.stdout)
     assert any(p["name"] == "pmem" and "register_tools" in p["hooks"] for p in plugins)
     assert "pmem" in loaders and "Pmem" in tools
+
+
+def test_fragment_says_what_is_true_when_nothing_matches(plugin, fake_config, tmp_path, monkeypatch):
+    """The fragment said "(nothing stored yet)" with memories stored that matched nothing."""
+    monkeypatch.chdir(tmp_path)
+    loader = llm.get_fragment_loaders()["pmem"]
+    assert "(nothing stored yet)" in str(loader("dinner"))
+    with MemoryStore(config=fake_config) as s:
+        s.add("A conversation we had", tier="episodic")  # stored, but not what recall offers
+    fragment = str(loader("dinner"))
+    assert "nothing stored yet" not in fragment and "no stored memory is relevant to: dinner" in fragment
+
+
+def test_remember_tool_pins_text_already_stored(plugin, seeded, pmem_home):
+    remember = {t.name: t for t in llm.get_tools()["Pmem"]().tools()}["Pmem_remember"]
+    again = json.loads(remember.implementation(text="We are planning a trip to Kyoto in April", pin=True))
+    assert again["created"] is False and again["memory"]["tier"] == "core"
+    with MemoryStore(pmem_home / "pmem.db") as s:
+        assert s.get(again["memory"]["id"]).pinned

@@ -177,40 +177,59 @@ def test_initialize_does_not_load_a_model(pmem_home, project, tmp_path):
     assert time.perf_counter() - started < 30
 
 
-def test_writes_while_the_cli_holds_the_lock(pmem_home, project):
-    """Another writer holds the lock for 6.5 s, past SQLite's 5 s busy timeout: the server retries
-    and its write lands, and "database is locked" never reaches the client."""
+def test_a_locked_database_answers_within_the_hook_bound(pmem_home, project, fake_config):
+    """Another process holds the write lock: the first call (which opens the store too) answers
+    within the hook's bound (about 4 s) with an error that says so, where it took 21.8 s; a read
+    answers at once; after the lock, the same call succeeds; a lock shorter than the bound is waited out."""
     from pmem import db
-
-    db_path = pmem_home / "pmem.db"
     from pmem.store import MemoryStore
 
-    MemoryStore(db_path).close()
-    release = threading.Event()
-    held = threading.Event()
+    db_path = pmem_home / "pmem.db"
+    with MemoryStore(db_path, config=fake_config) as store:
+        store.add("the deploy key lives in the vault")
 
-    def hold():
+    def hold(release: threading.Event, held: threading.Event, at_least: float = 0.0) -> None:
         conn = db.connect(db_path)
         conn.execute("BEGIN IMMEDIATE")
         held.set()
-        release.wait(10)
-        time.sleep(6.5)
+        release.wait(30)
+        time.sleep(at_least)
         conn.execute("COMMIT")
         conn.close()
 
-    t = threading.Thread(target=hold)
+    async def timed(s, tool, args):
+        started = time.perf_counter()
+        r = await s.call_tool(tool, args)
+        return r, time.perf_counter() - started
 
     async def body(s):
+        release, held = threading.Event(), threading.Event()
+        t = threading.Thread(target=hold, args=(release, held))
         t.start()
         held.wait(5)
-        release.set()
-        return await s.call_tool("remember", {"text": "written while locked"})
+        try:
+            locked = await timed(s, "remember", {"text": "written while locked"})
+            read = await timed(s, "recall", {"topic": "deploy key"})
+        finally:
+            release.set()
+            t.join()
+        after = await s.call_tool("remember", {"text": "written while locked"})
+        release, held = threading.Event(), threading.Event()
+        t = threading.Thread(target=hold, args=(release, held, 1.0))
+        t.start()
+        held.wait(5)
+        release.set()  # committed about 1 s from now
+        short = await s.call_tool("remember", {"text": "written after a short lock"})
+        t.join()
+        return locked, read, after, short
 
-    r = _session(_params(pmem_home, project), body)
-    t.join()
-    assert not r.is_error, _text(r)
-    assert "database" not in _text(r)
-    assert json.loads(_text(r))["created"] is True
+    (locked, locked_s), (read, read_s), after, short = _session(_params(pmem_home, project), body)
+    assert locked.is_error and "locked" in _text(locked) and "try again" in _text(locked)
+    assert locked_s < 4.5, f"{locked_s:.1f} s"
+    assert not read.is_error and "deploy key" in _text(read) and read_s < 3.0, f"{read_s:.1f} s"
+    assert not after.is_error and json.loads(_text(after))["created"] is True
+    assert not short.is_error, _text(short)
+    assert json.loads(_text(short))["created"] is True
 
 
 def test_a_client_that_disconnects_leaves_no_server_behind(pmem_home, project):
@@ -279,3 +298,197 @@ def test_remember_with_extract_keeps_the_source(pmem_home, project):
         for fact in data["facts"]:
             if fact["id"]:
                 assert source.id in store.get(fact["id"]).derived_from
+
+
+# -- what an agent may change -------------------------------------------------------------------
+
+
+def _seed(home: Path, config, ids: dict[str, str]) -> None:
+    from pmem.store import MemoryStore
+
+    with MemoryStore(home / "pmem.db", config=config) as store:
+        store.insert([store.new_memory(text, memory_id=mid) for mid, text in ids.items()])
+
+
+def test_ids_from_an_agent_need_four_characters(pmem_home, project, fake_config):
+    """forget {"id": "1"} forgot whichever memory was the only one to match: a prefix shorter than
+    4 (git's minimum) is refused unless it is a whole id, and an ambiguous one says what it matched."""
+    _seed(pmem_home, fake_config, {"abcd1234": "Dana approves deploys", "abcd5678": "The cabin has no wifi",
+                                   "b1234567": "I am vegetarian", "ef": "An imported memory with a short id"})
+
+    async def body(s):
+        calls = [("forget", {"id": "b"}), ("forget", {"id": "b12"}), ("pin", {"id": "b1"}),
+                 ("update", {"id": "b12", "text": "I eat fish now"}), ("forget", {"id": "abcd"}),
+                 ("pin", {"id": "ef"}), ("forget", {"id": "B123"})]
+        return [await s.call_tool(name, args) for name, args in calls]
+
+    short, short3, pin_short, update_short, ambiguous, whole, enough = _session(_params(pmem_home, project), body)
+    for r in (short, short3, pin_short, update_short):
+        assert r.is_error and "at least 4 characters" in _text(r), _text(r)
+    assert ambiguous.is_error and "abcd1234" in _text(ambiguous) and "abcd5678" in _text(ambiguous)
+    assert not whole.is_error and json.loads(_text(whole))["pinned"] == "ef"
+    assert not enough.is_error and json.loads(_text(enough))["forgotten"] == "b1234567"
+    from pmem.store import Filter, MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
+        forgotten = [m.id for m in store.list(Filter.everything()) if m.forgotten]
+        assert forgotten == ["b1234567"]  # the one named with 4 characters, nothing else
+        assert len(store.list(Filter.everything())) == 4  # the refused update stored nothing
+
+
+def test_update_follows_the_current_version_and_a_retry_stores_nothing(pmem_home, project, fake_config):
+    """update(id) twice, or with an id already superseded, left two current versions superseding
+    one memory: now a stale id corrects the current version, and a retried call is idempotent."""
+    async def body(s):
+        first = json.loads(_text(await s.call_tool("remember", {"text": "My favourite colour is green"})))
+        green = first["memory"]["id"]
+        blue = json.loads(_text(await s.call_tool("update", {"id": green, "text": "My favourite colour is blue"})))
+        retry = json.loads(_text(await s.call_tool("update", {"id": green, "text": "My favourite colour is blue"})))
+        red = json.loads(_text(await s.call_tool("update", {"id": green, "text": "My favourite colour is red"})))
+        found = json.loads(_text(await s.call_tool("search", {"query": "favourite colour"})))
+        return green, blue, retry, red, found
+
+    green, blue, retry, red, found = _session(_params(pmem_home, project), body)
+    assert blue["updated"] is True and blue["supersedes"] == green
+    assert retry["updated"] is False and retry["memory"]["id"] == blue["memory"]["id"]
+    assert red["updated"] is True and red["supersedes"] == blue["memory"]["id"] and green in red["note"]
+    assert [r["text"] for r in found["results"]] == ["My favourite colour is red"]
+    from pmem.store import Filter, MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
+        assert len(store.list(Filter.everything())) == 3  # green, blue, red: the retry stored nothing
+        assert store.get(green).superseded_by == blue["memory"]["id"]
+        assert store.get(blue["memory"]["id"]).superseded_by == red["memory"]["id"]
+        current = [m.text for m in store.list(Filter()) if "colour" in m.text]
+        assert current == ["My favourite colour is red"]  # one current version, no fork
+
+
+def test_concurrent_updates_of_one_memory_never_fork_it(pmem_home, fake_config):
+    """Two agents correct the same memory at the same moment (each with its own connection): the
+    chain is re-read under the write lock, so one correction follows the other."""
+    from pmem.integrations import actions
+    from pmem.store import Filter, MemoryStore
+
+    path = pmem_home / "pmem.db"
+    with MemoryStore(path, config=fake_config) as store:
+        mid = store.add("The standup is at 9")[0].id
+    barrier = threading.Barrier(4)
+    results: list = []
+
+    def correct(text: str) -> None:
+        with MemoryStore(path, config=fake_config) as store:
+            barrier.wait()
+            results.append(actions.update(store, mid, text))
+
+    threads = [threading.Thread(target=correct, args=(t,)) for t in
+               ("The standup is at 10", "The standup is at 10", "The standup is at 11", "The standup is at 10")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with MemoryStore(path, config=fake_config) as store:
+        everything = store.list(Filter.everything())
+        current = [m for m in everything if m.valid_to is None]
+        assert len(current) == 1, [m.text for m in current]
+        superseding = [m.superseded_by for m in everything if m.superseded_by]
+        assert len(superseding) == len(set(superseding)) == len(everything) - 1  # a chain
+        assert len(everything) == 1 + sum(r["updated"] for r in results)
+        by_id = {m.id: m for m in everything}
+        chain = [by_id[mid]]
+        while chain[-1].superseded_by:
+            chain.append(by_id[chain[-1].superseded_by])
+        assert len(chain) == len(everything)  # every version on one line
+        texts = [m.text for m in chain]
+        assert all(a != b for a, b in zip(texts, texts[1:])), texts  # a repeated call stored nothing
+
+
+def test_remember_of_stored_text_applies_pin_and_tags(pmem_home, project, fake_config):
+    """remember(pin, tags) of text already stored returned created:false and did nothing: now the
+    caller's pin and tags land on the existing memory, as events one undo takes back."""
+    async def body(s):
+        first = json.loads(_text(await s.call_tool("remember", {"text": "I drink oat milk"})))
+        again = json.loads(_text(await s.call_tool(
+            "remember", {"text": "I drink oat milk", "pin": True, "tags": ["food", "coffee"]})))
+        recalled = _text(await s.call_tool("recall", {"topic": "weekend plans"}))
+        return first, again, recalled
+
+    first, again, recalled = _session(_params(pmem_home, project), body)
+    mid = first["memory"]["id"]
+    assert again["created"] is False and again["memory"]["id"] == mid
+    assert again["memory"]["tier"] == "core" and set(again["memory"]["tags"]) == {"food", "coffee"}
+    assert "pinned" in again["note"] and "tagged" in again["note"]
+    assert "oat milk" in recalled  # core now: recalled whatever the topic
+    from pmem.store import MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
+        assert [e.action for e, _ in store.history(mid)] == ["add", "retag", "pin"]
+        store.undo()
+        m = store.get(mid)
+        assert not m.pinned and m.tags == []
+
+
+def test_a_forgotten_memory_cannot_be_pinned_or_updated(pmem_home, project, fake_config):
+    """pin of a forgotten id said "pinned" (never recalled); update brought it back as a new core
+    memory. Both are refused, saying how to bring it back."""
+    async def body(s):
+        mid = json.loads(_text(await s.call_tool("remember", {"text": "My old phone number", "pin": True})))
+        mid = mid["memory"]["id"]
+        await s.call_tool("forget", {"id": mid})
+        pin = await s.call_tool("pin", {"id": mid})
+        update = await s.call_tool("update", {"id": mid, "text": "My new phone number"})
+        recalled = _text(await s.call_tool("recall", {}))
+        return mid, pin, update, recalled
+
+    mid, pin, update, recalled = _session(_params(pmem_home, project), body)
+    for r in (pin, update):
+        assert r.is_error and "forgotten" in _text(r) and f"pmem restore {mid}" in _text(r), _text(r)
+    assert "phone number" not in recalled
+    from pmem.store import Filter, MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
+        assert [m.id for m in store.list(Filter.everything())] == [mid]  # no new memory
+        assert store.get(mid).forgotten
+
+
+def test_recall_says_what_is_true_when_nothing_matches(pmem_home, project, fake_config):
+    """recall said "(nothing stored yet)" with memories stored that matched nothing."""
+    async def empty(s):
+        return _text(await s.call_tool("recall", {"topic": "dinner"}))
+
+    assert "(nothing stored yet)" in _session(_params(pmem_home, project), empty)
+    from pmem.store import MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
+        store.add("A conversation we had", tier="episodic")  # stored, but not what recall offers
+
+    async def body(s):
+        return (_text(await s.call_tool("recall", {"topic": "dinner"})),
+                _text(await s.call_tool("recall", {})))
+
+    topic, recent = _session(_params(pmem_home, project), body)
+    assert "nothing stored yet" not in topic and "no stored memory is relevant to: dinner" in topic
+    assert "nothing stored yet" not in recent and "no memories to recall" in recent
+
+
+@pytest.mark.model
+def test_remember_with_extract_in_the_project_keeps_facts_there(pmem_home, project):
+    """The real models: `remember(extract=True, project=True)` stored its facts globally; now the
+    source and every fact belong to the project, as the tool says."""
+    params = _params(pmem_home, project, PMEM_EMBED_MODEL="all-MiniLM-L6-v2",
+                     PMEM_MODELS_DIR=os.environ.get("PMEM_MODELS_DIR", ""))
+
+    async def body(s):
+        return await s.call_tool("remember", {
+            "text": "The tests run with make check. The staging server is called pluto.", "extract": True,
+            "project": True}, read_timeout_seconds=300)
+
+    r = _session(params, body, client="cursor")
+    assert not r.is_error, _text(r)
+    data = json.loads(_text(r))
+    from pmem.store import Filter, MemoryStore
+
+    with MemoryStore(pmem_home / "pmem.db") as store:
+        ids = data["source_ids"] + [f["id"] for f in data["facts"] if f["id"]]
+        assert len(ids) > len(data["source_ids"])  # facts were found
+        assert {store.get(i).scope for i in ids} == {str(project.resolve())}
+        assert store.list(Filter(scope="global"), limit=None) == []

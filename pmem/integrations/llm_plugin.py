@@ -5,15 +5,17 @@
 
 llm loads this module through its pluggy entry points when pmem is installed in llm's
 environment (`llm install pmem`, or `pip install pmem` next to llm). Memories written here carry
-the source `llm:<model id>` when llm says which model called, else `llm`.
+the source `llm:<model id>` when llm says which model called, else `llm`. What the model reads
+(the fragment, tool results, tool errors) passes `display.prompt_safe`, as every prompt pmem builds.
 """
 
 
-import json
 from typing import Any
 
 import llm
 
+from ..display import prompt_safe
+from ..errors import PmemError
 from . import actions
 
 
@@ -50,11 +52,14 @@ class Pmem(llm.Toolbox):
         self._source = source
 
     def _run(self, fn):
-        store = _open_store()
         try:
-            return fn(store)
-        finally:
-            store.close()
+            store = _open_store()
+            try:
+                return fn(store)
+            finally:
+                store.close()
+        except PmemError as exc:  # llm hands the message to the model: gated as a result is
+            raise type(exc)(prompt_safe(str(exc))) from None
 
     def search(self, query: str, limit: int = 10) -> str:
         """Search the user's memories by words and meaning; JSON results with id, text, score and
@@ -79,7 +84,7 @@ class Pmem(llm.Toolbox):
             source = "llm" if self._source == "llm" else actions.client_source("llm", self._source)
             return actions.remember(s, text, pin=pin, source=source, scope=scope)
 
-        return json.dumps(self._run(run), ensure_ascii=False)
+        return actions.bounded_json(self._run(run))
 
 
 @llm.hookimpl

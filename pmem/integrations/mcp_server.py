@@ -4,7 +4,9 @@ The SDK (pydantic, starlette, httpx...) costs about a second of import and 40 MB
 extra, and this module imports it only in `build_server()`. The server answers `initialize` before
 anything heavy: the database opens on the first tool call and the embedding model loads on the
 first call that needs a vector. Tools run in worker threads; one lock keeps them to the one SQLite
-connection in turn, and busy-database retries keep "database is locked" away from the client.
+connection in turn. A call answers within about `actions.LOCK_WAIT` seconds on a database another
+process holds (waiting for its turn, the store's opening and the write lock included): its
+result, or a tool error that says the database is locked and to try again.
 """
 
 import os
@@ -12,7 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import PmemError
+from ..display import prompt_safe
+from ..errors import DatabaseError, PmemError
 from . import actions
 
 EXTRA = "mcp"
@@ -40,30 +43,67 @@ def sdk_available() -> bool:
         return False
 
 
+BUSY = ("the pmem database is busy: another pmem process (an import, a dream) holds it; "
+        "try again in a few seconds")
+
+
 class Backend:
     """The store behind the tools: opened on first use, shared by all calls, one call at a time."""
 
-    def __init__(self, open_store: Callable[[], Any], cwd: str | None = None):
+    def __init__(self, open_store: Callable[[], Any], cwd: str | None = None, wait: float = actions.LOCK_WAIT):
         self._open_store = open_store
         self._store: Any = None
         self._lock = threading.Lock()
+        self._opening: threading.Thread | None = None
+        self._open_error: BaseException | None = None
+        self.wait = wait
         self.cwd = cwd
         self.client_name: str | None = None
         self.error_class: type[Exception] = PmemError
 
     def run(self, fn: Callable[[Any], Any]) -> Any:
-        """Call `fn(store)`; a foreseeable pmem error becomes a tool error whose one-line message
-        the model reads (an unexpected one is logged to stderr by the SDK)."""
-        with self._lock:
+        """Call `fn(store)` within `wait` seconds in all; a foreseeable pmem error becomes a tool
+        error whose one-line message the model reads (an unexpected one is logged to stderr by
+        the SDK)."""
+        with actions.lock_deadline(self.wait):
+            if not self._lock.acquire(timeout=max(0.0, actions.time_left())):
+                raise self.error_class(BUSY)  # an earlier call still waits for the database
             try:
-                if self._store is None:
-                    self._store = actions.retry_busy(self._open_store)
-                return fn(self._store)
+                return fn(self._opened())
             except PmemError as exc:
-                raise self.error_class(str(exc)) from None
+                raise self.error_class(prompt_safe(str(exc))) from None
+            finally:
+                self._lock.release()
+
+    def _opened(self) -> Any:
+        """The store, opened in a thread of its own: an open that has to wait (migrations on a
+        locked file, a killed purge's rewrite) goes on after this call answers "busy", and a
+        later call finds the store ready."""
+        while self._store is None:
+            if self._opening is None:
+                self._opening = threading.Thread(target=self._open, name="pmem-mcp-open", daemon=True)
+                self._opening.start()
+            self._opening.join(max(0.0, actions.time_left()))
+            if self._opening.is_alive():
+                raise DatabaseError(BUSY)
+            self._opening = None
+            error, self._open_error = self._open_error, None
+            if error is None:
+                continue
+            if not (isinstance(error, DatabaseError) and "locked" in str(error) and actions.time_left() > 0.2):
+                raise error
+        return self._store
+
+    def _open(self) -> None:
+        try:
+            self._store = self._open_store()
+        except BaseException as exc:  # noqa: BLE001 - handed to the call that waits for it
+            self._open_error = exc
 
     def close(self) -> None:
         with self._lock:
+            if self._opening is not None:
+                self._opening.join(self.wait)
             if self._store is not None:
                 self._store.close()
                 self._store = None
@@ -135,7 +175,7 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
         in (facts about this codebase) and is recalled only there. `pin` makes it core (always
         recalled). `extract` instead runs the local model over `text` (a conversation or notes)
         and stores the facts it finds, keeping `text` as their source. An identical memory is
-        not stored twice."""
+        not stored twice: the existing one comes back, pinned and tagged as asked."""
         note_client(ctx)
         scope = scope_for_write() if (project and scope_for_write) else None
         return actions.bounded_json(backend.run(lambda s: actions.remember(
@@ -145,8 +185,10 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
                                              idempotent_hint=False, open_world_hint=False),
                  structured_output=False)
     def update(id: str, text: str, ctx: Context = None) -> str:  # type: ignore[assignment]
-        """Correct a memory: stores `text` as a new memory that supersedes memory `id` from now on.
-        The old one stays in the history (undoable with `pmem undo`)."""
+        """Correct a memory: stores `text` as a new memory that supersedes memory `id` (at least 4
+        characters of it) from now on. The old one stays in the history (undoable with `pmem undo`).
+        An `id` already corrected is corrected in its current version; the same call twice stores
+        one correction."""
         note_client(ctx)
         return actions.bounded_json(backend.run(lambda s: actions.update(s, id, text, source=backend.source)))
 
@@ -154,7 +196,8 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
                                              idempotent_hint=True, open_world_hint=False),
                  structured_output=False)
     def pin(id: str, ctx: Context = None) -> str:  # type: ignore[assignment]
-        """Pin memory `id`: it becomes core and is recalled first, every time."""
+        """Pin memory `id` (at least 4 characters of it): it becomes core and is recalled first,
+        every time. A forgotten or replaced memory cannot be pinned."""
         note_client(ctx)
         return actions.bounded_json(backend.run(lambda s: actions.pin(s, id)))
 
@@ -162,8 +205,8 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
                                              idempotent_hint=True, open_world_hint=False),
                  structured_output=False)
     def forget(id: str, ctx: Context = None) -> str:  # type: ignore[assignment]
-        """Forget memory `id` (a soft delete: the user can bring it back with `pmem undo` or
-        `pmem restore`). Only when the user asks you to forget something."""
+        """Forget memory `id` (at least 4 characters of it; a soft delete: the user can bring it back
+        with `pmem undo` or `pmem restore`). Only when the user asks you to forget something."""
         note_client(ctx)
         return actions.bounded_json(backend.run(lambda s: actions.forget(s, id)))
 
