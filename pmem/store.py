@@ -340,6 +340,17 @@ class MemoryStore:
             return DatabaseError(f"database {self.path} is locked by another process; try again")
         return DatabaseError(f"database {self.path}: {exc}")
 
+    @contextmanager
+    def busy_wait(self, seconds: float) -> Iterator[None]:
+        """Inside, wait at most `seconds` for another process's write lock (SQLite's busy timeout,
+        5 s by default), then give the usual "locked" error: an agent's call has a deadline."""
+        before = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        self.conn.execute(f"PRAGMA busy_timeout = {max(1, int(seconds * 1000))}")
+        try:
+            yield
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(before)}")
+
     def setting(self, key: str) -> str | None:
         """The value stored under `key` in the database's own settings table (the vector model and
         dimension, the keyword window), or None when unset. Not config.toml: see `pmem.config`."""

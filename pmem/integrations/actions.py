@@ -78,22 +78,17 @@ def retry_busy(fn: Callable[[], T], store: MemoryStore | None = None, *, read: b
     With `store`, SQLite's own wait for the lock (its busy timeout) is cut to what is left (to
     READ_WAIT for a `read`, which needs no lock but may count an access), so the deadline holds."""
     end = time.monotonic() + time_left()
-    before = store.conn.execute("PRAGMA busy_timeout").fetchone()[0] if store is not None else None
-    try:
-        while True:
-            left = end - time.monotonic()
-            if store is not None:
-                wait = min(left, READ_WAIT) if read else left
-                store.conn.execute(f"PRAGMA busy_timeout = {max(1, int(wait * 1000))}")
-            try:
+    while True:
+        left = end - time.monotonic()
+        try:
+            if store is None:
                 return fn()
-            except DatabaseError as exc:
-                if "locked" not in str(exc) or time.monotonic() + pause >= end:
-                    raise
-                time.sleep(pause)
-    finally:
-        if store is not None:
-            store.conn.execute(f"PRAGMA busy_timeout = {int(before)}")
+            with store.busy_wait(min(left, READ_WAIT) if read else left):
+                return fn()
+        except DatabaseError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause >= end:
+                raise
+            time.sleep(pause)
 
 
 def _query(text: Any) -> str:
@@ -281,8 +276,11 @@ def update(store: MemoryStore, memory_id: str, text: str, *, source: str | None 
             store.supersede(head.id, new.id)
             return new, head
 
-    with store.prepared_vectors([text]):  # the model runs before the write lock is taken
-        done = retry_busy(run, store)
+    def attempt() -> tuple[Memory, Memory] | dict[str, Any]:
+        with store.prepared_vectors([text]):  # the model runs before the write lock is taken
+            return run()
+
+    done = retry_busy(attempt, store)
     if isinstance(done, dict):
         return done
     new, head = done

@@ -45,6 +45,7 @@ def sdk_available() -> bool:
 
 BUSY = ("the pmem database is busy: another pmem process (an import, a dream) holds it; "
         "try again in a few seconds")
+WAITING = "an earlier pmem call is still running (the local model, or a busy database); try again in a few seconds"
 
 
 class Backend:
@@ -67,7 +68,7 @@ class Backend:
         the SDK)."""
         with actions.lock_deadline(self.wait):
             if not self._lock.acquire(timeout=max(0.0, actions.time_left())):
-                raise self.error_class(BUSY)  # an earlier call still waits for the database
+                raise self.error_class(WAITING)
             try:
                 return fn(self._opened())
             except PmemError as exc:
