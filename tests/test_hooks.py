@@ -173,7 +173,7 @@ def test_install_merges_is_idempotent_and_keeps_a_backup(client, tmp_path):
     assert data["hooks"]["PreToolUse"] == theirs["hooks"]["PreToolUse"]
     names = hooks.EVENT_NAMES[client]
     commands = [h["command"] for event in names.values() for g in data["hooks"][event] for h in g["hooks"]]
-    assert commands == [f"/opt/bin/pmem hook {client} session-start", f"/opt/bin/pmem hook {client} user-prompt"]
+    assert commands == [f"/opt/bin/pmem hook {client} {event}" for event in names]
     assert path.stat().st_mode & 0o777 == 0o640
 
     before = path.read_text()
@@ -183,7 +183,7 @@ def test_install_merges_is_idempotent_and_keeps_a_backup(client, tmp_path):
 
     moved = clients.install_hooks(client, program="/usr/local/bin/pmem", home=home)  # pmem moved: update in place
     data = json.loads(path.read_text())
-    assert moved.changed and sum(len(g["hooks"]) for e in names.values() for g in data["hooks"][e]) == 2
+    assert moved.changed and sum(len(g["hooks"]) for e in names.values() for g in data["hooks"][e]) == len(names)
 
 
 def test_install_refuses_a_file_it_cannot_parse(tmp_path):
