@@ -22,7 +22,8 @@ SCHEMAS = {"claude-code": "claude-code-settings.schema.json", "codex": "codex-ho
 # What a person's files look like before pmem touches them (keys each host documents).
 THEIRS = {
     "claude-code": {"model": "opus", "permissions": {"allow": ["Read"]},
-                    "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo hi"}]}]}},
+                    "hooks": {"PreToolUse": [{"matcher": "Bash",
+                                              "hooks": [{"type": "command", "command": "echo hi"}]}]}},
     "codex": {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done", "timeout": 5}]}]}},
     "gemini": {"general": {"vimMode": True}, "ui": {"theme": "GitHub"},
                "hooks": {"BeforeTool": [{"matcher": "run_shell_command",
@@ -227,7 +228,8 @@ def test_install_writes_through_a_symlinked_settings_file(tmp_path):
     gemini.parent.mkdir(parents=True)
     gemini.symlink_to(dotfiles / "gemini" / "settings.json")
     clients.install_hooks("gemini", home=tmp_path)
-    assert gemini.is_symlink() and "BeforeAgent" in json.loads((dotfiles / "gemini" / "settings.json").read_text())["hooks"]
+    created = dotfiles / "gemini" / "settings.json"
+    assert gemini.is_symlink() and "BeforeAgent" in json.loads(created.read_text())["hooks"]
 
 
 # -- Claude Code: the shared project file gets no one's own path ------------------------------

@@ -243,6 +243,7 @@ class _Editor:
         if i == 0:
             return [(ls, end, "")] if ls is not None and end is not None else [(c.start, c.end, "")]
         comma = node.children[i - 1].comma
+        assert comma is not None  # an item that is not the last has one
         if ls is not None and end is not None:  # the comma before it goes; comments in between stay
             return [(comma, comma + 1, ""), (ls, end, "")]
         return [(comma, c.end, "")]
