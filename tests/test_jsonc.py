@@ -60,3 +60,19 @@ def test_one_line_and_empty_containers():
     assert jsonc.edit("", {"x": 1}) == '{\n  "x": 1\n}\n'
     tabs = '{\n\t"a": {\n\t\t"b": 1\n\t}\n}\n'
     assert jsonc.edit(tabs, {"a": {"b": 1, "c": 2}}) == '{\n\t"a": {\n\t\t"b": 1,\n\t\t"c": 2\n\t}\n}\n'
+
+
+def test_hostile_settings_are_refused_with_one_line(tmp_path):
+    from pmem.errors import UsageError
+    from pmem.integrations import clients
+
+    with pytest.raises(jsonc.JSONCError, match="nested too deeply"):
+        jsonc.loads("[" * 100_000 + "]" * 100_000)
+    path = clients.settings_path("gemini", home=tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"hooks": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(UsageError, match="nested too deeply"):
+        clients.install_hooks("gemini", home=tmp_path)
+    path.write_text('{"a": "' + "x" * 6_000_000 + '"}')
+    with pytest.raises(UsageError, match="larger than"):
+        clients.install_hooks("gemini", home=tmp_path)

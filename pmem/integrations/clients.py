@@ -24,6 +24,7 @@ MCP_CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 # Where pmem's state is (pmem.paths): what a server started by a client needs to find it.
 LOCATION_VARS = ("PMEM_HOME", "PMEM_DB", "PMEM_MODELS_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME")
 HOOK_CLIENTS = ("claude-code", "codex", "gemini")
+MAX_SETTINGS_BYTES = 5_000_000  # a settings file is a few kB; refuse a stray large file early
 HOOK_TIMEOUT_S = 10  # what the client allows the hook; pmem's own limit (hook_timeout) is lower
 
 
@@ -212,6 +213,9 @@ def read_settings(path: Path, *, comments: bool = False) -> tuple[str, dict[str,
 
     if not path.exists():
         return "", {}
+    if path.is_file() and path.stat().st_size > MAX_SETTINGS_BYTES:
+        raise UsageError(f"{path} is larger than {MAX_SETTINGS_BYTES:,} bytes; is it a settings file? "
+                         "pmem changed nothing")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -225,10 +229,6 @@ def read_settings(path: Path, *, comments: bool = False) -> tuple[str, dict[str,
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a JSON object; pmem changed nothing")
     return text, data
-
-
-def read_json_file(path: Path) -> dict[str, Any]:
-    return read_settings(path)[1]
 
 
 def _comments(client: str) -> bool:

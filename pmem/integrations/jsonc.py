@@ -143,9 +143,16 @@ class _Parser:
         return node
 
 
+def _parse(text: str, comments: bool) -> _Node:
+    try:
+        return _Parser(text, comments).document()
+    except RecursionError:
+        raise JSONCError("nested too deeply for a settings file") from None
+
+
 def loads(text: str, *, comments: bool = True) -> Any:
     """The value `text` holds; JSONCError (a ValueError) naming the line and column if none."""
-    return _Parser(text, comments).document().value
+    return _parse(text, comments).value
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -291,7 +298,7 @@ def edit(text: str, new: Any, *, comments: bool = True) -> str:
         return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
     unit = _unit(text)
     for _ in range(10_000):  # each step is one local change; a settings file needs a few
-        root = _Parser(text, comments).document()
+        root = _parse(text, comments)
         step = _Editor(text, unit).first(root, new)
         if not step:
             break
