@@ -503,3 +503,11 @@ def test_context_write_keeps_a_symlinked_conventions_file_a_link(tmp_path):
     dangling.symlink_to(tmp_path / "shared" / "GEMINI.md")
     assert context.write_block(dangling, "## About the user\n- likes tea")
     assert dangling.is_symlink() and "likes tea" in (tmp_path / "shared" / "GEMINI.md").read_text()
+
+
+@pytest.mark.parametrize("state", ['{"given": [[1], {"a": 2}]}', '{"given": {"x": "y"}, "turn": "z"}', "[]", "{"])
+def test_a_damaged_session_file_starts_the_session_afresh(seeded, fake_config, state):
+    hooks.SessionState("dmg").save()
+    hooks.SessionState("dmg").path.write_text(state)
+    out = hooks.run_hook("claude-code", "user-prompt", prompt_json("dinner on Fridays?", "dmg"), _open(fake_config))
+    assert "pasta with friends" in out

@@ -152,8 +152,8 @@ class SessionState:
             self.given = {i: t for i, t in given.items() if isinstance(i, str) and isinstance(t, int)}
             self.turn = data.get("turn", 0) if isinstance(data.get("turn"), int) else 0
             self.untouched = [i for i in data.get("untouched", []) if isinstance(i, str)][:1000]
-        except (OSError, ValueError, AttributeError):
-            self.given = {}
+        except (OSError, ValueError, AttributeError, TypeError):  # a damaged file: a fresh session
+            self.given, self.turn, self.untouched = {}, 0, []
 
     def reset(self) -> None:
         self.given = {}
