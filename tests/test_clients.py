@@ -244,6 +244,7 @@ def test_claude_project_install_with_a_full_path_goes_to_the_local_file(tmp_path
     validate("claude-code", json.loads(local.path.read_text()))
     shared = clients.install_hooks("claude-code", program="pmem", project=proj)
     assert shared.path == proj / ".claude" / "settings.json"
+    assert shared.elsewhere == local.path  # both files' hooks run: the CLI says so
     assert pmem_commands(json.loads(shared.path.read_text()), "claude-code")[0] == "pmem hook claude-code session-start"
     # uninstall looks in both
     removed = [r.path.name for r in clients.uninstall_hooks("claude-code", project=proj) if r.changed]

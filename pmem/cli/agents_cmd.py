@@ -191,6 +191,9 @@ def hook_install(
 
     program = _program()
     result = clients.install_hooks(client, program=program, project=project, dry_run=dry_run)
+    if result.elsewhere is not None:
+        out.note(f"{result.elsewhere} holds pmem's hooks too, so they would run twice: "
+                 f"`pmem hook uninstall {client} --project {project}` removes both, then install again")
     if not result.changed:
         out.note(f"{result.path}: pmem's hooks are already there; nothing changed")
         return

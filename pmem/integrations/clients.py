@@ -145,6 +145,7 @@ class InstallResult:
     added: list[str]
     updated: list[str]
     removed: list[str] = field(default_factory=list)
+    elsewhere: Path | None = None  # Claude Code's other project file, when it holds pmem's hooks too
 
 
 def merge_hooks(settings: dict[str, Any], client: str, program: str = "pmem") -> tuple[dict, list[str], list[str]]:
@@ -282,10 +283,18 @@ def install_hooks(client: str, *, program: str = "pmem", project: Path | None = 
         merged, added, updated = merge_hooks(current, client, program)
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
+    elsewhere = None
+    if client == "claude-code" and project is not None:  # both files' hooks run: pmem's would run twice
+        other = settings_path(client, project, home, local=not local)
+        try:
+            if remove_hooks(read_settings(other)[1], client)[1]:
+                elsewhere = other
+        except UsageError:
+            pass  # not pmem's to judge here
     if merged == current:
-        return InstallResult(path, False, None, [], [])
+        return InstallResult(path, False, None, [], [], elsewhere=elsewhere)
     backup = _rewrite(client, path, text, merged, dry_run)
-    return InstallResult(path, True, backup, added, updated)
+    return InstallResult(path, True, backup, added, updated, elsewhere=elsewhere)
 
 
 def uninstall_hooks(client: str, *, project: Path | None = None, home: Path | None = None,
