@@ -43,11 +43,12 @@ _pmem_words() {
         "tui") words="--search -s --project --help" ;;
         "mcp") words="--print-config --scope --help" ;;
         "context") words="--write -w --budget --scope --help" ;;
-        "hook") words="claude-code codex gemini install --help" ;;
+        "hook") words="claude-code codex gemini install uninstall --help" ;;
         "hook claude-code") words="--help" ;;
         "hook codex") words="--help" ;;
         "hook gemini") words="--help" ;;
         "hook install") words="--project --dry-run --help" ;;
+        "hook uninstall") words="--project --dry-run --help" ;;
         "models") words="list pull --json --help" ;;
         "models list") words="--json --help" ;;
         "models pull") words="--from --force --help" ;;

@@ -36,6 +36,7 @@ def _setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
 
 
 _INT_MAX = 2**31 - 1  # what the model and SQLite layers below accept
+HOOK_BUDGET_MAX = 9000  # Claude Code puts hook output over 10,000 characters in a file, and the model sees a preview
 
 
 @dataclass(frozen=True, eq=False)  # no generated __eq__/__hash__: ~1 ms less at every start
@@ -79,8 +80,9 @@ class Settings:
     backup_keep: int = _setting(5, "how many database backups dream keeps", low=0, high=_INT_MAX)
     extract_min_support: float = _setting(0.6, "share of a fact's content words that must occur in its source",
                                           low=0.0, high=1.0)
-    hook_budget: int = _setting(4000, "characters an agent hook (`pmem hook`) prints at most",
-                                low=200, high=1_000_000)
+    hook_budget: int = _setting(4000, "characters an agent hook (`pmem hook`) prints at most (at most 9000: "
+                                      "Claude Code shows hook output over 10,000 characters only as a preview)",
+                                low=200, high=HOOK_BUDGET_MAX)
     hook_timeout: float = _setting(4.0, "seconds an agent hook may take; past them it prints nothing",
                                    low=0.1, high=600.0)
 

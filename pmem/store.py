@@ -774,18 +774,27 @@ class MemoryStore:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")  # nothing was written: ending the read is all
 
-    def touch(self, ids: Iterable[str]) -> None:
-        """Count an access (recall, show). Not an event: reading changes no memory."""
+    def touch(self, ids: Iterable[str], *, wait: bool = True) -> bool:
+        """Count an access (recall, show). Not an event: reading changes no memory. With
+        `wait=False` it gives up at once while another process holds the write lock (an agent
+        hook must not wait on a writer). True when the accesses were counted."""
         ids = list(ids)
         if not ids:
-            return
+            return True
+        busy = None if wait else self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
         try:
+            if busy is not None:
+                self.conn.execute("PRAGMA busy_timeout = 0")
             with self.transaction():
                 self.conn.execute(
                     "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? "
                     "WHERE id IN (SELECT value FROM json_each(?))", (self.clock(), json.dumps(ids)))
         except self._forgiven:
-            pass  # a busy or read-only database must not fail a read
+            return False  # a busy or read-only database must not fail a read
+        finally:
+            if busy is not None:
+                self.conn.execute(f"PRAGMA busy_timeout = {int(busy)}")
+        return True
 
     def find_exact(self, text: str) -> Memory | None:
         """The oldest live (not forgotten, not merged) memory whose text is exactly `text` (stripped),

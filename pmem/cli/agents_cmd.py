@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
     hook_app.command("codex")(hook_codex)
     hook_app.command("gemini")(hook_gemini)
     hook_app.command("install")(hook_install)
+    hook_app.command("uninstall")(hook_uninstall)
     app.add_typer(hook_app, name="hook")
     app.command()(context)
 
@@ -55,7 +56,8 @@ def mcp(
 
     Tools: recall, search, remember (optionally extracting facts), update (a correction that supersedes),
     pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem[mcp]".
-    Memories it writes carry the source mcp:CLIENT-NAME.
+    Memories it writes carry the source mcp:CLIENT-NAME. With PMEM_HOME, PMEM_DB or --db set,
+    --print-config puts them in the snippet's env, so the server opens the same database.
 
     \b
     Examples:
@@ -67,7 +69,8 @@ def mcp(
     if print_config is not None:
         if print_config not in clients.MCP_CLIENTS:
             raise UsageError(f"unknown client {print_config!r}: use one of {', '.join(clients.MCP_CLIENTS)}")
-        snippet, where = clients.mcp_config(print_config, _program(absolute=print_config == "claude-desktop"))
+        env = clients.server_env(db=db_override())  # a client passes few variables on to the server
+        snippet, where = clients.mcp_config(print_config, _program(absolute=print_config == "claude-desktop"), env)
         out.echo(snippet)
         out.note(where)
         return
@@ -82,12 +85,12 @@ def _hook(client: str, event: str) -> None:
     """The body of every `pmem hook CLIENT EVENT`: never fails, never prints an error."""
     from ..integrations import hooks
 
-    text = ""
+    stdin = ""
     try:
         if event not in hooks.EVENTS:
-            raise UsageError(f"unknown event {event!r}: use {' or '.join(hooks.EVENTS)}")
+            raise UsageError(f"unknown event {event!r}: use {', '.join(hooks.EVENTS)}")
         if sys.stdin is not None and not sys.stdin.isatty():
-            text = sys.stdin.buffer.read(hooks.MAX_STDIN * 4).decode("utf-8", "replace")
+            stdin = sys.stdin.buffer  # read by the hook, within its time limit
         from .. import config
         from ..scope import auto_scope, read_filter
 
@@ -105,7 +108,7 @@ def _hook(client: str, event: str) -> None:
 
             return MemoryStore(db)
 
-        block = hooks.run_hook(client, event, text, open_db, settings=settings, make_filter=make_filter)
+        block = hooks.run_hook(client, event, stdin, open_db, settings=settings, make_filter=make_filter)
         if block:
             sys.stdout.write(block + "\n")
             sys.stdout.flush()
@@ -123,6 +126,7 @@ def _hook(client: str, event: str) -> None:
 
 
 event_help = "session-start or user-prompt"
+compact_help = "session-start, user-prompt or compact (after a compaction: memories may be given again)"
 
 
 def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
@@ -140,8 +144,10 @@ def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
     """
     _hook("claude-code", event)
 
-def hook_codex(event: str = typer.Argument(..., help=event_help)) -> None:
+def hook_codex(event: str = typer.Argument(..., help=compact_help)) -> None:
     """Codex hook: like the claude-code one, printing Codex's JSON (additionalContext).
+
+    compact runs after a compaction (PostCompact) and prints nothing.
 
     \b
     Example:
@@ -149,8 +155,12 @@ def hook_codex(event: str = typer.Argument(..., help=event_help)) -> None:
     """
     _hook("codex", event)
 
-def hook_gemini(event: str = typer.Argument(..., help=event_help)) -> None:
-    """Gemini CLI hook (SessionStart, BeforeAgent): prints Gemini's JSON (additionalContext).
+def hook_gemini(event: str = typer.Argument(..., help=compact_help)) -> None:
+    """Gemini CLI hook (SessionStart, BeforeAgent, PreCompress): prints Gemini's JSON (additionalContext).
+
+    compact runs before a compression (PreCompress) and prints {}; Gemini sends it before every
+    turn's check, so only a manual /compress lets memories come back at once, and otherwise a
+    memory may be given again 20 prompts after it last was.
 
     \b
     Example:
@@ -167,8 +177,10 @@ def hook_install(
     """Add pmem's hooks to a client's settings file (merged, idempotent, with a backup).
 
     Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json (or the
-    project's with --project). Everything else in the file stays as it was; running it again
-    changes nothing; the previous file is kept as FILE.bak-TIMESTAMP.
+    project's with --project; for Claude Code that is .claude/settings.local.json when pmem is
+    not on PATH, since the hook then names your own copy of pmem). Everything else in the file
+    stays as it was, comments included; running it again changes nothing; the previous file is
+    kept as FILE.bak-TIMESTAMP; a symbolic link stays a link. `pmem hook uninstall` undoes it.
 
     \b
     Examples:
@@ -177,15 +189,57 @@ def hook_install(
     """
     from ..integrations import clients
 
-    result = clients.install_hooks(client, program=_program(), project=project, dry_run=dry_run)
+    program = _program()
+    result = clients.install_hooks(client, program=program, project=project, dry_run=dry_run)
+    if result.elsewhere is not None:
+        out.note(f"{result.elsewhere} holds pmem's hooks too, so they would run twice: "
+                 f"`pmem hook uninstall {client} --project {project}` removes both, then install again")
     if not result.changed:
         out.note(f"{result.path}: pmem's hooks are already there; nothing changed")
         return
     what = ", ".join(result.added + result.updated)
     verb = "would add" if dry_run else "added"
     out.note(f"{result.path}: {verb} {what}" + (f" (backup: {result.backup})" if result.backup else ""))
+    if project is not None and not clients.portable(program):
+        if client == "claude-code":
+            out.note(f"pmem is not on PATH, so the hooks name {program}: they went to your own project file; "
+                     "keep .claude/settings.local.json out of git")
+        else:
+            out.note(f"pmem is not on PATH, so the hooks name {program}: do not commit {result.path.name} "
+                     "as it is (put pmem on PATH and install again for a file others can use)")
     if client == "codex":
-        out.note("Codex runs hooks only with `[features] codex_hooks = true` in ~/.codex/config.toml")
+        out.note("Codex runs a new or changed hook only once you trust it: open /hooks in Codex and trust "
+                 "pmem's" + (" (and trust the project, for its .codex folder)" if project is not None else ""))
+
+
+def hook_uninstall(
+    client: str = typer.Argument(..., help="claude-code, codex or gemini."),
+    project: Optional[Path] = typer.Option(None, "--project", help="Edit this project's settings "
+                                           "files instead of your user one."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
+) -> None:
+    """Remove pmem's hooks from a client's settings file, and nothing else.
+
+    Only the entries that run `pmem hook CLIENT ...` go (with a group or list they leave
+    empty); every other setting, hook and comment stays, edits made since the install included.
+    The previous file is kept as FILE.bak-TIMESTAMP.
+
+    \b
+    Examples:
+      pmem hook uninstall claude-code
+      pmem hook uninstall gemini --project . --dry-run
+    """
+    from ..integrations import clients
+
+    results = clients.uninstall_hooks(client, project=project, dry_run=dry_run)
+    for r in results:
+        if r.changed:
+            verb = "would remove" if dry_run else "removed"
+            out.note(f"{r.path}: {verb} pmem's {', '.join(r.removed)}"
+                     + (f" (backup: {r.backup})" if r.backup else ""))
+    if not any(r.changed for r in results):
+        out.note(f"{', '.join(str(r.path) for r in results)}: no pmem hooks there; nothing changed")
+
 
 def context(
     write: Optional[Path] = typer.Option(None, "--write", "-w", metavar="FILE",

@@ -2,13 +2,12 @@
 
 Tools that read only such a file get the user's core memories from a block pmem owns, between
 two marker lines. `write_block` replaces that block (or appends one) and leaves every other byte
-of the file as it was: line endings, the text before and after, and the file's mode.
+of the file as it was: line endings, the text before and after, the file's mode, and the symbolic
+link it may be (the write goes to the link's target).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,15 +93,7 @@ def write_block(path: Path, body: str) -> bool:
     new = merge(existing, body)
     if new == existing:
         return False
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(new.encode("utf-8"))
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from .textfiles import write_through
+
+    write_through(path, new.encode("utf-8"), new_mode=0o644)  # CLAUDE.md -> AGENTS.md stays a link
     return True

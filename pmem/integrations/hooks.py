@@ -7,8 +7,13 @@ model's context. `run_hook` is that command's body:
 - session start: the core memories, and the most relevant ones for the project;
 - user prompt: the memories relevant to the prompt, none given before in the same session (a
   small state file per session remembers which), nothing at all when nothing is relevant;
+- compact (Codex's PostCompact, Gemini CLI's PreCompress): the conversation was summarised, so
+  what was given before may be given again (Claude Code and newer Codex say so with a
+  SessionStart "compact" instead);
 - within a character budget and a time limit, and never failing the prompt: an internal error
-  prints nothing and is logged to `hook-errors.log`, which `pmem doctor` shows.
+  prints nothing and is logged to `hook-errors.log`, which `pmem doctor` shows. The limit covers
+  reading stdin too: a host may keep the pipe open, so the hook reads one JSON object, not to EOF;
+  and a writer holding the database's lock never makes it wait (the access counts wait instead).
 
 Output conventions: Claude Code adds plain stdout to the context; Codex and Gemini CLI read a
 JSON object with `hookSpecificOutput.additionalContext` (Gemini requires JSON on stdout).
@@ -25,7 +30,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import paths
 from ..display import prompt_safe
@@ -34,13 +39,18 @@ if TYPE_CHECKING:
     from ..store import Filter, MemoryStore
 
 CLIENTS = ("claude-code", "codex", "gemini")
-EVENTS = ("session-start", "user-prompt")
-# Each client's name for the two events (Gemini calls the prompt hook BeforeAgent).
+EVENTS = ("session-start", "user-prompt", "compact")
+# Each client's names for the events pmem installs (Gemini calls the prompt hook BeforeAgent).
+# Claude Code needs no compact hook: it runs SessionStart with source "compact" after one.
 EVENT_NAMES = {
     "claude-code": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit"},
-    "codex": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit"},
-    "gemini": {"session-start": "SessionStart", "user-prompt": "BeforeAgent"},
+    "codex": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit", "compact": "PostCompact"},
+    "gemini": {"session-start": "SessionStart", "user-prompt": "BeforeAgent", "compact": "PreCompress"},
 }
+# Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
+# or not it then compresses (benchmarks/README.md, "Hooks and the hosts"); only "manual" (/compress)
+# means the history was summarised. So there a memory may come back after this many prompts.
+DEDUP_TURNS = {"gemini": 20}
 MAX_STDIN = 1_000_000  # characters of hook JSON read; a prompt longer than this is cut
 MAX_PROMPT_CHARS = 2_000  # of the prompt used as the query
 STATE_DAYS = 7  # session state files older than this are removed
@@ -76,7 +86,30 @@ class HookInput:
     cwd: str | None = None
     prompt: str | None = None
     source: str | None = None  # startup, resume, clear, compact
+    trigger: str | None = None  # a compaction's: manual or auto
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+def read_input(stream: BinaryIO, limit: int = MAX_STDIN * 4) -> str:
+    """The hook's stdin, up to the end of its first JSON object (a host may leave the pipe open
+    after writing it), else to EOF (a prompt typed by hand); at most `limit` bytes."""
+    buf = bytearray()
+    read = getattr(stream, "read1", None) or stream.read
+    while len(buf) < limit:
+        chunk = read(min(65536, limit - len(buf)))
+        if not chunk:
+            break
+        buf += chunk
+        if buf.rstrip()[-1:] in (b"}", b"]") and buf.lstrip()[:1] in (b"{", b"["):
+            try:
+                _DECODER.raw_decode(buf.decode("utf-8", "replace").strip())
+                break
+            except ValueError:
+                pass  # a brace inside a string, or a nested object's end: read on
+    return buf.decode("utf-8", "replace")
+
+
+_DECODER = json.JSONDecoder()
 
 
 def parse_input(text: str) -> HookInput:
@@ -85,7 +118,7 @@ def parse_input(text: str) -> HookInput:
     if not text:
         return HookInput()
     try:
-        data = json.loads(text)
+        data, _end = _DECODER.raw_decode(text)  # what follows the first value is not ours to read
     except ValueError:
         return HookInput(prompt=text)  # a person trying the command by hand
     if not isinstance(data, dict):
@@ -96,34 +129,48 @@ def parse_input(text: str) -> HookInput:
         return v if isinstance(v, str) and v else None
 
     return HookInput(session_id=s("session_id"), cwd=s("cwd"), prompt=s("prompt"),
-                     source=s("source") or s("trigger"), raw=data)
+                     source=s("source") or s("trigger"), trigger=s("trigger"), raw=data)
 
 
 class SessionState:
-    """The ids already given in one agent session, in a small JSON file per session."""
+    """One agent session's state, in a small JSON file: the ids given and at which prompt (its
+    number in the session), and the accesses not yet counted (the database was busy)."""
 
     def __init__(self, session_id: str | None):
         self.path: Path | None = None
-        self.given: set[str] = set()
+        self.given: dict[str, int] = {}
+        self.turn = 0
+        self.untouched: list[str] = []
         if not session_id:
             return
         digest = hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()[:24]
         self.path = state_dir() / f"{digest}.json"
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            self.given = {i for i in data.get("given", []) if isinstance(i, str)}
-        except (OSError, ValueError, AttributeError):
-            self.given = set()
+            given = data.get("given", [])
+            if isinstance(given, list):  # the first format: ids only
+                given = dict.fromkeys(given, 0)
+            self.given = {i: t for i, t in given.items() if isinstance(i, str) and isinstance(t, int)}
+            self.turn = data.get("turn", 0) if isinstance(data.get("turn"), int) else 0
+            self.untouched = [i for i in data.get("untouched", []) if isinstance(i, str)][:1000]
+        except (OSError, ValueError, AttributeError, TypeError):  # a damaged file: a fresh session
+            self.given, self.turn, self.untouched = {}, 0, []
 
     def reset(self) -> None:
-        self.given = set()
+        self.given = {}
+
+    def seen(self, memory_id: str, within: int | None = None) -> bool:
+        """Whether `memory_id` was given in this session (in its last `within` prompts, if given)."""
+        turn = self.given.get(memory_id)
+        return turn is not None and (within is None or self.turn - turn < within)
 
     def save(self) -> None:
         if self.path is None:
             return
         paths.ensure_private_dir(self.path.parent)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"given": sorted(self.given)}), encoding="utf-8")
+        tmp.write_text(json.dumps({"given": dict(sorted(self.given.items())), "turn": self.turn,
+                                   "untouched": self.untouched}), encoding="utf-8")
         os.replace(tmp, self.path)
         _prune(self.path.parent)
 
@@ -180,6 +227,7 @@ class HookSettings:
     timeout: float = 4.0  # seconds; past it the hook prints nothing
     limit: int = 8  # relevant memories considered per prompt
     min_similarity: float | None = None  # None: the vectors' model's (pmem.thresholds hook, hook_words)
+    dedup_turns: int | None = None  # a memory may come back after this many prompts (None: never)
 
 
 def search_mode(store: MemoryStore) -> str:
@@ -222,6 +270,7 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
 
     flt = flt or Filter()
     state = SessionState(data.session_id)
+    within = settings.dedup_turns
     if event == "session-start":
         if data.source != "resume":
             state.reset()  # a new or compacted conversation: everything may be given again
@@ -238,19 +287,30 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
         query = (data.prompt or "").strip()[:MAX_PROMPT_CHARS]
         if not query:
             return ""
+        state.turn += 1
         relevant = _relevant(store, query, flt, settings.limit, settings.min_similarity)
-        relevant = [m for m in relevant if m.id not in state.given]
+        relevant = [m for m in relevant if not state.seen(m.id, within)]
         sections = [("## Relevant to this prompt", relevant)]
     else:
         raise ValueError(f"unknown hook event {event!r}")
     header = "# From the user's memory (pmem; quote it, do not invent more)"
-    block, ids = _pack(header, [(t, [m for m in ms if m.id not in state.given]) for t, ms in sections],
+    block, ids = _pack(header, [(t, [m for m in ms if not state.seen(m.id, within)]) for t, ms in sections],
                        settings.budget)
-    if ids:
-        state.given.update(ids)
-        store.touch(ids)
+    state.given.update(dict.fromkeys(ids, state.turn))
+    count = [*state.untouched, *(i for i in ids if i not in state.untouched)]
+    if count:  # never wait on a writer: what cannot be counted now is counted at the next hook
+        state.untouched = [] if store.touch(count, wait=False) else count[:1000]
     state.save()
     return block
+
+
+def compacted(client: str, data: HookInput) -> None:
+    """A compaction hook: the conversation was summarised, so everything may be given again."""
+    if client == "gemini" and data.trigger != "manual":
+        return  # Gemini's "auto" comes before every turn, compressing or not: DEDUP_TURNS bounds it
+    state = SessionState(data.session_id)
+    state.reset()
+    state.save()
 
 
 def project_query(cwd: str | None) -> str | None:
@@ -271,22 +331,28 @@ def format_output(client: str, event: str, block: str) -> str:
                                               "additionalContext": block}}, ensure_ascii=False)
 
 
-def run_hook(client: str, event: str, stdin_text: str, open_store: Callable[[], MemoryStore], *,
+def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callable[[], MemoryStore], *,
              settings: HookSettings | None = None,
              make_filter: Callable[[HookInput], tuple[Filter | None, str | None]] | None = None) -> str:
     """The whole hook: never raises, never runs past `settings.timeout`; returns what to print.
 
-    The work runs in a daemon thread; if it is not done in time the caller gets "" (and the
-    thread is abandoned: the CLI exits right after printing)."""
+    `stdin` is the hook's JSON, or the stream to read it from (within the time limit too). The
+    work runs in a daemon thread; if it is not done in time the caller gets "" (and the thread is
+    abandoned: the CLI exits right after printing)."""
     settings = settings or HookSettings()
-    if client not in CLIENTS or event not in EVENTS:
+    if client not in CLIENTS or event not in EVENT_NAMES.get(client, {}):
         log_error(f"{client} {event}: unknown client or event")
-        return ""
+        return format_output(client, event, "") if client in CLIENTS else ""
+    if settings.dedup_turns is None:
+        settings = replace(settings, dedup_turns=DEDUP_TURNS.get(client))
     result: dict[str, str] = {}
 
     def work() -> None:
         try:
-            data = parse_input(stdin_text)
+            data = parse_input(stdin if isinstance(stdin, str) else read_input(stdin))
+            if event == "compact":
+                compacted(client, data)
+                return
             flt, project = make_filter(data) if make_filter else (None, None)
             store = open_store()
             try:
