@@ -29,7 +29,7 @@ SETS = ("paraphrase", "multilingual", "locomo", "mixed")
 @dataclass(frozen=True)
 class Query:
     set: str      # paraphrase, multilingual, locomo
-    group: str    # a language, "cross", a LoCoMo category, or the paraphrase topic
+    group: str    # a language, "cross", a LoCoMo category, or the paraphrase kind (paraphrase, name)
     split: str    # dev or held-out (LoCoMo and multilingual: dev)
     text: str
     targets: frozenset[str]
@@ -75,8 +75,7 @@ def embedder(model: str, cache_dir: Path | None):
 def paraphrase_records() -> tuple[list[dict], list[Query]]:
     data = json.loads(PARAPHRASE.read_text(encoding="utf-8"))
     records = [{"text": m["text"], "key": m["id"]} for m in data["memories"]]
-    topic = {m["id"]: m["topic"] for m in data["memories"]}
-    qs = [Query("paraphrase", topic[q["target"]], q["split"], q["text"], frozenset([q["target"]]))
+    qs = [Query("paraphrase", q["kind"], q["split"], q["text"], frozenset([q["target"]]))
           for q in data["queries"]]
     return records, qs
 
