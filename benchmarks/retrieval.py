@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--limit-questions", type=int, default=0, help="only the first N questions per conversation")
     ap.add_argument("--model", default="", help="embedding model (default: the configured one)")
     ap.add_argument("--weights", type=float, nargs="+", default=[],
-                    help="--via lib: keyword weights of the fusion to compare over the same stores")
+                    help="--via lib: fixed keyword shares of the fusion to compare over the same stores")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--suite", action="store_true", help="every set, every mode, in-process (see above)")
     ap.add_argument("--sets", nargs="+", default=["paraphrase", "multilingual", "locomo", "mixed"],
@@ -137,7 +137,7 @@ def sweep(args) -> int:
                 total += 1
                 evidence = set(q["evidence"])
                 for w in args.weights:
-                    tuning = replace(DEFAULT_TUNING, keyword_weight=w)
+                    tuning = replace(DEFAULT_TUNING, keyword_weight=w, adaptive=False)
                     ranked = [by_id[h.memory.id] for h in lib_search(store, q["question"], limit=kmax, tuning=tuning)]
                     for k in args.k:
                         hits[w][k] += bool(evidence & set(ranked[:k]))
