@@ -58,10 +58,11 @@ class Tuning:
     rank_score = share * minmax(-bm25) + (1 - share) * minmax(cosine), each over its own top
     `candidates`; a memory missing from one list gets 0 from it. The share follows each query's
     Evidence (`keyword_share`): a clear winner on the dense side, or a keyword match that stands
-    alone, moves it towards the meaning; many keyword matches that the meaning agrees with move it
-    towards the words. `adaptive=False` fixes it at `keyword_weight` (the fusion before, whose
-    0.6 was tuned on LoCoMo: R@10 0.82-0.83 for 0.6-0.7 with threads). `keyword_weight` also
-    splits the absolute `score` (relevance)."""
+    alone, moves it towards the meaning; a strong best BM25 and a full keyword list (the dense
+    side flat, as on LoCoMo, where the speakers' names are in every turn) move it towards the words.
+    `adaptive=False` fixes it at `keyword_weight` (the fusion before, whose 0.6 was tuned on
+    LoCoMo: R@10 0.82-0.83 for 0.6-0.7 with threads). `keyword_weight` also splits the absolute
+    `score` (relevance)."""
 
     keyword_weight: float = 0.6
     candidates: int = 100
