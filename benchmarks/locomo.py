@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json"
+# PMEM_LOCOMO_DEV: the file elsewhere (a git worktree outside the checkout's folder).
+DATA = Path(os.environ.get("PMEM_LOCOMO_DEV") or Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo_dev.json")
 
 
 def load(path: Path = DATA) -> list[dict]:

@@ -108,7 +108,8 @@ def sweep(convs) -> dict:
     for store, _, _ in convs:
         store.set_keyword_window(best["before"], best["after"])
     for kw in (0.5, 0.6, 0.7, 0.8):
-        row = {"keyword_weight": kw, **search_recall(convs, Tuning(keyword_weight=kw, context_weight=best["context_weight"]))}
+        fixed = Tuning(keyword_weight=kw, context_weight=best["context_weight"], adaptive=False)
+        row = {"keyword_weight": kw, **search_recall(convs, fixed)}
         out["keyword_weight"].append(row)
         print(json.dumps(row), file=sys.stderr)
     module = sys.modules["pmem.recall"]

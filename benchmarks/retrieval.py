@@ -6,6 +6,9 @@
     python benchmarks/retrieval.py --thread none   # turns without threads (no neighbour context)
     python benchmarks/retrieval.py --via lib --model multilingual-e5-small --weights 0.4 0.5 0.6 0.7
                                                    # another embedding model; a fusion sweep in one run
+    python benchmarks/retrieval.py --suite         # every set of benchmarks/fusion_sets.py, each mode, in-process:
+                                                   # paraphrase and multilingual top-1/top-3, LoCoMo R@5/R@10 and
+                                                   # evidence in the recall block, and the mixed store of all of them
 
 One memory per dialogue turn ("Speaker: text", dated by its session), one database per conversation;
 each session's turns are a thread (`thread`, `thread_pos` in the imported JSONL), so each turn's
@@ -44,9 +47,15 @@ def main() -> int:
     ap.add_argument("--limit-questions", type=int, default=0, help="only the first N questions per conversation")
     ap.add_argument("--model", default="", help="embedding model (default: the configured one)")
     ap.add_argument("--weights", type=float, nargs="+", default=[],
-                    help="--via lib: keyword weights of the fusion to compare over the same stores")
+                    help="--via lib: fixed keyword shares of the fusion to compare over the same stores")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--suite", action="store_true", help="every set, every mode, in-process (see above)")
+    ap.add_argument("--sets", nargs="+", default=["paraphrase", "multilingual", "locomo", "mixed"],
+                    help="--suite: which sets")
+    ap.add_argument("--cache", default="", help="--suite: keep vectors in this folder between runs")
     args = ap.parse_args()
+    if args.suite:
+        return suite(args)
     if args.model:
         os.environ["PMEM_EMBED_MODEL"] = args.model
     if args.weights and args.via != "lib":
@@ -128,7 +137,7 @@ def sweep(args) -> int:
                 total += 1
                 evidence = set(q["evidence"])
                 for w in args.weights:
-                    tuning = replace(DEFAULT_TUNING, keyword_weight=w)
+                    tuning = replace(DEFAULT_TUNING, keyword_weight=w, adaptive=False)
                     ranked = [by_id[h.memory.id] for h in lib_search(store, q["question"], limit=kmax, tuning=tuning)]
                     for k in args.k:
                         hits[w][k] += bool(evidence & set(ranked[:k]))
@@ -137,6 +146,55 @@ def sweep(args) -> int:
               "thread": args.thread,
               "by_weight": {str(w): {f"R@{k}": round(hits[w][k] / total, 3) for k in args.k} for w in args.weights}}
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def suite(args) -> int:
+    """Each set's figures per mode through pmem.search.search (and pmem.recall for LoCoMo's block)."""
+    import fusion_sets
+
+    from pmem import recall
+    from pmem import search as lib_search
+
+    model = args.model or "multilingual-e5-small"
+    emb = fusion_sets.embedder(model, Path(args.cache) if args.cache else None)
+    acc: dict = {}
+
+    def count(cell: str, ranked: list[str], targets) -> None:
+        a = acc.setdefault(cell, [0, 0, 0, 0, 0])
+        a[0] += 1
+        for i, k in enumerate((1, 3, 5, 10), start=1):
+            a[i] += bool(targets & set(ranked[:k]))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        for name, store, _keys, qs in fusion_sets.stores(Path(tmp), emb, args.sets):
+            key_of = {}
+            for q in qs:
+                for mode in ("hybrid", "semantic", "keyword"):
+                    hits = lib_search(store, q.text, limit=10, mode=mode)
+                    ranked = [key_of.setdefault(h.memory.id, h.memory.meta["key"]) for h in hits]
+                    count(f"{name}|{q.set}|{mode}|{q.split}", ranked, q.targets)
+                    count(f"{name}|{q.set}|{mode}|{q.group}", ranked, q.targets)
+                if name == "locomo":
+                    block = recall(store, q.text, fmt="json")
+                    inside = bool(q.targets & {m.meta["key"] for m in block.memories()})
+                    a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
+                    a[0] += 1
+                    a[4] += inside
+            if hasattr(emb, "save"):
+                emb.save()
+    out: dict = {"model": model, "load average": os.getloadavg()[0]}
+    for cell, (n, h1, h3, h5, h10) in sorted(acc.items()):
+        store, qset, mode, group = cell.split("|")
+        if mode == "recall block":
+            fig = {"n": n, "evidence in block": round(h10 / n, 3)}
+        elif qset == "locomo":
+            fig = {"n": n, "R@5": round(h5 / n, 3), "R@10": round(h10 / n, 3)}
+        else:
+            fig = {"n": n, "top1": round(h1 / n, 3), "top3": round(h3 / n, 3)}
+        out.setdefault(f"{store} store", {}).setdefault(qset, {}).setdefault(mode, {})[group] = fig
+    print(json.dumps(out, indent=1, ensure_ascii=False))
     return 0
 
 

@@ -1,5 +1,8 @@
 """Hybrid retrieval: FTS5 BM25 and sqlite-vec KNN, fused by a convex combination of their
 min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/README.md).
+The keyword list's share of it is decided per query from the evidence of both lists
+(`evidence`, `keyword_share`): a fixed 0.6, tuned where names decide (LoCoMo), let a memory
+sharing one common word with a question in other words outrank what its meaning found.
 
 That fusion ranks, but it is relative to one result list: the top hit always gets 1.0. What a
 Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
@@ -14,6 +17,7 @@ in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Collection
@@ -37,20 +41,37 @@ MODES = ("hybrid", "semantic", "keyword")
 BM25_HALF = 6.0
 
 
+# The per-query keyword share, fitted by benchmarks/fit_fusion.py on the dev part of the
+# paraphrase, multilingual and LoCoMo sets, in their own stores and in one mixed store
+# (benchmarks/README.md: Fusion that follows the evidence): the share is SHARE_MAX times the
+# logistic of SHARE_BIAS + the sum of each Evidence field times its coefficient here.
+SHARE_MAX = 0.7
+SHARE_BIAS = -4.58
+SHARE_COEF = (("sem_gap", -6.74), ("kw_gap", -2.73), ("kw_many", 2.47), ("agree", -0.28), ("kw_best", 6.1),
+              ("sem_best", 2.24))
+
+
 @dataclass(frozen=True)
 class Tuning:
-    """Fusion constants, tuned on the LoCoMo development set (see benchmarks/README.md).
+    """Fusion constants (see benchmarks/README.md).
 
-    score = keyword_weight * minmax(-bm25) + (1 - keyword_weight) * minmax(cosine), each over its
-    own top `candidates`; a memory missing from one list gets 0 from it. R@10 stayed within
-    0.734-0.745 for weights 0.5-0.65 and 50-200 candidates, so the choice is not fragile.
-    With turns in threads (their neighbours' words in the index at `context_weight`), weights
-    0.6-0.7 gave R@10 0.82-0.83 and 0.5 or 0.8 0.81 (benchmarks/README.md: Threads)."""
+    rank_score = share * minmax(-bm25) + (1 - share) * minmax(cosine), each over its own top
+    `candidates`; a memory missing from one list gets 0 from it. The share follows each query's
+    Evidence (`keyword_share`): a clear winner on the dense side, or a keyword match that stands
+    alone, moves it towards the meaning; a strong best BM25 and a full keyword list (the dense
+    side flat, as on LoCoMo, where the speakers' names are in every turn) move it towards the words.
+    `adaptive=False` fixes it at `keyword_weight` (the fusion before, whose 0.6 was tuned on
+    LoCoMo: R@10 0.82-0.83 for 0.6-0.7 with threads). `keyword_weight` also splits the absolute
+    `score` (relevance)."""
 
     keyword_weight: float = 0.6
     candidates: int = 100
     context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
     bm25_half: float = BM25_HALF  # the -bm25 at which a score's keyword part is half its most
+    adaptive: bool = True  # the keyword share per query (keyword_share); False: keyword_weight
+    share_max: float = SHARE_MAX
+    share_bias: float = SHARE_BIAS
+    share_coef: tuple[tuple[str, float], ...] = SHARE_COEF
 
 
 DEFAULT_TUNING = Tuning()
@@ -157,6 +178,68 @@ def _minmax(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [(seq, (v - lo) / (hi - lo) if hi > lo else 1.0) for seq, v in pairs]
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What one query's two candidate lists say about how far to trust each (all about 0..1).
+
+    kw_best: the best keyword match's -bm25, saturating (x / (x + bm25_half));
+    kw_gap: how far that best match stands above the second ((x1 - x2) / x1);
+    kw_many: the keyword list is full (its words are held by at least `candidates` memories);
+    sem_best: the best cosine, rescaled from the model's floor;
+    sem_gap: the best cosine's margin over the second, on the same scale;
+    agree: the best keyword match's own cosine on that scale, as a share of sem_best (0 when it
+        is not among the dense candidates): whether the words found what the meaning found."""
+
+    kw_best: float
+    kw_gap: float
+    kw_many: float
+    sem_best: float
+    sem_gap: float
+    agree: float
+
+
+def evidence(kw: list[tuple[int, float]], sem: list[tuple[int, float]], floor: float,
+             tuning: Tuning = DEFAULT_TUNING) -> Evidence:
+    """The Evidence of keyword ranks `kw` (seq, bm25) and semantic ranks `sem` (seq, distance)."""
+    def rescale(cos: float) -> float:
+        return min(1.0, max(0.0, (cos - floor) / (1.0 - floor))) if floor < 1.0 else 0.0
+
+    x = [max(0.0, -b) for _, b in kw[:2]]
+    kw_best = x[0] / (x[0] + tuning.bm25_half) if x and x[0] > 0 else 0.0
+    kw_gap = (x[0] - x[1]) / x[0] if len(x) == 2 and x[0] > 0 else (1.0 if x else 0.0)
+    cos = [1.0 - d for _, d in sem[:2]]
+    sem_best = rescale(cos[0]) if cos else 0.0
+    sem_gap = (cos[0] - cos[1]) / (1.0 - floor) if len(cos) == 2 and floor < 1.0 else 0.0
+    agree = 0.0
+    if kw and sem_best > 0:
+        d = dict(sem).get(kw[0][0])
+        agree = rescale(1.0 - d) / sem_best if d is not None else 0.0
+    return Evidence(kw_best=kw_best, kw_gap=kw_gap, kw_many=float(len(kw) >= tuning.candidates),
+                    sem_best=sem_best, sem_gap=sem_gap, agree=agree)
+
+
+def keyword_share(ev: Evidence, tuning: Tuning = DEFAULT_TUNING) -> float:
+    """The keyword list's share of one query's rank fusion: share_max * logistic(bias + coef . ev)."""
+    z = tuning.share_bias + sum(c * getattr(ev, name) for name, c in tuning.share_coef)
+    return tuning.share_max / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+
+def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], floor: float, query: str,
+         mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING) -> dict[int, float]:
+    """The ranking score of every candidate (higher first): -bm25 in keyword mode, the cosine in
+    semantic mode; in hybrid mode each list min-max scaled and mixed at the query's keyword share."""
+    if mode == "keyword":
+        return {seq: -bm25 for seq, bm25 in kw}
+    if mode == "semantic":
+        return {seq: 1.0 - d for seq, d in sem}
+    scores: dict[int, float] = {}
+    w = keyword_share(evidence(kw, sem, floor, tuning), tuning) if tuning.adaptive else tuning.keyword_weight
+    for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
+        for seq, norm in _minmax(pairs):
+            scores[seq] = scores.get(seq, 0.0) + weight * norm
+    return scores
+
+
 def relevance(bm25: float | None, cosine: float | None, floor: float, mode: str = "hybrid",
               tuning: Tuning = DEFAULT_TUNING) -> float:
     """The absolute score in [0, 1] of a memory with this BM25 (negative, None: not a keyword
@@ -221,16 +304,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     distance = dict(sem)
     bm25 = dict(kw)
     floor = store.thresholds().score_floor if sem else 0.0
-    if mode == "keyword":
-        scores = {seq: -bm25 for seq, bm25 in kw}
-    elif mode == "semantic":
-        scores = {seq: 1.0 - d for seq, d in sem}
-    else:
-        scores = {}
-        w = tuning.keyword_weight
-        for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
-            for seq, norm in _minmax(pairs):
-                scores[seq] = scores.get(seq, 0.0) + weight * norm
+    scores = fuse(kw, sem, floor, query, mode, tuning)
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     hits: list[Hit] = []
     listed: set[str] = set()   # ids already in the results

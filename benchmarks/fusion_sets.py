@@ -1,0 +1,141 @@
+"""The retrieval sets of benchmarks/retrieval.py --suite and benchmarks/fit_fusion.py, as stores.
+
+- paraphrase: benchmarks/data/paraphrase.json (everyday memories asked for in other words) among
+  the turns of LoCoMo's first dev conversation, stored as session threads, as distractors;
+- multilingual: benchmarks/data/multilingual.json (ru, de, es, fr, en and cross-lingual), alone;
+- locomo: the 5 dev conversations, one store each, session threads;
+- mixed: one store holding every memory of the three at once, searched with every question.
+
+A query is (set, group, split, question, targets): a hit at k when any target key is among the
+first k results. Keys: a paraphrase or multilingual memory's id, "conv:dia_id" for a LoCoMo turn.
+Vectors go through a disk cache (`CachedEmbedder`) so that a rerun embeds only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import locomo
+
+HERE = Path(__file__).resolve().parent
+PARAPHRASE = HERE / "data" / "paraphrase.json"
+MULTILINGUAL = HERE / "data" / "multilingual.json"
+SETS = ("paraphrase", "multilingual", "locomo", "mixed")
+
+
+@dataclass(frozen=True)
+class Query:
+    set: str      # paraphrase, multilingual, locomo
+    group: str    # a language, "cross", a LoCoMo category, or the paraphrase kind (paraphrase, name)
+    split: str    # dev or held-out (LoCoMo and multilingual: dev)
+    text: str
+    targets: frozenset[str]
+
+
+class CachedEmbedder:
+    """`inner`, with every (query?, text) vector kept in a pickle at `path` between runs."""
+
+    def __init__(self, inner, path: Path):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+        self.query_aware = getattr(inner, "query_aware", False)
+        self.path = path
+        self.cache: dict = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.dirty = False
+
+    def embed(self, texts, query: bool = False):
+        keys = [(query, t) for t in texts]
+        todo = [k for k in dict.fromkeys(keys) if k not in self.cache]
+        if todo:
+            kw = {"query": True} if query and self.query_aware else {}
+            self.cache.update(zip(todo, self.inner.embed([t for _, t in todo], **kw)))
+            self.dirty = True
+        return [self.cache[k] for k in keys]
+
+    def save(self) -> None:
+        if self.dirty:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(self.cache))
+            tmp.replace(self.path)
+            self.dirty = False
+
+
+def embedder(model: str, cache_dir: Path | None):
+    from pmem.embed import load_embedder
+
+    inner = load_embedder(model, server="off")
+    if cache_dir is None:
+        return inner
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return CachedEmbedder(inner, cache_dir / f"vectors-{inner.name}.pickle")
+
+
+def paraphrase_records() -> tuple[list[dict], list[Query]]:
+    data = json.loads(PARAPHRASE.read_text(encoding="utf-8"))
+    records = [{"text": m["text"], "key": m["id"]} for m in data["memories"]]
+    qs = [Query("paraphrase", q["kind"], q["split"], q["text"], frozenset([q["target"]]))
+          for q in data["queries"]]
+    return records, qs
+
+
+def multilingual_records() -> tuple[list[dict], list[Query]]:
+    data = json.loads(MULTILINGUAL.read_text(encoding="utf-8"))
+    records = [{"text": m["text"], "key": m["id"]} for m in data["memories"]]
+    qs = [Query("multilingual", "cross" if q["cross"] else q["lang"], "dev", q["text"], frozenset(q["targets"]))
+          for q in data["queries"]]
+    return records, qs
+
+
+CATEGORY = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
+def locomo_records(conv: dict) -> tuple[list[dict], list[Query]]:
+    sid = conv["sample_id"]
+    records = [{**r, "key": f"{sid}:{r['meta']['dia_id']}"} for r in locomo.turn_records(conv, "session")]
+    qs = [Query("locomo", CATEGORY[q["category"]], "dev", q["question"],
+                frozenset(f"{sid}:{d}" for d in q["evidence"])) for q in locomo.questions(conv)]
+    return records, qs
+
+
+def distractors() -> list[dict]:
+    """The turns of LoCoMo's first dev conversation (419), threaded as imported."""
+    conv = locomo.load()[0]
+    return [{**r, "key": f"{conv['sample_id']}:{r['meta']['dia_id']}"} for r in locomo.turn_records(conv, "session")]
+
+
+def build(tmp: Path, name: str, records: list[dict], emb):
+    """A store of `records`; returns (store, key by seq)."""
+    from pmem import Memory, MemoryStore
+
+    store = MemoryStore(tmp / f"{name}.db", embedder=emb)
+    store.insert([Memory(id="", text=r["text"], created_at=r.get("created_at"), meta={**r.get("meta", {}), "key": r["key"]},
+                         thread=r.get("thread"), thread_pos=r.get("thread_pos")) for r in records])
+    keys = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.key') FROM memories").fetchall())
+    return store, keys
+
+
+def stores(tmp: Path, emb, sets=SETS):
+    """Yield (set name, store, key by seq, queries) for each of `sets`; each store is closed after."""
+    para, para_q = paraphrase_records()
+    multi, multi_q = multilingual_records()
+    convs = [locomo_records(c) for c in locomo.load()]
+    if "paraphrase" in sets:
+        store, keys = build(tmp, "paraphrase", para + distractors(), emb)
+        yield "paraphrase", store, keys, para_q
+        store.close()
+    if "multilingual" in sets:
+        store, keys = build(tmp, "multilingual", multi, emb)
+        yield "multilingual", store, keys, multi_q
+        store.close()
+    if "locomo" in sets:
+        for i, (records, qs) in enumerate(convs):
+            store, keys = build(tmp, f"locomo-{i}", records, emb)
+            yield "locomo", store, keys, qs
+            store.close()
+    if "mixed" in sets:
+        records = para + multi + [r for rs, _ in convs for r in rs]
+        store, keys = build(tmp, "mixed", records, emb)
+        yield "mixed", store, keys, para_q + multi_q + [q for _, qs in convs for q in qs]
+        store.close()
