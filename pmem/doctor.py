@@ -139,9 +139,34 @@ def run_checks(settings: Settings | PmemError, db_override=None,
             ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
+    checks.append(_chat_runs_check(cfg))
     checks.append(_server_check(cfg))
     checks.append(_hooks_check())
     return checks
+
+
+def _chat_runs_check(cfg: Settings) -> Check:
+    """The chat model, run once in a child process: a llama.cpp build that dies on this CPU shows
+    here as a finding with its fix, not as a crash of `extract` or `dream`."""
+    from pathlib import Path
+
+    from . import provision
+    from .generate import ModelCrash, check_runs
+
+    spec = cfg.chat_model
+    path = provision.model_file(spec, paths.models_dir()) if spec in provision.known_models() \
+        else Path(spec).expanduser()
+    if not path.is_file():
+        return Check("chat model runs", True, "not checked: the chat model is not installed", level="info")
+    try:
+        ran = check_runs(path, threads=cfg.threads, fresh=True)
+    except ModelCrash as exc:
+        what, _, fix = str(exc).partition("; rebuild llama-cpp-python for a portable instruction set: ")
+        return Check("chat model runs", False, what, fix)
+    if not ran:
+        return Check("chat model runs", False, f"{path.stem} did not load or answer in a child process",
+                     "pmem extract --dry-run < some.txt shows the error")
+    return Check("chat model runs", True, f"{path.stem} generated text in a child process")
 
 
 def _hooks_check() -> Check:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .errors import ModelError
-from .loading import default_threads, load_error, log_state, open_gguf
+from .loading import default_threads, llama, load_error, log_state, open_gguf
 
 
 @runtime_checkable
@@ -105,11 +105,12 @@ class LlamaEmbedder:
 
     @staticmethod
     def _load(path: Path, threads: int, n_ctx: int, pooling: int):
-        from llama_cpp import Llama
+        import llama_cpp
 
         log_state["errors"] = []
         try:
-            return Llama(
+            return llama(
+                llama_cpp,
                 model_path=str(path),
                 embedding=True,
                 n_ctx=n_ctx,

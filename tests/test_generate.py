@@ -77,3 +77,70 @@ def test_unknown_extract_mode_is_a_usage_error(tmp_path):
 
     with pytest.raises(UsageError, match="extract_mode"):
         load_generator(str(tmp_path / "none.gguf"), threads=1, mode="sometimes")
+
+
+def _capture_load_params(monkeypatch):
+    """Record the model parameters each llama.cpp model load receives (the real load still runs)."""
+    low = pytest.importorskip("llama_cpp").llama_cpp
+    seen = []
+    real = low.llama_model_load_from_file
+
+    def load(path, params):
+        seen.append({name: getattr(params, name) for name, _ in params._fields_ if name == "use_extra_bufts"})
+        return real(path, params)
+
+    monkeypatch.setattr(low, "llama_model_load_from_file", load)
+    return seen
+
+
+@pytest.mark.model
+def test_the_chat_model_loads_without_extra_buffer_types(monkeypatch):
+    """llama.cpp's extra buffer types hold the AMX kernels that crash native builds on some Xeons."""
+    from pmem import provision
+    from pmem.generate import LlamaGenerator
+    from pmem.paths import models_dir
+
+    seen = _capture_load_params(monkeypatch)
+    path = provision.ensure_model("SmolLM2-135M-Instruct", models_dir(), progress=False)
+    g = LlamaGenerator(path, threads=1)
+    try:
+        assert seen == [{"use_extra_bufts": False}]
+        assert g._llm.model_params.use_extra_bufts is False
+        assert len(g.generate_json([{"role": "user", "content": "Is water wet?"}],
+                                   {"type": "object", "properties": {"yes": {"type": "boolean"}},
+                                    "required": ["yes"]}, 16)) == 1
+    finally:
+        g.close()
+    # and the wrapper is gone once the load is over: other code in this process gets llama.cpp's own
+    import llama_cpp
+
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
+
+
+def test_a_llama_cpp_without_the_switch_loads_as_it_is(monkeypatch):
+    import ctypes
+
+    from pmem import loading
+
+    class Params(ctypes.Structure):
+        _fields_ = [("n_gpu_layers", ctypes.c_int32)]
+
+    class Low:
+        llama_model_params = Params
+
+        @staticmethod
+        def llama_model_default_params():
+            return Params()
+
+    made = []
+
+    class Lib:
+        llama_cpp = Low
+
+        @staticmethod
+        def Llama(**kwargs):
+            made.append(Low.llama_model_default_params())
+            return kwargs
+
+    assert loading.llama(Lib, model_path="x") == {"model_path": "x"}
+    assert not hasattr(made[0], "use_extra_bufts")
