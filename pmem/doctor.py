@@ -182,18 +182,24 @@ def _hooks_check() -> Check:
 
 
 def _server_check(cfg: Settings) -> Check:
-    """`pmem serve` is optional: not running is fine; a socket nobody answers on is worth a word."""
+    """The server is started by the commands themselves: not running is fine; one of another build
+    or a socket nobody answers on is worth a word."""
     from . import serve
 
     sock = serve.socket_path()
-    if cfg.server == "off":
-        return Check("server", True, "not used (server = off)")
+    if cfg.server == "never":
+        return Check("server", True, "not used (server = never)")
     info = serve.status() if sock.exists() else None
     if info is not None:
-        return Check("server", True, f"running (pid {info['pid']}, {info['requests']} requests) on {sock}")
+        other = "" if info.get("build") == serve.build_id() else \
+            f"; it is from another pmem build ({info.get('version')}), so the next command replaces it"
+        return Check("server", True, f"running (pid {info['pid']}, {info['requests']} requests, started by "
+                                     f"{info.get('started_by') or 'pmem serve'}) on {sock}{other}")
     if sock.exists():
-        return Check("server", True, f"not running; stale socket {sock} (the next `pmem serve` replaces it)")
-    return Check("server", True, "not running (optional: `pmem serve --detach` makes search and add faster)")
+        return Check("server", True, f"not running; stale socket {sock} (the next command that needs the "
+                                     "embedding model replaces it)")
+    return Check("server", True, f"not running (server = {cfg.server}: the next command that needs the "
+                                 "embedding model starts one)")
 
 
 UPKEEP_BYTES = 10_000_000  # free space worth mentioning (and the share at which a dream gives it back)

@@ -22,6 +22,8 @@ def pmem_home(tmp_path, monkeypatch):
             monkeypatch.delenv(var)
     # Models are large: share one provisioned copy across tests (and CI runs).
     monkeypatch.setenv("PMEM_MODELS_DIR", str(models_dir()))
+    # No test starts a background server unless it says so (the default, "auto", would).
+    monkeypatch.setenv("PMEM_SERVER", "never")
     monkeypatch.setenv("NO_COLOR", "1")
     return home
 
