@@ -144,3 +144,21 @@ def test_a_llama_cpp_without_the_switch_loads_as_it_is(monkeypatch):
 
     assert loading.llama(Lib, model_path="x") == {"model_path": "x"}
     assert not hasattr(made[0], "use_extra_bufts")
+
+
+def test_readme_and_ci_install_the_same_way_and_the_last_resort_is_the_one_pmem_names():
+    """CI installs exactly as README says (no CMAKE_ARGS); the rebuild README keeps as a last resort
+    is the command the crash message gives."""
+    import re
+    from pathlib import Path
+
+    from pmem.generate import REBUILD
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    ci = (root / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r'^python -m pip install "\.\[dev,mcp,llm\]"$', ci, re.M)
+    assert not re.search(r"^\s*(export )?CMAKE_ARGS=", ci, re.M)
+    assert "unset CMAKE_ARGS" in ci
+    install = readme[readme.index("## Install"):readme.index("## Quick start")]
+    assert " ".join(install.replace("\\\n", " ").split()).count(" ".join(REBUILD.split())) == 1
