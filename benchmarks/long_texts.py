@@ -53,8 +53,9 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data", type=Path, default=locomo.DATA)
+    ap.add_argument("--convs", type=int, default=5, help="LoCoMo conversations used")
     args = ap.parse_args()
-    convs = locomo.load(args.data)
+    convs = locomo.load(args.data)[:args.convs]
     texts, where = documents(convs, args.group)
     e = E5Embedder(provision.ensure_model("multilingual-e5-small", progress=False), threads=args.threads)
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -67,6 +68,8 @@ def main() -> int:
         windows.append(np.concatenate([e._forward([s]) for s in seqs]))
         weights.append(np.array([max(1, len(s) - 2) for s in seqs], np.float64))
         n_windows += len(seqs)
+        print(f"{len(windows)}/{len(texts)} texts, {n_windows} windows, {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
     per_window = (time.perf_counter() - t0) / n_windows
     qs = [(q, where[f"{c['sample_id']}:{q['evidence'][0]}"]) for c in convs for q in locomo.questions(c)
           if q.get("evidence") and f"{c['sample_id']}:{q['evidence'][0]}" in where]

@@ -25,7 +25,11 @@ def pmem_home(tmp_path, monkeypatch):
     # No test starts a background server unless it says so (the default, "auto", would).
     monkeypatch.setenv("PMEM_SERVER", "never")
     monkeypatch.setenv("NO_COLOR", "1")
-    return home
+    yield home
+    if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
+        from pmem import serve
+
+        serve.stop(home / "pmem.sock", timeout=1.0)
 
 
 def models_dir() -> Path:

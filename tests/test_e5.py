@@ -316,7 +316,7 @@ def test_e5_thresholds_keep_paraphrases_and_drop_unrelated_pairs(e5):
 def test_load_embedder_runs_e5_in_process(monkeypatch):
     from pmem.embed import load_embedder
 
-    e = load_embedder("multilingual-e5-small", threads=1, server="auto")
+    e = load_embedder("multilingual-e5-small", threads=1, server="never")
     assert isinstance(e, E5Embedder) and e.dim == 384 and e.name == "multilingual-e5-small.q4"
     assert load_embedder("multilingual-e5-small", threads=1) is e
 
