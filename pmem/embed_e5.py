@@ -47,7 +47,7 @@ _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
 PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 # Windows of 510 tokens embedded per text at most (~1.6 s each on a small machine: a 50,000-character
 # paste took 21 s). Chosen by retrieval on long LoCoMo texts: benchmarks/README.md, "Long memories".
-MAX_WINDOWS = 4
+MAX_WINDOWS = 6
 
 
 def spread(n: int, k: int) -> list[int]:
