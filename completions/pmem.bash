@@ -39,7 +39,7 @@ _pmem_words() {
         "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --no-upkeep --full --json --help" ;;
         "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --thread --json --help" ;;
         "why") words="--json --help" ;;
-        "serve") words="--detach -d --idle --threads --stop --status --json --help" ;;
+        "serve") words="--detach -d --idle --threads --stop --status --started-by --json --help" ;;
         "tui") words="--search -s --project --help" ;;
         "mcp") words="--print-config --scope --help" ;;
         "context") words="--write -w --budget --scope --help" ;;

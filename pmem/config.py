@@ -31,8 +31,9 @@ def _toml():
 
 
 def _setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
-             low: float | None = None, high: float | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high})
+             low: float | None = None, high: float | None = None, aliases: dict[str, str] | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices, "low": low, "high": high,
+                                            "aliases": aliases or {}})
 
 
 _INT_MAX = 2**31 - 1  # what the model and SQLite layers below accept
@@ -61,9 +62,14 @@ class Settings:
                                        low=0.0, high=1.0)
     search_limit: int = _setting(10, "default number of results of `pmem search`", low=0, high=_INT_MAX)
     server: str = _setting(
-        "auto", "use a running `pmem serve` to skip loading the embedding model: auto, "
-                "start (also start one when none runs; it exits after 30 idle minutes) or off",
-        choices=("auto", "start", "off"))
+        "auto", "keep the embedding model loaded in a `pmem serve` process: auto (use it; when none runs, "
+                "start one for the next commands, which leaves after server_idle_minutes), always (the "
+                "same, and it stays until `pmem serve --stop`) or never (\"off\" and \"start\" are "
+                "older names for never and auto)",
+        choices=("auto", "always", "never"), aliases={"off": "never", "start": "auto"})
+    server_idle_minutes: float = _setting(
+        15.0, "minutes without a request after which a server that a command started leaves "
+              "(server = auto)", low=0.01, high=10_000_000.0)
     threads: int = _setting(0, "CPU threads for models (0: the idle cores, from the load average; "
                                "at least half, at most 8)", low=0, high=1024)
     dedup_threshold: float = _setting(0.92, "cosine similarity above which dream treats two memories as "
@@ -166,6 +172,7 @@ def coerce(key: str, value: Any, origin: str) -> Any:
         bad = _control(value)
         if bad is not None:
             raise UsageError(f"{origin}: {key} may not contain control characters (found {bad!r})")
+        value = meta["aliases"].get(value, value)  # an older name keeps working
         if meta["choices"] and value not in meta["choices"]:
             raise UsageError(f"{origin}: {key} must be one of {', '.join(meta['choices'])}, got {value!r}")
         return value

@@ -139,9 +139,34 @@ def run_checks(settings: Settings | PmemError, db_override=None,
             ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
+    checks.append(_chat_runs_check(cfg))
     checks.append(_server_check(cfg))
     checks.append(_hooks_check())
     return checks
+
+
+def _chat_runs_check(cfg: Settings) -> Check:
+    """The chat model, run once in a child process: a llama.cpp build that dies on this CPU shows
+    here as a finding with its fix, not as a crash of `extract` or `dream`."""
+    from pathlib import Path
+
+    from . import provision
+    from .generate import ModelCrash, check_runs
+
+    spec = cfg.chat_model
+    path = provision.model_file(spec, paths.models_dir()) if spec in provision.known_models() \
+        else Path(spec).expanduser()
+    if not path.is_file():
+        return Check("chat model runs", True, "not checked: the chat model is not installed", level="info")
+    try:
+        ran = check_runs(path, threads=cfg.threads, fresh=True)
+    except ModelCrash as exc:
+        what, _, fix = str(exc).partition("; rebuild llama-cpp-python for a portable instruction set: ")
+        return Check("chat model runs", False, what, fix)
+    if not ran:
+        return Check("chat model runs", False, f"{path.stem} did not load or answer in a child process",
+                     "pmem extract --dry-run < some.txt shows the error")
+    return Check("chat model runs", True, f"{path.stem} generated text in a child process")
 
 
 def _hooks_check() -> Check:
@@ -157,18 +182,24 @@ def _hooks_check() -> Check:
 
 
 def _server_check(cfg: Settings) -> Check:
-    """`pmem serve` is optional: not running is fine; a socket nobody answers on is worth a word."""
+    """The server is started by the commands themselves: not running is fine; one of another build
+    or a socket nobody answers on is worth a word."""
     from . import serve
 
     sock = serve.socket_path()
-    if cfg.server == "off":
-        return Check("server", True, "not used (server = off)")
+    if cfg.server == "never":
+        return Check("server", True, "not used (server = never)")
     info = serve.status() if sock.exists() else None
     if info is not None:
-        return Check("server", True, f"running (pid {info['pid']}, {info['requests']} requests) on {sock}")
+        other = "" if info.get("build") == serve.build_id() else \
+            f"; it is from another pmem build ({info.get('version')}), so the next command replaces it"
+        return Check("server", True, f"running (pid {info['pid']}, {info['requests']} requests, started by "
+                                     f"{info.get('started_by') or 'pmem serve'}) on {sock}{other}")
     if sock.exists():
-        return Check("server", True, f"not running; stale socket {sock} (the next `pmem serve` replaces it)")
-    return Check("server", True, "not running (optional: `pmem serve --detach` makes search and add faster)")
+        return Check("server", True, f"not running; stale socket {sock} (the next command that needs the "
+                                     "embedding model replaces it)")
+    return Check("server", True, f"not running (server = {cfg.server}: the next command that needs the "
+                                 "embedding model starts one)")
 
 
 UPKEEP_BYTES = 10_000_000  # free space worth mentioning (and the share at which a dream gives it back)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .errors import ModelError
-from .loading import default_threads, load_error, log_state, open_gguf
+from .loading import default_threads, llama, load_error, log_state, open_gguf
 
 
 @runtime_checkable
@@ -105,11 +105,12 @@ class LlamaEmbedder:
 
     @staticmethod
     def _load(path: Path, threads: int, n_ctx: int, pooling: int):
-        from llama_cpp import Llama
+        import llama_cpp
 
         log_state["errors"] = []
         try:
-            return Llama(
+            return llama(
+                llama_cpp,
                 model_path=str(path),
                 embedding=True,
                 n_ctx=n_ctx,
@@ -222,16 +223,19 @@ def _local(key: tuple[str, int]) -> Embedder:
 
 
 def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0,
-                  server: str = "off") -> Embedder:
+                  server: str = "never", idle_minutes: float = 15.0) -> Embedder:
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
 
     server="auto": when `pmem serve` is running, the model stays in that process and only texts
-    and vectors cross its socket (see pmem.serve); otherwise the model loads here. "start": the
-    same, and when no server answers, one is started in the background for later commands."""
+    and vectors cross its socket (see pmem.serve); when none answers, this process loads the model
+    and starts a server in the background for the commands after it, which leaves after
+    `idle_minutes` without a request. "always": the same, and that server stays until stopped.
+    "never" (the default here: a library caller opts in): always load the model here. A server
+    that does not answer within serve.first_wait() is not waited for: the model loads here."""
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
-    from .config import check_choice  # the one place a setting's choices are checked
+    from .config import check_choice  # the one place a setting's choices (and old names) are checked
     from .provision import resolve_model
 
     server = check_choice("server", server)
@@ -241,14 +245,22 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-        if server != "off":
-            from . import serve
+        if server == "never":
+            _cache[key] = load_model_file(key[0], threads=key[1])
+            return _cache[key]
+        from . import serve
 
-            # The client gets its local fallback injected (pmem.serve never imports this module):
-            # when the server stops answering, the model loads here, exactly as with server="off".
-            remote = serve.connect_embedder(Path(key[0]), threads, fallback=lambda: _local(key))
-            if remote is not None:
-                return remote
-            if server == "start":
-                serve.start_in_background()
-    return _local(key)
+        # The client gets its local fallback injected (pmem.serve never imports this module):
+        # when the server stops answering, the model loads here, exactly as with server="never".
+        found, how = serve.connect(Path(key[0]), threads, fallback=lambda: _local(key),
+                                   local=lambda: load_model_file(key[0], threads=key[1]))
+        if how == "server":
+            return found
+        if how in ("none", "other"):
+            import sys
+
+            word = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isalpha() else ""  # search, add, mcp, hook
+            by = f"pmem {word}".strip()
+            serve.start_in_background(None if server == "always" else idle_minutes, by=by)
+        _cache[key] = found if how == "local" else load_model_file(key[0], threads=key[1])
+        return _cache[key]

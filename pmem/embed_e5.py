@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 import struct
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,18 @@ META = "\u2581"  # SentencePiece's visible space
 _BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])  # one Q4_0 block, 18 bytes
 _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
 PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
+# Windows of 510 tokens embedded per text at most (~1.6 s each on a small machine: a 50,000-character
+# paste took 21 s). Chosen by retrieval on long LoCoMo texts: benchmarks/README.md, "Long memories".
+MAX_WINDOWS = 6
+
+
+def spread(n: int, k: int) -> list[int]:
+    """k of the indexes 0..n-1 spread evenly, the first and the last among them (all when n <= k)."""
+    if n <= k:
+        return list(range(n))
+    if k == 1:
+        return [0]
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
 # 0.43): kept with every model's in pmem.thresholds, where dream, extract and recall look them up.
@@ -119,6 +133,26 @@ def set_blas_threads(n: int) -> bool:
     return found
 
 
+_F32_MAGIC = b"E5F32v1\0"
+_F32_ALIGN = 64  # bytes: each cached array starts on a cache line
+
+
+def _write_private(path: Path, head: bytes, arrays: list[np.ndarray]) -> None:
+    """Write the arrays after `head` (each at a _F32_ALIGN offset), mode 0600, atomically; a
+    models directory that cannot be written only costs the next process the dequantisation."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(head.ljust(_F32_ALIGN, b"\0"))
+            for a in arrays:
+                data = np.ascontiguousarray(a, "<f4").tobytes()
+                f.write(data + b"\0" * (-len(data) % _F32_ALIGN))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 class _Reader:
     def __init__(self, buf, path: Path):
         self.buf, self.pos, self.path = buf, 0, path
@@ -142,20 +176,92 @@ class _Reader:
         return out
 
 
+def _key(piece: bytes) -> int:
+    """A stable 64-bit key of a piece (Python's own hash of bytes changes per process)."""
+    return (zlib.crc32(piece) << 32) | zlib.adler32(piece)
+
+
+class PieceIndex:
+    """Piece bytes -> id without a Python dict of 250,000 entries (building one took ~40% of a
+    cold search; benchmarks/README.md, "Cold start"): a sorted array of 64-bit keys and their ids,
+    built once and kept in a file beside the model, mapped at load. A lookup hashes the
+    candidate substrings of one text, finds them all with one searchsorted, and checks each hit
+    against the piece's bytes, so a key collision can never change a tokenisation."""
+
+    MAGIC = b"E5IX1\0\0\0"
+
+    def __init__(self, blob, offsets: np.ndarray, keys: np.ndarray, ids: np.ndarray):
+        self._blob, self._offsets, self._keys, self._ids = blob, offsets, keys, ids
+
+    @classmethod
+    def build(cls, blob, offsets: np.ndarray, skip: set[int]) -> "PieceIndex":
+        """`skip`: control pieces, never matched inside a text (nor any piece of the same bytes)."""
+        bounds = offsets.tolist()
+        skipped = {bytes(blob[bounds[i]:bounds[i + 1]]) for i in skip}
+        pieces = [bytes(blob[a:b]) for a, b in zip(bounds, bounds[1:])]
+        # Sorted by key, then id: a lookup takes the last of equal keys, the id a dict would keep.
+        pairs = sorted((_key(p), i) for i, p in enumerate(pieces) if p and p not in skipped)
+        keys = np.fromiter((k for k, _ in pairs), np.uint64, len(pairs))
+        ids = np.fromiter((i for _, i in pairs), np.int32, len(pairs))
+        return cls(blob, offsets, keys, ids)
+
+    @classmethod
+    def cached(cls, cache: Path, stamp: bytes, blob, offsets: np.ndarray, skip: set[int]) -> "PieceIndex":
+        """The index from `cache` when it was built for this model file (`stamp`), else built and
+        written there (best effort: a read-only models directory only costs the build)."""
+        try:
+            with open(cache, "rb") as f:
+                data = f.read()
+            head = len(cls.MAGIC) + len(stamp) + 8
+            if data[:head - 8] == cls.MAGIC + stamp:
+                (n,) = struct.unpack_from("<Q", data, head - 8)
+                keys = np.frombuffer(data, np.uint64, n, head)
+                ids = np.frombuffer(data, np.int32, n, head + 8 * n)
+                return cls(blob, offsets, keys, ids)
+        except (OSError, ValueError, struct.error):
+            pass
+        index = cls.build(blob, offsets, skip)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(cls.MAGIC + stamp + struct.pack("<Q", len(index._keys)))
+                f.write(index._keys.tobytes())
+                f.write(index._ids.tobytes())
+            os.replace(tmp, cache)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+        return index
+
+    def lookup(self, pieces: list[bytes]) -> list[int]:
+        """The id of each piece, -1 where it is no piece."""
+        if not pieces:
+            return []
+        keys = np.fromiter(map(_key, pieces), np.uint64, len(pieces))
+        at = np.maximum(np.searchsorted(self._keys, keys, side="right") - 1, 0)
+        hit = self._keys[at] == keys
+        out = [-1] * len(pieces)
+        ids = self._ids[at[hit]].tolist()
+        starts = self._offsets[ids].tolist()
+        ends = self._offsets[np.asarray(ids, np.int64) + 1].tolist()
+        blob = self._blob
+        for k, i, a, b in zip(np.flatnonzero(hit).tolist(), ids, starts, ends):
+            if blob[a:b] == pieces[k]:
+                out[k] = i
+        return out
+
+
 class UnigramTokenizer:
     """XLM-RoBERTa's SentencePiece unigram tokenizer: per-codepoint normalisation, then the
     most probable segmentation into pieces (Viterbi), an unknown character costing the lowest
-    piece score minus 10. Pieces are looked up as UTF-8 bytes (no decoding of 250k pieces at
-    load)."""
+    piece score minus 10. Pieces are looked up as UTF-8 bytes in a PieceIndex (no decoding of
+    250k pieces, and no dict of them, at load)."""
 
-    def __init__(self, pieces: list[bytes], scores: np.ndarray, norm: dict[int, str],
-                 bos: int, eos: int, unk: int, control: set[int], longest: int):
+    def __init__(self, index: PieceIndex, scores: np.ndarray, norm: dict[int, str],
+                 bos: int, eos: int, unk: int, longest: int):
         self.bos, self.eos, self.unk = bos, eos, unk
-        self._scores = scores.tolist()
-        self._ids = dict(zip(pieces, range(len(pieces))))
-        for i in control:
-            self._ids.pop(pieces[i], None)
-        self._ids.pop(b"", None)
+        self._index = index
+        self._scores = scores
         self._longest = int(longest)  # in bytes
         self._unk_score = float(scores.min()) - 10.0
         self._norm = norm
@@ -176,15 +282,10 @@ class UnigramTokenizer:
         for ch in s:
             starts.append(starts[-1] + len(ch.encode("utf-8")) if ord(ch) > 0x7F else starts[-1] + 1)
         n = len(s)
-        best = [-math.inf] * (n + 1)
-        best[0] = 0.0
-        back = [0] * (n + 1)
-        piece = [0] * (n + 1)
-        ids, scores, longest, unk_score = self._ids, self._scores, self._longest, self._unk_score
+        longest = self._longest
+        spans: list[tuple[int, int]] = []  # (start, end) in characters of every candidate piece
+        candidates: list[bytes] = []
         for i in range(n):
-            here = best[i]
-            if here == -math.inf:
-                continue
             a = starts[i]
             # No piece holds U+2581 past its first character: a piece ends before the next word.
             stop = s.find(META, i + 1)
@@ -192,11 +293,28 @@ class UnigramTokenizer:
                 b = starts[e]
                 if b - a > longest:
                     break
-                idx = ids.get(data[a:b])
-                if idx is not None:
-                    score = here + scores[idx]
-                    if score > best[e]:
-                        best[e], back[e], piece[e] = score, i, idx
+                spans.append((i, e))
+                candidates.append(data[a:b])
+        found = self._index.lookup(candidates)
+        hits = [k for k, idx in enumerate(found) if idx >= 0]
+        hit_scores = self._scores[[found[k] for k in hits]].tolist() if hits else []
+        by_start: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]
+        for k, score in zip(hits, hit_scores):
+            i, e = spans[k]
+            by_start[i].append((e, found[k], score))
+        best = [-math.inf] * (n + 1)
+        best[0] = 0.0
+        back = [0] * (n + 1)
+        piece = [0] * (n + 1)
+        unk_score = self._unk_score
+        for i in range(n):
+            here = best[i]
+            if here == -math.inf:
+                continue
+            for e, idx, piece_score in by_start[i]:
+                score = here + piece_score
+                if score > best[e]:
+                    best[e], back[e], piece[e] = score, i, idx
             score = here + unk_score
             if score > best[i + 1]:
                 best[i + 1], back[i + 1], piece[i + 1] = score, i, self.unk
@@ -215,7 +333,8 @@ class E5Embedder:
     `embed(texts)` treats texts as passages (stored memories); `embed(texts, query=True)` as
     search queries. A text longer than the model's 512 positions is cut into windows of 510
     content tokens, each run as its own sequence, and its vector is the token-weighted mean of
-    the windows' mean-pooled states: every token counts, nothing is truncated.
+    the windows' mean-pooled states. At most MAX_WINDOWS windows are run, spread over the text
+    (the first, the last, evenly between), so a pasted log costs seconds, not minutes.
 
     Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.loading.default_threads()).
     """
@@ -242,6 +361,7 @@ class E5Embedder:
         self.threads = threads
         set_blas_threads(threads)
         self._lock = threading.Lock()
+        self._f32_map: mmap.mmap | None = None  # the dequantised weights' cache file, once mapped
         self._parse(_Reader(self._map, path))
 
     # --- loading ----------------------------------------------------------------------------
@@ -261,11 +381,12 @@ class E5Embedder:
         n, bos, eos, _pad, unk = r.take("5i")
         (blob_len,) = r.take("Q")
         offs_array = r.array("<u4", n + 1)
-        offs = offs_array.tolist()
         scores = r.array("<f4", n)
-        blob = bytes(r.buf[r.pos : r.pos + blob_len])
+        if (r.pos + blob_len > len(r.buf) or int(offs_array[-1]) > blob_len
+                or (np.diff(offs_array.astype(np.int64)) < 0).any()):
+            raise ModelError(f"{self.path.name}: truncated E5S1 file")
+        blob = r.buf[r.pos : r.pos + blob_len]  # bytes of the mapped file, copied once (~4 MB)
         r.pos += blob_len
-        pieces = [blob[a:b] for a, b in zip(offs, offs[1:])]
         starts = offs_array[:-1].astype(np.int64)
         raw = np.frombuffer(blob, np.uint8)
         meta = np.flatnonzero((raw[:-2] == 0xE2) & (raw[1:-1] == 0x96) & (raw[2:] == 0x81))
@@ -273,8 +394,11 @@ class E5Embedder:
         is_start[starts] = True
         if not is_start[meta].all():  # the tokenizer's word-bounded search relies on this
             raise ModelError(f"{self.path.name}: a vocabulary piece holds U+2581 past its start")
-        control = {i for i, p in enumerate(pieces[:8]) if p in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
-        control |= {i for i in range(max(0, n - 4), n) if pieces[i] == b"<mask>"}
+        def piece(i: int) -> bytes:
+            return blob[int(offs_array[i]) : int(offs_array[i + 1])]
+
+        control = {i for i in range(min(8, n)) if piece(i) in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
+        control |= {i for i in range(max(0, n - 4), n) if piece(i) == b"<mask>"}
         n_norm, norm_bytes = r.take("iI")
         norm: dict[int, str] = {}
         p, end = r.pos, r.pos + norm_bytes
@@ -286,7 +410,10 @@ class E5Embedder:
         if p != end:
             raise ModelError(f"{self.path.name}: malformed normalisation table")
         r.pos = end
-        self.tokenizer = UnigramTokenizer(pieces, scores, norm, bos, eos, unk, control,
+        st = self.path.stat()
+        index = PieceIndex.cached(self.path.with_name(self.path.name + ".pieces"),
+                                  struct.pack("<QQ", st.st_size, st.st_mtime_ns), blob, offs_array, control)
+        self.tokenizer = UnigramTokenizer(index, scores, norm, bos, eos, unk,
                                           longest=int(np.diff(starts, append=len(blob)).max()))
 
         (count,) = r.take("i")
@@ -317,22 +444,54 @@ class E5Embedder:
         self._weights: list[dict] | None = None
 
     def _layer_weights(self) -> list[dict]:
-        """Dequantised float32 weights [out, in], built on first use (~85 MB)."""
+        """Dequantised float32 weights [out, in] (~85 MB), on first use: mapped from a cache file
+        beside the model (`<model>.f32`, written by the first process that needs them), so a
+        command pages them in rather than dequantising them (benchmarks/README.md, "Cold start")."""
         if self._weights is None:
             H, FF = self.dim, self.ffn
+            shapes = [(3 * H, H), (3 * H,), (H, H), (FF, H), (H, FF)]
+            cache = self.path.with_name(self.path.name + ".f32")
+            st = self.path.stat()
+            head = _F32_MAGIC + struct.pack("<QQ", st.st_size, st.st_mtime_ns)
+            arrays = self._mapped(cache, head, shapes)
+            if arrays is None:
+                arrays = []
+                for layer in self._raw_layers:
+                    qkv = np.empty((3 * H, H), np.float32)
+                    for j, part in enumerate(("q", "k", "v")):
+                        qkv[j * H : (j + 1) * H] = _dequant(layer[part][0], H, H)
+                    arrays += [qkv, np.concatenate([layer[p][1] for p in ("q", "k", "v")]),
+                               _dequant(layer["ao"][0], H, H), _dequant(layer["fi"][0], FF, H),
+                               _dequant(layer["fo"][0], H, FF)]
+                _write_private(cache, head, arrays)
             out = []
-            for layer in self._raw_layers:
-                w: dict[str, tuple] = {part: layer[part] for part in ("aln", "oln")}
-                qkv = np.empty((3 * H, H), np.float32)
-                for j, part in enumerate(("q", "k", "v")):
-                    qkv[j * H : (j + 1) * H] = _dequant(layer[part][0], H, H)
-                w["qkv"] = (qkv, np.concatenate([layer[p][1] for p in ("q", "k", "v")]))
-                w["ao"] = (_dequant(layer["ao"][0], H, H), layer["ao"][1])
-                w["fi"] = (_dequant(layer["fi"][0], FF, H), layer["fi"][1])
-                w["fo"] = (_dequant(layer["fo"][0], H, FF), layer["fo"][1])
-                out.append(w)
+            for i, layer in enumerate(self._raw_layers):
+                qkv_w, qkv_b, ao, fi, fo = arrays[5 * i : 5 * i + 5]
+                out.append({"aln": layer["aln"], "oln": layer["oln"], "qkv": (qkv_w, qkv_b),
+                            "ao": (ao, layer["ao"][1]), "fi": (fi, layer["fi"][1]), "fo": (fo, layer["fo"][1])})
             self._weights = out
         return self._weights
+
+    def _mapped(self, cache: Path, head: bytes, shapes: list[tuple[int, ...]]) -> list[np.ndarray] | None:
+        """The cached arrays, mapped read-only, when `cache` was written for this model file."""
+        try:
+            with open(cache, "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+        if mapped[: len(head)] != head:
+            mapped.close()
+            return None
+        arrays, pos = [], _F32_ALIGN
+        for _ in self._raw_layers:
+            for shape in shapes:
+                count = math.prod(shape)
+                if pos + 4 * count > len(mapped):
+                    return None
+                arrays.append(np.frombuffer(mapped, np.float32, count, pos).reshape(shape))
+                pos += -(-4 * count // _F32_ALIGN) * _F32_ALIGN
+        self._f32_map = mapped  # kept open while the arrays are in use
+        return arrays
 
     # --- embedding --------------------------------------------------------------------------
 
@@ -340,10 +499,13 @@ class E5Embedder:
         """Content token ids of the prefixed text (without <s> and </s>), untruncated."""
         return self.tokenizer.pieces((QUERY_PREFIX if query else PASSAGE_PREFIX) + text)
 
-    def windows(self, ids: list[int]) -> list[list[int]]:
-        """<s> window </s> sequences covering every token: at most max_positions long each."""
+    def windows(self, ids: list[int], limit: int = 0) -> list[list[int]]:
+        """<s> window </s> sequences covering the tokens, at most max_positions long each; with a
+        `limit`, only that many of them, spread over the text (`spread`)."""
         room = self.max_positions - 2
         chunks = [ids[i : i + room] for i in range(0, len(ids), room)] or [[]]
+        if limit and len(chunks) > limit:
+            chunks = [chunks[i] for i in spread(len(chunks), limit)]
         t = self.tokenizer
         return [[t.bos, *c, t.eos] for c in chunks]
 
@@ -357,7 +519,7 @@ class E5Embedder:
         seqs: list[list[int]] = []
         owner: list[int] = []
         for i, text in enumerate(texts):
-            for w in self.windows(self.tokenize(text, query)):
+            for w in self.windows(self.tokenize(text, query), limit=MAX_WINDOWS):
                 seqs.append(w)
                 owner.append(i)
         sums = np.zeros((len(texts), self.dim), np.float64)

@@ -9,6 +9,7 @@ ExtractionError. llama_cpp is imported only when a model is loaded.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -65,7 +66,7 @@ class LlamaGenerator(JsonGenerator):
     """A GGUF chat model run by llama.cpp on the CPU, with its own chat template."""
 
     def __init__(self, path: Path | str, threads: int = 0, n_ctx: int = 4096):
-        from .loading import load_error, log_state, open_gguf
+        from .loading import llama, load_error, log_state, open_gguf
 
         path, llama_cpp = open_gguf(path)
         self._lib = llama_cpp
@@ -74,8 +75,8 @@ class LlamaGenerator(JsonGenerator):
         threads = threads or default_threads()
         log_state["errors"] = []
         try:
-            self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads,
-                                        n_threads_batch=threads, n_gpu_layers=0, verbose=False)
+            self._llm = llama(llama_cpp, model_path=str(path), n_ctx=n_ctx, n_threads=threads,
+                              n_threads_batch=threads, n_gpu_layers=0, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"cannot load {path.name}: {load_error(exc)}") from None
         self.n_ctx = n_ctx
@@ -145,7 +146,154 @@ def load_generator(spec: str | None = None, models_dir: Path | str | None = None
     key = str(Path(path).resolve())
     with _cache_lock:
         if key not in _cache:
+            check_runs(path, threads=threads)  # a native crash here would end this process: ask a child first
             _cache[key] = LlamaGenerator(path, threads=threads)
         gen = _cache[key]
     gen.strong = gen.chooses = (gen.params >= STRONG_PARAMS) if mode == "auto" else (mode == "rewrite")
     return gen
+
+
+# --- a child process runs the model first --------------------------------------------------
+#
+# A llama.cpp build can die on a CPU (issue: the AMX kernels of a native build on some Xeons,
+# SIGSEGV in decode). A signal cannot be caught in Python, so before the first load in a process
+# a child runs the model once; its verdict is cached per model file, llama.cpp build and host.
+
+class ModelCrash(ModelError):
+    """llama.cpp died by a signal running a model in a child process: loading it here would kill
+    this process the same way."""
+
+
+# The portable build: no -march=native, so no AMX kernels (README: Install, last resort).
+REBUILD = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" '
+           'pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python')
+PROBE_TIMEOUT = 180.0  # seconds: a 135M model answers in 1-2 s; a 7B one on a busy CPU can take a minute
+PROBE_SIGNAL_ENV = "PMEM_TEST_PROBE_SIGNAL"  # tests: the child kills itself with this signal after loading
+_CHECKS_FILE = ".runs-here.json"  # in the models directory, beside the files it vouches for
+_checked: dict[str, str | None] = {}  # key -> signal name or None (runs), in this process
+_checked_lock = threading.Lock()
+
+_CHILD = """
+import os, signal, sys
+from pmem.generate import LlamaGenerator, PROBE_SIGNAL_ENV
+g = LlamaGenerator(sys.argv[1], threads=int(sys.argv[2]))
+if os.environ.get(PROBE_SIGNAL_ENV):
+    os.kill(os.getpid(), getattr(signal, os.environ[PROBE_SIGNAL_ENV]))
+g._complete([{"role": "user", "content": "Is water wet? Answer in JSON."}],
+            {"type": "object", "properties": {"yes": {"type": "boolean"}}, "required": ["yes"]}, 8, 0)
+sys.stdout.flush()
+os._exit(0)  # the verdict is the decode above; llama.cpp's teardown is not part of it
+"""
+
+
+def crash_message(model: str, signal_name: str) -> str:
+    """The one line a person gets when llama.cpp dies running `model`."""
+    return (f"the chat model {model} crashed llama.cpp on this CPU ({signal_name}); "
+            f"rebuild llama-cpp-python for a portable instruction set: {REBUILD}")
+
+
+def probe(path: Path | str, threads: int = 0) -> tuple[bool, str | None]:
+    """Run the chat model at `path` once (load, a few tokens) in a child process.
+
+    Returns (conclusive, signal): (True, None) when it ran; (True, "SIGSEGV") when a signal
+    killed it; (False, None) when it failed otherwise (a load in this process then reports the
+    error in its own words) or ran out of time."""
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    # The child imports this very pmem, wherever it was imported from.
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(threads or default_threads())],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return False, None
+    if proc.returncode >= 0:
+        return proc.returncode == 0, None
+    try:
+        return True, signal.Signals(-proc.returncode).name
+    except ValueError:
+        return True, f"signal {-proc.returncode}"
+
+
+def _build_key(path: Path) -> str | None:
+    """What the verdict on `path` depends on: the file, the llama.cpp build, the host. None when
+    llama-cpp-python is not installed (the load then says so)."""
+    import importlib.util
+    import platform
+
+    spec = importlib.util.find_spec("llama_cpp")  # finds it without importing it
+    if spec is None or not spec.origin:
+        return None
+    parts = [str(path.resolve())]
+    try:
+        st = path.stat()
+        parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+        lib = Path(spec.origin).parent / "lib"
+        for f in sorted(lib.iterdir()) if lib.is_dir() else [Path(spec.origin)]:
+            st = f.stat()
+            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    except OSError:
+        return None
+    parts.append(platform.node())
+    if os.environ.get(PROBE_SIGNAL_ENV):  # a test's crash is not this machine's verdict
+        parts.append("test:" + os.environ[PROBE_SIGNAL_ENV])
+    return "|".join(parts)
+
+
+def _read_checks(file: Path) -> dict:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_checks(file: Path, data: dict) -> None:
+    from . import paths
+
+    try:
+        paths.ensure_private_dir(file.parent)
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, file)
+    except OSError:
+        pass  # a cache: the next process asks a child again
+
+
+def check_runs(path: Path | str, threads: int = 0, *, fresh: bool = False) -> bool:
+    """ModelCrash (one line: which model, which signal, the command that fixes it) when llama.cpp
+    dies running the chat model at `path` on this machine. Asks a child process the first time for
+    a model file and llama.cpp build (`fresh`: every time, for `pmem doctor`). Returns True when
+    it ran, False when that is unknown (no llama-cpp-python, a load error, no answer in time)."""
+    from . import paths
+
+    path = Path(path).expanduser()
+    key = _build_key(path)
+    if key is None:
+        return False
+    file = paths.models_dir() / _CHECKS_FILE
+    with _checked_lock:
+        if not fresh and key not in _checked:
+            entry = _read_checks(file).get(key)
+            if isinstance(entry, dict) and "signal" in entry:
+                _checked[key] = entry["signal"] if isinstance(entry["signal"], str) else None
+        if fresh or key not in _checked:
+            conclusive, died = probe(path, threads)
+            if not conclusive:
+                return False
+            _checked[key] = died
+            data = _read_checks(file)
+            data = {k: v for k, v in data.items() if k.split("|", 1)[0] != key.split("|", 1)[0]}  # one per file
+            data[key] = {"signal": died}
+            _write_checks(file, data)
+        died = _checked[key]
+    if died is not None:
+        raise ModelCrash(crash_message(path.name, died))
+    return True

@@ -78,6 +78,39 @@ def open_gguf(path: Path | str):
     return path, llama_cpp
 
 
+# llama.cpp's "extra buffer types" hold its repacked and AMX weight layouts. The AMX kernels of a
+# natively built llama.cpp crash on some Intel Xeons (SIGSEGV in decode; SIGILL where the kernel
+# does not grant AMX), so every model loads without them. What that costs was measured on and off:
+# benchmarks/README.md, "llama.cpp's extra buffer types".
+EXTRA_BUFFER_TYPES = False
+_params_lock = threading.Lock()
+
+
+def llama(llama_cpp, **kwargs):
+    """`llama_cpp.Llama(**kwargs)` with the model parameters pmem needs that `Llama()` does not
+    take: `use_extra_bufts` off (EXTRA_BUFFER_TYPES). Llama() builds its parameters from
+    `llama_model_default_params()`, so that is wrapped for the length of the load, under a lock
+    (two loads at once must not see each other's wrapper). A llama-cpp-python without the field
+    loads as it is."""
+    low = llama_cpp.llama_cpp
+    names = {name for name, _ in getattr(low.llama_model_params, "_fields_", ())}
+    if "use_extra_bufts" not in names:
+        return llama_cpp.Llama(**kwargs)
+    with _params_lock:
+        original = low.llama_model_default_params
+
+        def defaults():
+            params = original()
+            params.use_extra_bufts = EXTRA_BUFFER_TYPES
+            return params
+
+        low.llama_model_default_params = defaults
+        try:
+            return llama_cpp.Llama(**kwargs)
+        finally:
+            low.llama_model_default_params = original
+
+
 def default_threads() -> int:
     """Threads for llama.cpp when the `threads` setting is 0: the cores that are idle now.
 

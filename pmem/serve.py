@@ -1,10 +1,12 @@
-"""`pmem serve`: an optional resident process that keeps embedding models loaded.
+"""`pmem serve`: a resident process that keeps embedding models loaded.
 
 Every `pmem search` or `pmem add` otherwise spends ~0.25 s importing llama.cpp and loading the
 model before a 15 ms embedding. With a server running, commands send their texts over a Unix
 socket in the pmem home directory and get the vectors back; nothing else changes (the database is
-still opened by the command itself). No server, a stopped one, or a broken one: the command loads
-the model itself, as before. Setting `server = "off"` never uses one.
+still opened by the command itself). No server, a stopped one, a broken one, one of another
+build, or something else on the socket: the command loads the model itself, as before, and with
+`server = "auto"` (the default) or "always" starts a server for the commands after it
+(`start_in_background`). `server = "never"` never uses or starts one.
 
 This module never imports the embedder: the server is given its model loader, and a client its
 local fallback (`pmem.embed.load_embedder` passes both). It prints nothing: what a person should
@@ -64,6 +66,7 @@ WORKERS = 4  # threads running requests (one model embeds one batch at a time an
 REQUEST_TIMEOUT = 10.0  # seconds a connection may take to send its request line
 SEND_TIMEOUT = 10.0  # seconds the server waits for a client to take its reply
 CONNECT_TIMEOUT = 1.0
+LOCK_WAIT = 60.0  # seconds a server waits for another that is starting (loading its model) to answer
 REPLY_BASE = 3.0  # seconds any reply may take: a busy server, a slow machine
 # Measured with MiniLM on 1 thread of the 2-core machine at load average 12: 28 ms per short
 # text, 2.6 s per 4,000-character text (512 tokens); the allowances are about 1.5-2x that.
@@ -76,6 +79,35 @@ _OUT_OF_FDS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 BUSY = {"ok": False, "busy": True, "error": "the pmem server is busy"}
 
 socket_path = paths.socket_path
+FIRST_WAIT = 0.1  # seconds a command gives the server before it loads the model itself (idle machine)
+
+
+def first_wait() -> float:
+    """FIRST_WAIT, stretched by how busy the CPUs are (a healthy server waits its turn for a core
+    too, as a cold start would), at most 1 s."""
+    try:
+        busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        busy = 1.0
+    return min(1.0, FIRST_WAIT * max(1.0, busy))
+
+
+def build_id() -> str:
+    """This pmem's version and the identity of its model code: a command that finds a server of
+    another build stops it and starts its own (an upgrade must not keep old code serving)."""
+    import hashlib
+
+    from .version import __version__
+
+    here = Path(__file__).resolve().parent
+    parts = [__version__]
+    for name in ("serve.py", "embed.py", "embed_e5.py", "loading.py", "version.py"):
+        try:
+            st = (here / name).stat()
+        except OSError:
+            continue
+        parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    return __version__ + "+" + hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
 def reply_timeout(texts: Sequence[str] = ()) -> float:
@@ -169,7 +201,10 @@ def _exchange(payload: bytes, path: Path | None, timeout: float):
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
         sock.sendall(payload)
         reader = _Reader(sock, deadline)
-        header = json.loads(reader.line())
+        try:
+            header = json.loads(reader.line())
+        except RecursionError:  # nested too deeply: not a reply any pmem server sends
+            raise ValueError("the pmem server answered with something that is not a reply") from None
         if not isinstance(header, dict):
             raise ValueError("the pmem server answered with something that is not a reply")
         return header, reader, sock
@@ -191,6 +226,27 @@ def call(op: dict[str, Any], *, path: Path | None = None, timeout: float | None 
     header, _, sock = request(op, path=path, timeout=timeout)
     sock.close()
     return header
+
+
+def _count(value: Any, low: int = 0) -> int | None:
+    """`value` if it is a whole number (not a bool) of at least `low`, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= low else None
+
+
+def valid_open(info: Any) -> bool:
+    """Whether an "open" reply is one a pmem server gives: ok, a name, a positive dimension. Anything
+    else on the socket (another program, a broken server) is not used: the command loads its model."""
+    return (isinstance(info, dict) and info.get("ok") is True and isinstance(info.get("name"), str)
+            and bool(info["name"]) and _count(info.get("dim"), 1) is not None
+            and isinstance(info.get("query_aware", False), bool))
+
+
+def valid_status(info: Any) -> bool:
+    """Whether a "status" reply has the fields `pmem serve --status` and `pmem doctor` show."""
+    return (isinstance(info, dict) and info.get("ok") is True and _count(info.get("pid"), 1) is not None
+            and _count(info.get("requests")) is not None and isinstance(info.get("started"), (int, float))
+            and not isinstance(info.get("started"), bool)
+            and isinstance(info.get("models", []), list) and all(isinstance(m, str) for m in info.get("models", [])))
 
 
 def _embed_with(model: Any, texts: list[str], query: bool) -> list[list[float]]:
@@ -235,10 +291,10 @@ class RemoteEmbedder:
                         raise ConnectionError(str(header.get("error")))
                     if not header.get("ok"):
                         raise ModelError(str(header.get("error") or "the pmem server failed"))
-                    n, dim = int(header["n"]), int(header["dim"])
+                    n, dim = _count(header.get("n")), _count(header.get("dim"))
                     if n != len(texts) or dim != self.dim:
                         raise ConnectionError("the pmem server answered with the wrong shape")
-                    return _unpack(reader.exactly(4 * n * dim), n, dim)
+                    return _unpack(reader.exactly(4 * len(texts) * self.dim), len(texts), self.dim)
                 finally:
                     sock.close()
             except (OSError, ConnectionError, ValueError, KeyError):
@@ -256,25 +312,65 @@ class RemoteEmbedder:
 
 def connect_embedder(model_path: Path, threads: int = 0, *,
                      fallback: Callable[[], Any] | None = None) -> RemoteEmbedder | None:
-    """A RemoteEmbedder when a server answers for this model, else None (quietly, unless a server
-    is there but does not answer in time). `fallback()` loads the model in this process."""
+    """A RemoteEmbedder when a server of this build answers for this model, else None (quietly,
+    unless a server is there but does not answer in time). `fallback()` loads the model here."""
+    found, how = connect(model_path, threads, fallback=fallback)
+    return found if how == "server" else None
+
+
+def connect(model_path: Path, threads: int = 0, *, fallback: Callable[[], Any] | None = None,
+            local: Callable[[], Any] | None = None) -> tuple[Any, str]:
+    """Ask the server for this model; returns (embedder, how).
+
+    how: "server" (a RemoteEmbedder); "local" (the server did not answer within first_wait(), so
+    `local()` loaded the model here meanwhile and that is returned: a stopped or wedged server
+    costs a command that wait, not seconds); or (None, why): "none" (no server), "other" (a
+    server of another build: told to stop, so a new one can take its place), "refused" (it
+    answered, with an error or something that is not a pmem reply), "unanswered" (no reply in
+    time, and no `local` was given)."""
     if not SUPPORTED:
-        return None
+        return None, "none"
     sock_path = socket_path()
     if not sock_path.exists():
-        return None
-    try:
-        info = call({"op": "open", "model": str(model_path)}, path=sock_path)
-    except socket.timeout:
-        notices.notice("the server did not answer in time; loading the model in this process")
-        return None
-    except (OSError, ConnectionError, ValueError):
-        return None
-    if not info.get("ok"):
-        # e.g. a server from another pmem version, or a model it cannot load: loading it here
-        # either works or fails with the same clear message
-        return None
-    return RemoteEmbedder(model_path, info, sock_path, threads, fallback)
+        return None, "none"
+    result: dict[str, Any] = {}
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            result["info"] = call({"op": "open", "model": str(model_path)}, path=sock_path)
+        except socket.timeout:
+            result["why"] = "unanswered"
+        except (OSError, ConnectionError, ValueError):
+            result["why"] = "none"
+        finally:
+            done.set()
+
+    if local is None:
+        ask()
+    else:
+        threading.Thread(target=ask, daemon=True, name="pmem-serve-open").start()
+        if not done.wait(first_wait()):
+            embedder = local()  # the server may still answer: this command no longer needs it
+            if not done.is_set():
+                notices.notice("the server did not answer in time; loaded the model in this process")
+            return embedder, "local"
+    if "why" in result:
+        if result["why"] == "unanswered":
+            notices.notice("the server did not answer in time; loading the model in this process")
+        return None, result["why"]
+    info = result["info"]
+    if not valid_open(info):
+        # a model it cannot load, an older server refusing our protocol, or not a pmem server at
+        # all: loading the model here either works or fails with the same clear message
+        if isinstance(info, dict) and "protocol version" in str(info.get("error", "")):
+            stop(sock_path, timeout=1.0)
+            return None, "other"
+        return None, "refused"
+    if info.get("build") != build_id():
+        stop(sock_path, timeout=1.0)  # from before an upgrade (or a downgrade): replaced, never used
+        return None, "other"
+    return RemoteEmbedder(model_path, info, sock_path, threads, fallback), "server"
 
 
 def status(path: Path | None = None) -> dict[str, Any] | None:
@@ -282,12 +378,12 @@ def status(path: Path | None = None) -> dict[str, Any] | None:
         info = call({"op": "status"}, path=path)
     except (OSError, ConnectionError, ValueError):
         return None
-    return info if info.get("ok") else None
+    return info if valid_status(info) else None
 
 
-def stop(path: Path | None = None) -> bool:
+def stop(path: Path | None = None, timeout: float | None = None) -> bool:
     try:
-        return bool(call({"op": "stop"}, path=path).get("ok"))
+        return call({"op": "stop"}, path=path, timeout=timeout).get("ok") is True
     except (OSError, ConnectionError, ValueError):
         return False
 
@@ -319,10 +415,13 @@ class Server:
 
     def __init__(self, path: Path | None = None, *, loader: Callable[..., Any], threads: int = 0,
                  idle: float = 0.0, max_connections: int = MAX_CONNECTIONS, workers: int = WORKERS,
-                 request_timeout: float = REQUEST_TIMEOUT):
+                 request_timeout: float = REQUEST_TIMEOUT, started_by: str = "", build: str | None = None):
         if not SUPPORTED:
             raise UsageError("`pmem serve` needs Unix sockets, which this platform does not have")
         self.path = path or socket_path()
+        self.started_by = started_by or "pmem serve"
+        self.build = build or build_id()
+        self._lock_fd: int | None = None
         self.threads = threads
         self.idle = idle
         self.max_connections = max(1, max_connections)
@@ -344,12 +443,28 @@ class Server:
         self._inode: int | None = None
 
     # lifecycle
-    def bind(self) -> None:
+    def bind(self, wait: float = 0.0) -> None:
+        """Claim the socket: UsageError when a server answers on it. One server per pmem home: the
+        check and the claim happen under a lock (`pmem.sock.lock`) that is held until `serve()`
+        starts answering, so a second server started meanwhile (two commands starting one at
+        once) waits for the first to answer and then stops here. `wait` seconds are given to a
+        running server to leave (one that a command replaces after an upgrade)."""
         _check_path_length(self.path)
         paths.ensure_private_dir(self.path.parent)
+        start = time.monotonic()
+        while True:
+            if self._take_lock():
+                running = (self.path.exists() or self.path.is_symlink()) and status(self.path) is not None
+                if not running:
+                    break
+                self._release_lock()
+                if time.monotonic() - start >= wait:
+                    raise UsageError(f"a pmem server is already running on {self.path} "
+                                     "(`pmem serve --stop` stops it)")
+            elif time.monotonic() - start >= LOCK_WAIT:
+                raise UsageError(f"another pmem server is starting on {self.path}")
+            time.sleep(0.1)
         if self.path.exists() or self.path.is_symlink():
-            if status(self.path) is not None:
-                raise UsageError(f"a pmem server is already running on {self.path} (`pmem serve --stop` stops it)")
             self.path.unlink()  # left behind by a server that died
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -363,11 +478,38 @@ class Server:
         sock.setblocking(False)
         self._sock = sock
 
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _take_lock(self) -> bool:
+        """The lock under which a server claims the socket; False while another server holds it."""
+        import fcntl
+
+        if self._lock_fd is not None:
+            return True
+        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def leaves_at(self) -> float | None:
+        """When this server exits if no request comes (a Unix time), or None: it stays until stopped."""
+        if not self.idle:
+            return None
+        return time.time() + max(0.0, self.idle - (time.monotonic() - self.last))
+
     def serve(self) -> None:
         assert self._sock is not None, "bind() first"
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pmem-serve")
+        self._release_lock()  # answering from now on: a server started after this one finds it
         selector = selectors.DefaultSelector()
         selector.register(self._sock, selectors.EVENT_READ, None)
         try:
@@ -413,6 +555,7 @@ class Server:
         for model in self._models.values():
             getattr(model, "close", lambda: None)()
         self._models.clear()
+        self._release_lock()
 
     # connections
     def _accept(self, selector: selectors.BaseSelector) -> None:
@@ -557,7 +700,7 @@ class Server:
         if op == "open":
             model = self.model(req.get("model"))
             _send_json(conn, {"ok": True, "name": model.name, "dim": model.dim,
-                              "query_aware": bool(getattr(model, "query_aware", False))})
+                              "query_aware": bool(getattr(model, "query_aware", False)), "build": self.build})
         elif op == "embed":
             texts = req.get("texts")
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -572,10 +715,10 @@ class Server:
         elif op == "status":
             from .version import __version__
 
-            _send_json(conn, {"ok": True, "pid": os.getpid(), "version": __version__, "socket": str(self.path),
-                              "started": self.started, "requests": self.requests, "idle_limit": self.idle,
-                              "threads": self.threads,
-                              "models": sorted(self._models)})
+            _send_json(conn, {"ok": True, "pid": os.getpid(), "version": __version__, "build": self.build,
+                              "socket": str(self.path), "started": self.started, "started_by": self.started_by,
+                              "requests": self.requests, "idle_limit": self.idle, "leaves_at": self.leaves_at(),
+                              "threads": self.threads, "models": sorted(self._models)})
         elif op == "stop":
             _send_json(conn, {"ok": True})
             self.shutdown()
@@ -621,17 +764,19 @@ def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict
     raise PmemError(f"the server did not answer within {wait:.0f} s (log: {log})")
 
 
-AUTOSTART_IDLE = "30m"
-
-
-def start_in_background() -> bool:
-    """For `server = "start"`: launch a server for the next commands without waiting for it
-    (this command loads its own model meanwhile). It exits after AUTOSTART_IDLE without use."""
+def start_in_background(idle_minutes: float | None = 15.0, by: str = "") -> bool:
+    """For `server = auto | always`: launch a server for the next commands without waiting for it
+    (this command loads its own model meanwhile). It leaves after `idle_minutes` without a request
+    (None: it stays until stopped). Two commands starting one at once give one server: the second
+    finds the first's lock and exits (serve_cmd). Returns whether one was launched."""
     if not SUPPORTED:
         return False
+    argv = ["serve", "--started-by", (by or "a pmem command")[:200] + f" (pid {os.getpid()})"]
+    if idle_minutes:
+        argv += ["--idle", f"{round(idle_minutes * 60, 1)}s"]
     try:
         _check_path_length(socket_path())
-        spawn(["serve", "--idle", AUTOSTART_IDLE], log_path())
+        spawn(argv, log_path())
     except (OSError, PmemError):
         return False  # the command works without it
     return True

@@ -430,7 +430,8 @@ class MemoryStore:
             from .embed import load_embedder
 
             self._embedder = load_embedder(self.embed_model_name(), threads=self.config.threads,
-                                            server=self.config.server)
+                                            server=self.config.server,
+                                            idle_minutes=self.config.server_idle_minutes)
         return self._embedder
 
     def embed_model_name(self) -> str:

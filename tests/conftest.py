@@ -22,8 +22,14 @@ def pmem_home(tmp_path, monkeypatch):
             monkeypatch.delenv(var)
     # Models are large: share one provisioned copy across tests (and CI runs).
     monkeypatch.setenv("PMEM_MODELS_DIR", str(models_dir()))
+    # No test starts a background server unless it says so (the default, "auto", would).
+    monkeypatch.setenv("PMEM_SERVER", "never")
     monkeypatch.setenv("NO_COLOR", "1")
-    return home
+    yield home
+    if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
+        from pmem import serve
+
+        serve.stop(home / "pmem.sock", timeout=1.0)
 
 
 def models_dir() -> Path:

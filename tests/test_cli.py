@@ -201,7 +201,7 @@ def test_path_stats_config_doctor(pmem_home):
     cfg = json.loads(ok("config", "--json").stdout)
     assert cfg["recall_budget"] == {"value": 800, "from": str(pmem_home / "config.toml")}
     bad = pmem("config", "set", "server", "sometimes")
-    assert bad.exit_code == 2 and "auto, start, off" in bad.output
+    assert bad.exit_code == 2 and "auto, always, never" in bad.output
     ok("config", "set", "extract_mode", "label")
     assert ok("config", "get", "extract_mode").stdout.strip() == "label"
 

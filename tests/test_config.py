@@ -18,7 +18,7 @@ def test_every_setting_is_a_typed_documented_field():
         if f.metadata.get("internal"):
             continue
         assert f.metadata["help"] and type(getattr(s, f.name)).__name__ == f.type
-    assert config.CHOICES == {"extract_mode": ("auto", "label", "rewrite"), "server": ("auto", "start", "off")}
+    assert config.CHOICES == {"extract_mode": ("auto", "label", "rewrite"), "server": ("auto", "always", "never")}
     assert config.Config is config.Settings
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.threads = 3  # type: ignore[misc]
@@ -92,7 +92,8 @@ def test_set_repairs_a_file_that_does_not_parse(pmem_home):
     assert '# chat_model = "a' in text and "# b\"" in text  # kept, as comments
 
 
-def test_set_moves_invalid_settings_of_a_parsing_file_to_comments(pmem_home):
+def test_set_moves_invalid_settings_of_a_parsing_file_to_comments(pmem_home, monkeypatch):
+    monkeypatch.delenv("PMEM_SERVER")  # the tests' own "never": here the file's line is what counts
     path = config.paths.config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('server = "sometimes"\nchat_model = "a\\nb"\nsearch_limit = 3\n', encoding="utf-8")

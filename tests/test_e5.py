@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import zipfile
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmem.embed_e5 import E5Embedder
+from pmem import embed_e5
+from pmem.embed_e5 import MAX_WINDOWS, E5Embedder, PieceIndex, spread
 from pmem.errors import ModelError, ModelMismatch
 from pmem.store import MemoryStore
 
@@ -314,6 +316,110 @@ def test_e5_thresholds_keep_paraphrases_and_drop_unrelated_pairs(e5):
 def test_load_embedder_runs_e5_in_process(monkeypatch):
     from pmem.embed import load_embedder
 
-    e = load_embedder("multilingual-e5-small", threads=1, server="auto")
+    e = load_embedder("multilingual-e5-small", threads=1, server="never")
     assert isinstance(e, E5Embedder) and e.dim == 384 and e.name == "multilingual-e5-small.q4"
     assert load_embedder("multilingual-e5-small", threads=1) is e
+
+
+# --- the cold start: caches beside the model; the bound on a long text's windows --------------
+
+
+def _caches(path):
+    return path.with_name(path.name + ".pieces"), path.with_name(path.name + ".f32")
+
+
+def test_the_first_load_writes_private_caches_and_the_next_uses_them(tmp_path, monkeypatch):
+    path = tmp_path / "tiny.e5s1"
+    write_tiny_e5s1(path)
+    texts = ["cats\tdog", "кота", "cat " * 9]
+    first = E5Embedder(path, threads=1)
+    want = first.embed_array(texts)
+    want_ids = [first.tokenize(t) for t in texts]
+    for cache in _caches(path):
+        assert cache.exists() and stat.S_IMODE(cache.stat().st_mode) == 0o600
+    monkeypatch.setattr(PieceIndex, "build", classmethod(lambda *a, **k: pytest.fail("built again")))
+    monkeypatch.setattr(embed_e5, "_write_private", lambda *a, **k: pytest.fail("dequantised again"))
+    second = E5Embedder(path, threads=1)
+    assert [second.tokenize(t) for t in texts] == want_ids
+    assert np.array_equal(second.embed_array(texts), want)
+    assert second._f32_map is not None  # the weights are the cache file's pages
+
+
+def test_a_stale_or_broken_cache_is_rebuilt_never_believed(tmp_path):
+    path = tmp_path / "tiny.e5s1"
+    write_tiny_e5s1(path, seed=0)
+    E5Embedder(path, threads=1).embed_array(["cat"])
+    write_tiny_e5s1(path, seed=1)  # another model under the same name: its own weights count
+    os.utime(path, ns=(1, 1))
+    fresh = tmp_path / "fresh" / "tiny.e5s1"
+    fresh.parent.mkdir()
+    write_tiny_e5s1(fresh, seed=1)
+    want = E5Embedder(fresh, threads=1).embed_array(["cat dog"])
+    assert np.array_equal(E5Embedder(path, threads=1).embed_array(["cat dog"]), want)
+    for cache in _caches(path):  # cut short
+        cache.write_bytes(cache.read_bytes()[:100])
+    assert np.array_equal(E5Embedder(path, threads=1).embed_array(["cat dog"]), want)
+
+
+def test_a_read_only_models_directory_only_costs_the_build(tmp_path):
+    path = tmp_path / "ro" / "tiny.e5s1"
+    path.parent.mkdir()
+    write_tiny_e5s1(path)
+    path.parent.chmod(0o500)
+    try:
+        if os.access(path.parent, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        e = E5Embedder(path, threads=1)
+        assert e.embed_array(["cat"]).shape == (1, e.dim)
+        assert not any(c.exists() for c in _caches(path))
+    finally:
+        path.parent.chmod(0o700)
+
+
+@pytest.mark.model
+def test_the_index_finds_exactly_what_a_dict_of_the_vocabulary_finds():
+    from pmem import provision
+
+    e = E5Embedder(provision.ensure_model("multilingual-e5-small", progress=False), threads=1)
+    index = e.tokenizer._index
+    bounds = index._offsets.tolist()
+    blob = bytes(index._blob)
+    pieces = [blob[a:b] for a, b in zip(bounds, bounds[1:])]
+    control = {p for p in pieces[:8] if p in (b"<s>", b"</s>", b"<pad>", b"<unk>")} | {b"<mask>", b""}
+    vocab = {p: i for i, p in enumerate(pieces) if p not in control}
+    rng = np.random.default_rng(0)
+    sample = [pieces[i] for i in rng.choice(len(pieces), 20_000, replace=False)]
+    text = "Всё хорошо, the café in Zürich 東京 ☕ <s> ▁▁ ".encode() * 3
+    sample += [text[a:b] for a, b in rng.integers(0, len(text), (5_000, 2)) if a < b]
+    sample += [b"<s>", b"</s>", b"<mask>", b"\xff\xfe", b""]
+    assert index.lookup(sample) == [vocab.get(p, -1) for p in sample]
+
+
+def test_spread_keeps_the_first_and_the_last():
+    assert spread(3, 4) == [0, 1, 2]
+    assert spread(10, 4) == [0, 3, 6, 9]
+    assert spread(100, 1) == [0]
+    assert spread(5, 2) == [0, 4]
+
+
+def test_a_long_text_costs_at_most_max_windows(tiny_long):
+    e, text = tiny_long
+    ids = e.tokenize(text)
+    assert len(e.windows(ids)) > MAX_WINDOWS
+    seen = []
+    real = e._forward
+    e._forward = lambda seqs: seen.extend(seqs) or real(seqs)
+    vec = e.embed_array([text])
+    assert len(seen) == MAX_WINDOWS
+    kept = e.windows(ids, limit=MAX_WINDOWS)
+    assert seen == kept and kept[0] == e.windows(ids)[0] and kept[-1] == e.windows(ids)[-1]
+    assert np.isclose(np.linalg.norm(vec), 1.0, atol=1e-5)
+
+
+@pytest.fixture
+def tiny_long(tmp_path):
+    path = tmp_path / "tiny.e5s1"
+    write_tiny_e5s1(path)
+    e = E5Embedder(path, threads=1)
+    room = e.max_positions - 2
+    return e, "cat " * (room * (MAX_WINDOWS + 3))

@@ -138,3 +138,22 @@ def test_default_threads_follow_idle_cores(monkeypatch):
     monkeypatch.setattr(embed.os, "cpu_count", lambda: 32)
     monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert embed.default_threads() == 8
+
+
+@pytest.mark.model
+def test_minilm_loads_without_extra_buffer_types(minilm, monkeypatch):
+    """Every model pmem runs through llama.cpp loads with its extra buffer types off (the AMX
+    kernels of native builds crash on some Xeons): the parameters llama.cpp receives say so."""
+    import llama_cpp
+
+    low = llama_cpp.llama_cpp
+    seen = []
+    real = low.llama_model_load_from_file
+    monkeypatch.setattr(low, "llama_model_load_from_file",
+                        lambda path, params: seen.append(params.use_extra_bufts) or real(path, params))
+    e = LlamaEmbedder(minilm.path, threads=1)
+    try:
+        assert seen and all(v is False for v in seen)
+        assert len(e.embed(["a sentence"])[0]) == 384
+    finally:
+        e.close()

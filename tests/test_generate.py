@@ -77,3 +77,88 @@ def test_unknown_extract_mode_is_a_usage_error(tmp_path):
 
     with pytest.raises(UsageError, match="extract_mode"):
         load_generator(str(tmp_path / "none.gguf"), threads=1, mode="sometimes")
+
+
+def _capture_load_params(monkeypatch):
+    """Record the model parameters each llama.cpp model load receives (the real load still runs)."""
+    low = pytest.importorskip("llama_cpp").llama_cpp
+    seen = []
+    real = low.llama_model_load_from_file
+
+    def load(path, params):
+        seen.append({name: getattr(params, name) for name, _ in params._fields_ if name == "use_extra_bufts"})
+        return real(path, params)
+
+    monkeypatch.setattr(low, "llama_model_load_from_file", load)
+    return seen
+
+
+@pytest.mark.model
+def test_the_chat_model_loads_without_extra_buffer_types(monkeypatch):
+    """llama.cpp's extra buffer types hold the AMX kernels that crash native builds on some Xeons."""
+    from pmem import provision
+    from pmem.generate import LlamaGenerator
+    from pmem.paths import models_dir
+
+    seen = _capture_load_params(monkeypatch)
+    path = provision.ensure_model("SmolLM2-135M-Instruct", models_dir(), progress=False)
+    g = LlamaGenerator(path, threads=1)
+    try:
+        assert seen == [{"use_extra_bufts": False}]
+        assert g._llm.model_params.use_extra_bufts is False
+        assert len(g.generate_json([{"role": "user", "content": "Is water wet?"}],
+                                   {"type": "object", "properties": {"yes": {"type": "boolean"}},
+                                    "required": ["yes"]}, 16)) == 1
+    finally:
+        g.close()
+    # and the wrapper is gone once the load is over: other code in this process gets llama.cpp's own
+    import llama_cpp
+
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
+
+
+def test_a_llama_cpp_without_the_switch_loads_as_it_is(monkeypatch):
+    import ctypes
+
+    from pmem import loading
+
+    class Params(ctypes.Structure):
+        _fields_ = [("n_gpu_layers", ctypes.c_int32)]
+
+    class Low:
+        llama_model_params = Params
+
+        @staticmethod
+        def llama_model_default_params():
+            return Params()
+
+    made = []
+
+    class Lib:
+        llama_cpp = Low
+
+        @staticmethod
+        def Llama(**kwargs):
+            made.append(Low.llama_model_default_params())
+            return kwargs
+
+    assert loading.llama(Lib, model_path="x") == {"model_path": "x"}
+    assert not hasattr(made[0], "use_extra_bufts")
+
+
+def test_readme_and_ci_install_the_same_way_and_the_last_resort_is_the_one_pmem_names():
+    """CI installs exactly as README says (no CMAKE_ARGS); the rebuild README keeps as a last resort
+    is the command the crash message gives."""
+    import re
+    from pathlib import Path
+
+    from pmem.generate import REBUILD
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    ci = (root / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r'^python -m pip install "\.\[dev,mcp,llm\]"$', ci, re.M)
+    assert not re.search(r"^\s*(export )?CMAKE_ARGS=", ci, re.M)
+    assert "unset CMAKE_ARGS" in ci
+    install = readme[readme.index("## Install"):readme.index("## Quick start")]
+    assert " ".join(install.replace("\\\n", " ").split()).count(" ".join(REBUILD.split())) == 1

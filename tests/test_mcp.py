@@ -26,7 +26,7 @@ TOOLS = {"recall", "search", "remember", "update", "pin", "forget"}
 def _params(home: Path, cwd: Path, **env) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable, args=["-m", "pmem", "mcp"], cwd=str(cwd),
-        env={"PMEM_HOME": str(home), "PMEM_EMBED_MODEL": "fake-64", "PYTHONPATH": str(ROOT),
+        env={"PMEM_HOME": str(home), "PMEM_EMBED_MODEL": "fake-64", "PYTHONPATH": str(ROOT), "PMEM_SERVER": "never",
              "PMEM_MODELS_DIR": os.environ.get("PMEM_MODELS_DIR", ""), **env})
 
 

@@ -30,9 +30,13 @@ runner = CliRunner()
 
 @pytest.fixture
 def short_home(monkeypatch):
-    """Unix socket paths must stay under ~104 bytes: pytest's tmp_path can be longer."""
+    """Unix socket paths must stay under ~104 bytes: pytest's tmp_path can be longer. Commands
+    here use a server (`server = auto`); one this process would start is only recorded."""
     home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))
     monkeypatch.setenv("PMEM_HOME", str(home))
+    monkeypatch.setenv("PMEM_SERVER", "auto")
+    monkeypatch.setattr(srv, "spawned_here", [], raising=False)
+    monkeypatch.setattr(srv, "spawn", lambda argv, log: srv.spawned_here.append(argv))
     yield home
     shutil.rmtree(home, ignore_errors=True)
 
@@ -162,14 +166,16 @@ def test_too_long_socket_path_is_a_clear_error(monkeypatch, tmp_path):
         srv.Server(loader=CountingFake).bind()
 
 
-def test_server_off_never_connects(server, tmp_path, monkeypatch):
+@pytest.mark.parametrize("setting", ["never", "off"])
+def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting):
     calls = []
-    monkeypatch.setattr(srv, "connect_embedder", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(srv, "connect", lambda *a, **k: calls.append(a))
     monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    assert load_embedder("some-model", server="off").dim == 16
-    assert calls == []
-    with pytest.raises(UsageError, match="server must be one of auto, start, off, got 'sometimes'"):
+    monkeypatch.setattr("pmem.embed._cache", {})
+    assert load_embedder("some-model", server=setting).dim == 16
+    assert calls == [] and srv.spawned_here == []
+    with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
         load_embedder("some-model", server="sometimes")  # config's own message: one validation
 
 
@@ -223,7 +229,7 @@ def minilm_path(tmp_path_factory):
 @pytest.mark.model
 def test_detached_server_serves_search_like_a_local_model(short_home, minilm_path, tmp_path):
     env = {**os.environ, "PMEM_HOME": str(short_home), "PMEM_MODELS_DIR": str(minilm_path.parent),
-           "PMEM_THREADS": "1", "PMEM_EMBED_MODEL": "all-MiniLM-L6-v2"}
+           "PMEM_THREADS": "1", "PMEM_EMBED_MODEL": "all-MiniLM-L6-v2", "PMEM_SERVER": "never"}
 
     def pmem(*args, input=None):
         return subprocess.run([sys.executable, "-m", "pmem", *args], env=env, input=input,
@@ -233,6 +239,7 @@ def test_detached_server_serves_search_like_a_local_model(short_home, minilm_pat
                  "I adopted a puppy named Biscuit", "The invoice is overdue"):
         assert pmem("add", text).returncode == 0
     local = json.loads(pmem("search", "new dog", "--json").stdout)
+    env["PMEM_SERVER"] = "auto"
     started = pmem("serve", "--detach", "--idle", "5m")
     assert started.returncode == 0, started.stderr
     try:
@@ -256,6 +263,7 @@ def test_detached_server_serves_search_like_a_local_model(short_home, minilm_pat
         time.sleep(0.05)
     assert not (short_home / "pmem.sock").exists()
     # with the server gone, commands load the model themselves again
+    env["PMEM_SERVER"] = "never"
     assert [h["id"] for h in json.loads(pmem("search", "new dog", "--json").stdout)][:1] != []
 
 
@@ -321,23 +329,26 @@ def test_bulk_embedding_runs_in_the_calling_process(server, fake_config, tmp_pat
     store.close()
 
 
-def test_server_start_launches_one_for_later_commands(short_home, tmp_path, monkeypatch):
+@pytest.mark.parametrize("setting, idle", [("auto", ["--idle", "90.0s"]), ("start", ["--idle", "90.0s"]),
+                                           ("always", [])])
+def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_path, monkeypatch, setting, idle):
     started = []
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
     monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     monkeypatch.setattr("pmem.embed._cache", {})
-    assert load_embedder("some-model", server="start").dim == 16  # this command: its own model
-    assert started == [(["serve", "--idle", srv.AUTOSTART_IDLE], short_home / "serve.log")]
-    monkeypatch.setattr("pmem.embed._cache", {})
-    load_embedder("some-model", server="auto")
-    assert len(started) == 1  # "auto" only uses a server, never starts one
+    assert load_embedder("some-model", server=setting, idle_minutes=1.5).dim == 16  # this command: its own
+    assert len(started) == 1
+    argv, log = started[0]
+    assert argv[0] == "serve" and argv[-len(idle) or len(argv):] == idle and log == short_home / "serve.log"
+    assert argv[argv.index("--started-by") + 1].endswith(f"(pid {os.getpid()})")
 
 
 @pytest.mark.model
 def test_server_start_end_to_end(short_home, minilm_path):
+    """The old name "start" is auto now: the first command starts a server, the next one uses it."""
     env = {**os.environ, "PMEM_HOME": str(short_home), "PMEM_MODELS_DIR": str(minilm_path.parent),
-           "PMEM_THREADS": "1", "PMEM_SERVER": "start"}
+           "PMEM_THREADS": "1", "PMEM_SERVER": "start", "PMEM_EMBED_MODEL": "all-MiniLM-L6-v2"}
 
     def pmem(*args):
         return subprocess.run([sys.executable, "-m", "pmem", *args], env=env, capture_output=True, text=True,
@@ -352,7 +363,7 @@ def test_server_start_end_to_end(short_home, minilm_path):
                 break
             time.sleep(0.1)
         assert info is not None, (short_home / "serve.log").read_text()
-        assert info["idle_limit"] == 1800
+        assert info["idle_limit"] == 900 and info["started_by"].startswith("pmem add (pid ")
         hits = json.loads(pmem("search", "cabin internet", "--json").stdout)
         assert hits and hits[0]["text"].startswith("The wifi password")
         assert srv.status(short_home / "pmem.sock")["requests"] > info["requests"]
@@ -394,6 +405,10 @@ def server_process(short_home):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         assert proc.stdout.readline().strip() == "listening", proc.stderr.read()
+        for _ in range(200):  # answering: past the lock a starting server holds
+            if srv.status() is not None:
+                break
+            time.sleep(0.02)
         return proc
 
     yield start
@@ -668,7 +683,8 @@ def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp
 @pytest.mark.parametrize("reply", [{"ok": False, "error": "protocol version 2 is not 1: restart `pmem serve`"},
                                    {"ok": True, "name": "old", "dim": 32, "v1": True}])
 def test_a_server_of_another_version_is_not_used_for_queries(short_home, tmp_path, reply):
-    """A version-1 server refuses a version-2 request: the command loads its model itself."""
+    """A version-1 server refuses a version-2 request, and an older server's reply names no build
+    (or another one): the command loads its model itself."""
     path = srv.socket_path()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -689,10 +705,7 @@ def test_a_server_of_another_version_is_not_used_for_queries(short_home, tmp_pat
         thread.join(5)
         listener.close()
     assert seen[0]["v"] == srv.PROTOCOL == 2
-    if not reply["ok"]:
-        assert remote is None
-    else:  # an answer without "query_aware": the client never relies on it to embed queries
-        assert remote.query_aware is False
+    assert remote is None
 
 
 def test_serve_loads_models_through_the_one_loading_path(monkeypatch, tmp_path):
@@ -720,6 +733,7 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
     path = provision.ensure_model("multilingual-e5-small", progress=False)
     s = srv.Server(threads=1, loader=load_model_file)
     s.bind()
+    s.model(str(path))  # as `pmem serve` does before it answers
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:

@@ -21,15 +21,19 @@ def serve(
     idle: Optional[str] = typer.Option(None, "--idle", help="Exit after this long without requests (e.g. 30m, 8h)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for the model (default: config)."),
     stop: bool = typer.Option(False, "--stop", help="Stop the running server."),
-    show_status: bool = typer.Option(False, "--status", help="Say whether a server runs, and what it holds."),
+    show_status: bool = typer.Option(False, "--status", help="Say whether a server runs, who started it, "
+                                     "when it leaves, and what it holds."),
+    started_by: Optional[str] = typer.Option(None, "--started-by", hidden=True,
+                                             help="Set by the command that starts a server by itself."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Keep the embedding model loaded so search and add skip loading it (optional).
+    """Keep the embedding model loaded so search and add skip loading it.
 
-    Commands use a running server by themselves (config `server = "auto"`, the default) and load
-    the model in their own process when none runs; with `server = "start"` they also start one
-    (exiting after 30 idle minutes) for the commands after them. The socket is private to you
-    (0600, in the pmem home); nothing listens on the network.
+    You rarely need to run this: with `server = "auto"` (the default) a command that needs the
+    embedding model and finds no server starts one in the background for the commands after it,
+    and that server leaves after `server_idle_minutes` (15) without a request; `server = "always"`
+    keeps it until `pmem serve --stop`, `server = "never"` never starts or uses one. The socket is
+    private to you (0600, in the pmem home); nothing listens on the network.
 
     \b
     Examples:
@@ -51,11 +55,12 @@ def serve(
         info = srv.status()
         if info is None:
             raise NotFound(f"no pmem server is running (socket: {srv.socket_path()})")
-        info["uptime_s"] = round(time.time() - info.pop("started"), 1)
+        started = info.pop("started")
+        info["uptime_s"] = round(time.time() - started, 1)
         if as_json:
             out.print_json(info)
         else:
-            out.key_values((k, ", ".join(v) if isinstance(v, list) else v) for k, v in info.items())
+            out.key_values((k, ", ".join(v) if isinstance(v, list) else v) for k, v in _shown(info, started))
         return
 
     idle_s = timeutil.parse_duration(idle).total_seconds() if idle else 0.0
@@ -80,8 +85,16 @@ def serve(
 
     from ..embed import load_model_file
 
-    server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file)
-    server.bind()  # claims the socket: a second server stops here
+    server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file, started_by=started_by or "")
+    try:
+        # claims the socket: a second server stops here; one started by a command waits a moment
+        # for a server it replaces, and leaves quietly when another command's server won the race
+        server.bind(wait=10.0 if started_by else 0.0)
+    except UsageError:
+        if started_by:
+            out.note("pmem server: another one is running; this one leaves")
+            return
+        raise
     try:
         server.model(str(model))  # before answering anyone: errors show here, and callers just wait
     except BaseException:
@@ -99,3 +112,21 @@ def serve(
              + (f", exits after {idle} idle" if idle else ""))
     server.serve()
     out.note("pmem server: stopped")
+
+
+def _shown(info: dict, started: float):
+    """The status fields in the order a person reads them, times in local time."""
+    def local(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+    leaves = info.get("leaves_at")
+    idle = info.get("idle_limit") or 0
+    yield "pid", info.get("pid")
+    yield "started by", f"{info.get('started_by') or 'pmem serve'}, at {local(started)}"
+    if isinstance(leaves, (int, float)) and not isinstance(leaves, bool):
+        yield "leaves", f"at {local(leaves)} unless a request comes (after {idle / 60:g} idle minutes)"
+    else:
+        yield "leaves", "when stopped (`pmem serve --stop`)"
+    for key, value in info.items():
+        if key not in ("pid", "started_by", "leaves_at", "ok"):
+            yield key, value
