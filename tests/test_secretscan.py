@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from export_fixtures import chatgpt_conversation
 
 from pmem.secretscan import find_secrets, first_secret
 
@@ -84,3 +85,19 @@ def test_add_and_edit_refuse_a_key_in_meta_tags_or_source(cli):
     _one_error(cli("edit", mid, "--meta", f"token={KEY}"), "the meta value 'token' contains")
     assert json.loads(cli("show", mid, "--json").stdout)["meta"] == {}
     assert cli("add", "kept", "--meta", f"token={KEY}", "--allow-secret").exit_code == 0
+
+
+def test_a_key_in_a_chat_title_or_pmem_meta_is_not_imported(cli, tmp_path):
+    convs = [chatgpt_conversation("t1", [("user", "How do I rotate it?"), ("assistant", "In settings.")],
+                                  title=f"token {KEY}", extras=False, branch=False),
+             chatgpt_conversation("t2", [("user", "Fine chat")], extras=False, branch=False)]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(convs))
+    r = cli("import", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["imported"] == 1 and json.loads(r.stdout)["skipped_secrets"] == 2
+    stored = json.dumps(json.loads(cli("list", "--all", "--json").stdout))
+    assert "ghp_" not in stored
+    jsonl = tmp_path / "mine.jsonl"
+    jsonl.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": "fine too", "meta": {"k": KEY}}) + "\n")
+    _one_error(cli("import", jsonl), "record 2 of 2: the meta value 'k' contains what looks like a GitHub token")
