@@ -23,58 +23,14 @@ from export_fixtures import (
     claude_ai_conversation,
     claude_code_session,
     llm_db_new,
+    mutation_name,
+    mutations,
     write_jsonl,
 )
 
 CANARY = "canary: the spare key is under the blue flowerpot"
-WRONG: list[Any] = [None, True, 7, "x", ["x"], {"x": "x"}]
 TURNS = [("user", "I moved to Lisbon in May."), ("assistant", "How are you finding it?")]
 KEPT = [("user", "The untouched conversation stays whole."), ("assistant", "It is imported as it was.")]
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    return type(value).__name__
-
-
-def _paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _paths(item, (*path, i))
-
-
-def _set(doc: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return value
-    target = doc
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return doc
-
-
-def _get(doc: Any, path: tuple) -> Any:
-    for key in path:
-        doc = doc[key]
-    return doc
-
-
-def mutations(doc: Any, record: tuple) -> Iterator[tuple[tuple, Any, Any]]:
-    """(path, wrong value, mutated copy) for every field under `record` (itself included) and
-    every JSON type that field does not have."""
-    for sub in _paths(_get(doc, record)):
-        path = (*record, *sub)
-        original = _get(doc, path)
-        for wrong in WRONG:
-            if _kind(wrong) != _kind(original):
-                yield path, wrong, _set(copy.deepcopy(doc), path, copy.deepcopy(wrong))
 
 
 @pytest.fixture
@@ -146,10 +102,6 @@ def check_all(run, cases: Iterator[Case], fmt: str, kept: list[str]) -> int:
     return n
 
 
-def _name(path: tuple, wrong: Any) -> str:
-    return "/".join(str(p) for p in path) + f" = {json.dumps(wrong)}"
-
-
 def _json_cases(doc: Any, record: tuple, target: Path, dump=json.dumps, kept: list[str] | None = None
                 ) -> Iterator[Case]:
     """The mutations under `record`, each written to `target`; `kept` overrides the texts the
@@ -158,7 +110,7 @@ def _json_cases(doc: Any, record: tuple, target: Path, dump=json.dumps, kept: li
         def write(mutated=mutated) -> Path:
             target.write_text(dump(mutated), encoding="utf-8")
             return target
-        yield (_name(path, wrong), write) + ((kept,) if kept is not None else ())
+        yield (mutation_name(path, wrong), write) + ((kept,) if kept is not None else ())
 
 
 def _jsonl(rows: list[Any]) -> str:
@@ -206,7 +158,7 @@ def test_claude_code_lines_of_every_type(importer, tmp_path):
             def write(mutated=mutated) -> Path:
                 target.write_text(_jsonl(mutated), encoding="utf-8")
                 return folder
-            yield _name(path, wrong), write
+            yield mutation_name(path, wrong), write
 
     assert check_all(importer, cases(), "claude-code", kept) > 100
 

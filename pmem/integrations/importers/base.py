@@ -127,6 +127,10 @@ class Entry:
     def skip(self, where: str, why: str) -> None:
         self.skips.add(where, why)
 
+    def skipper(self, within: str) -> Skip:
+        """`skip` for the parts of one record: their places prefixed with the record's."""
+        return lambda where, why: self.skip(f"{within}, {where}", why)
+
     @property
     def location(self) -> str:
         """Where the file is, for a source: its absolute path, or the archive's path / member."""

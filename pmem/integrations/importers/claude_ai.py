@@ -121,7 +121,7 @@ def read(entry: Entry) -> Iterator[Memory]:
     for cid, conversation in export_conversations(entry, "chat_messages", "Claude.ai"):
         where = f"conversation {named(cid, '?')}"
         try:
-            kept = turns(conversation, lambda what, why, where=where: entry.skip(f"{where}, {what}", why))
+            kept = turns(conversation, entry.skipper(where))
         except BadRecord as exc:
             entry.skip(where, str(exc))
             continue
