@@ -704,6 +704,8 @@ def test_a_zip_member_pmem_cannot_open_is_refused_by_name_or_skipped(fake_embedd
     assert line.startswith("pmem: error: export.zip: conversations.json is ") and "unzip it" in line
     assert ("encrypted" if how == "encrypted" else "Deflate64") in line
     assert json.loads(_cli("list", "--all", "--json").stdout) == []
+    r = _cli("extract", str(path), "--dry-run")  # told by its shape, which cannot be read
+    assert r.exit_code == 2 and "unzip it" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
     # an image the archive cannot give up is skipped, as files of no known format are
     flags = {"encrypt": "file-1.png"} if how == "encrypted" else {"method": {"file-1.png": 9}}
     path = _zip_with_flags(tmp_path / "export2.zip", {"conversations.json": conversations, "file-1.png": b"\x89PNG"},

@@ -43,7 +43,9 @@ def import_(
     threaded by conversation. Importing again adds only what is new;
     an interrupted import resumes; one `pmem undo` reverts one import. A pmem JSONL or Markdown file
     with a machine secret in any record imports nothing unless --allow-secret; from other tools'
-    files, the messages holding one are left out (and counted) unless --allow-secret.
+    files, the messages holding one are left out (and counted) unless --allow-secret. Records of
+    the wrong shape in other tools' files, and messages pmem cannot store, are left out and
+    counted (the first few named); a message is imported up to 270,000 characters.
 
     \b
     Examples:
@@ -57,7 +59,7 @@ def import_(
     from .. import secretscan, timeutil
     from ..integrations import importers
     from ..integrations.importers.registry import existing as existing_ids
-    from ..integrations.importers.registry import secrets_policy
+    from ..integrations.importers.registry import secrets_policy, unstorable
     from ..records import TIERS
 
     # every option is checked before the input is read (a bad --tier found after an hour's read)
@@ -100,13 +102,20 @@ def import_(
         if dry_run:
             present = existing_ids(store, records)
             todo = [r for r in records if r.id not in present]
+            bad = [(i, r, why) for i, r in enumerate(todo) if (why := unstorable(r))]
+            if bad:  # never stored: not counted as what would be imported
+                left = {id(r) for _, r, _ in bad}
+                todo = [r for r in todo if id(r) not in left]
+            result.update(skipped_unstorable=len(bad), unstorable_named=[
+                f"record {i + 1}" + (f" ({r.source})" if r.source else "") + f": {why}" for i, r, why in bad[:5]])
             if secrets != "allow":  # count them, and never show one in the sample
                 held = [r for r in todo if secretscan.memory_secret(r)]
                 marked = {id(r) for r in held}
                 shown = [r for r in todo if id(r) not in marked][:5]
             else:
                 held, shown = [], todo[:5]
-            result.update(skipped_existing=len(records) - len(todo), would_import=len(todo), secrets=len(held),
+            result.update(skipped_existing=len(present & {r.id for r in records}), would_import=len(todo),
+                          secrets=len(held),
                           sample=[r.to_dict() for r in shown])
         else:
             with out.Progress("importing") as progress:
@@ -133,7 +142,8 @@ def import_(
             out.note(f"  {kind}: {n}")
         if plan.skipped_files:
             out.note(f"  files of no known format, skipped: {len(plan.skipped_files)}")
-        _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, 0, [], "would be ")
+        _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result["skipped_unstorable"],
+                       result["unstorable_named"], "would be ")
         if result["secrets"]:
             out.note(f"  holding what looks like a machine secret: {result['secrets']} "
                      + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))

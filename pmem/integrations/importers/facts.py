@@ -44,6 +44,9 @@ def chat_export(path: str | Path) -> list[Memory] | None:
     chats = [registry.FORMATS[name] for name in CHAT_FORMATS]
     found = []
     for entry in registry.entries(p):
+        registry.refuse_unopenable(entry, chats)
+        if entry.unreadable:
+            continue
         try:
             if registry.detect(entry, chats):
                 found.append(entry)

@@ -217,11 +217,11 @@ class ImportPlan:
         self.skipped_named += [prefix + x for x in entry.skips.named[:max(room, 0)]]
 
 
-def _refuse_unopenable(entry: Entry, forced: Importer | None) -> None:
-    """A zip member that cannot be opened and that a reader would take by its name refuses the
-    import: importing the rest would leave that part out without a word. Others (images) are
-    skipped as files of no known format are."""
-    if any(imp.accepts(entry.name) for imp in ((forced,) if forced else IMPORTERS) if imp is not markdown):
+def refuse_unopenable(entry: Entry, readers: Sequence[Importer] = IMPORTERS) -> None:
+    """A zip member that cannot be opened (`entry.unreadable`) and that one of `readers` would
+    take by its name refuses the import: importing the rest would leave that part out without a
+    word. Others (an image) are skipped as files of no known format are."""
+    if entry.unreadable and any(imp.accepts(entry.name) for imp in readers if imp is not markdown):
         raise UsageError(f"{Path(entry.origin).name or 'the archive'}: {entry.name} is {entry.unreadable}, "
                          "which pmem cannot open: unzip it with a tool that can and import the folder")
 
@@ -243,8 +243,7 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
     seen: set[str] = set()
     now = timeutil.now_iso()
     for entry in items:
-        if entry.unreadable:
-            _refuse_unopenable(entry, forced)
+        refuse_unopenable(entry, (forced,) if forced else IMPORTERS)
     for n, entry in enumerate(items):
         if entry.unreadable:
             plan.skipped_files.append(entry.name)
@@ -348,7 +347,7 @@ def load_stream(stream: IO[bytes], fmt: str | None = None, *, name: str = "-", s
     text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, stream)), encoding="utf-8-sig")
     plan = ImportPlan()
     plan.formats[native] += 1
-    plan.add(transfer.parse(text, native, name), set(), since, until, timeutil.now_iso())
+    plan.add(transfer.parse(text, native, "stdin" if name == "-" else name), set(), since, until, timeutil.now_iso())
     return plan
 
 
