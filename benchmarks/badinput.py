@@ -4,6 +4,7 @@
     python benchmarks/badinput.py            # all cases, JSON summary on stdout
     python benchmarks/badinput.py --verbose  # also every case that missed, with its stderr
     python benchmarks/badinput.py -k import  # only cases whose name contains "import"
+    python benchmarks/badinput.py -k mutated --mutations all   # every field of every export, each wrong type
 
 Each case runs `python -m pmem ...` as a whole process on a fresh PMEM_HOME that holds one canary
 memory, with the test embedder (PMEM_EMBED_MODEL=fake-64: no model is loaded or fetched). Cases feed
@@ -11,6 +12,14 @@ bad arguments, stdin, files, environment variables, config files, damaged databa
 SIGINT. A case passes when its exit code is the expected one (0 ok, 1 error, 2 usage, 130
 interrupted), stderr holds no traceback, a failing case writes exactly one `pmem: error:` line, and
 the canary is still there afterwards (not checked where the case damages the database itself).
+
+The importers' surface: each format's valid export (tests/export_fixtures.py) with one field, at
+any depth, turned into another JSON type ("import mutated ..." cases; one wrong type per field by
+default, every type with --mutations all); such a case also passes only if a refusal stored
+nothing and a success stored the untouched record whole. Huge input (a 200,000-character record,
+10 MB lines, 100 MB of garbage on stdin, a 5 MB log pasted into a chat) must be answered within
+`max_seconds`, and hooks and the MCP server get garbage, wrong types and 10 MB on stdin (MCP's
+stdout must stay JSON-RPC, line by line).
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import export_fixtures as fx  # noqa: E402  (the published structures, shared with the tests)
+
 CANARY = "canary: the spare key is under the blue flowerpot"
 BIG = "9" * 20  # 99999999999999999999: past SQLite's 64-bit integers
 
@@ -49,6 +61,9 @@ class Case:
     sigint_after: float | None = None
     damages_db: bool = False
     report: bool = False  # the command reports findings on stdout and exits 1 (doctor): no error line due
+    keeps: tuple = ()  # texts that must be stored when it exits 0 (an untouched record); on exit 2, nothing new
+    max_seconds: float | None = None  # huge input: answered within this, or it counts as a stall
+    jsonrpc: bool = False  # every stdout line must be a JSON-RPC message (the MCP server)
 
 
 def write(rel: str, data: bytes | str):
@@ -383,6 +398,171 @@ def cases() -> list[Case]:
         add(Case(f"damaged vector pages: {' '.join(argv[:3])}", argv, code, setup=corrupt_db("vectors"),
                  damages_db=True))
     add(Case("damaged vector pages: doctor", ["doctor"], 1, setup=corrupt_db("vectors"), damages_db=True, report=True))
+    c.extend(import_cases())
+    c.extend(huge_cases())
+    c.extend(agent_cases())
+    return c
+
+
+MUTATE_ALL = False  # --mutations all: every wrong type of every field (else one per field)
+KEPT = [("user", "The untouched conversation stays whole."), ("assistant", "It is imported as it was.")]
+
+
+def _mutated(fmt: str, label: str, doc, record: tuple, name: str, keeps: tuple, dump=json.dumps,
+             folder: str = "", also: Callable[[Path], None] | None = None) -> list[Case]:
+    """One case per mutation of `doc` under `record`, written to `name` in the case's home (in
+    `folder`, imported as that folder, when given; `also` writes the folder's other files)."""
+    out = []
+    for path, wrong, mutated in fx.mutations(doc, record, every=MUTATE_ALL):
+        target = f"{folder}/{name}" if folder else name
+        data = dump(mutated)
+
+        def setup(home: Path, target=target, data=data) -> None:
+            write(target, data)(home)
+            if also:
+                also(home)
+        out.append(Case(f"import mutated {label}: {fx.mutation_name(path, wrong)}",
+                        ["import", "{home}/" + (folder or name), "--format", fmt], (0, 2),
+                        setup=setup, keeps=keeps if path else ()))
+    return out
+
+
+def _lines(rows) -> str:
+    """JSON lines; a mutation that made the list itself something else is one line of that."""
+    return "".join(json.dumps(r) + "\n" for r in rows) if isinstance(rows, list) else json.dumps(rows) + "\n"
+
+
+def import_cases() -> list[Case]:
+    """Every importer against its own format with a wrong type somewhere (issue 33's first item)."""
+    two = [("user", "I moved to Lisbon in May."), ("assistant", "How are you finding it?")]
+    c: list[Case] = []
+    chats = [fx.chatgpt_conversation("c1", two, branch=False, extras=False),
+             fx.chatgpt_conversation("c2", KEPT, branch=False, extras=False)]
+    c += _mutated("chatgpt", "chatgpt", chats, (0,), "conversations.json",
+                  ("User: " + KEPT[0][1], "ChatGPT: " + KEPT[1][1]))
+    claude = [fx.claude_ai_conversation("k1", [("human", "Plan a week in Kyoto"), ("assistant", "Day one.")]),
+              fx.claude_ai_conversation("k2", [("human", KEPT[0][1]), ("assistant", KEPT[1][1])])]
+    claude[0]["current_leaf_message_uuid"] = "k1-1"
+    for i, m in enumerate(claude[0]["chat_messages"]):
+        m["parent_message_uuid"] = f"k1-{i - 1}" if i else None
+    c += _mutated("claude-ai", "claude-ai", claude, (0,), "conversations.json",
+                  ("User: " + KEPT[0][1], "Claude: " + KEPT[1][1]))
+    session = fx.claude_code_session("s-1", "/home/sam/parser")
+    other = [x for x in fx.claude_code_session("s-2", "/home/sam/other") if x.get("uuid") in ("u4", "a4")]
+    c += _mutated("claude-code", "claude-code", [session[2], session[3]], (), "p/s-1.jsonl",
+                  ("User: Please fix it and add a test.",), dump=_lines, folder="projects",
+                  also=write("projects/q/s-2.jsonl", _lines(other)))
+    mem0 = json.loads(json.dumps(fx.MEM0_GET_ALL))
+    mem0["results"][1]["memory"] = "The untouched memory stays whole."
+    c += _mutated("mem0", "mem0", mem0, ("results", 0), "mem0.json", ("The untouched memory stays whole.",))
+    graph = [{"type": "entity", "name": "Ada", "entityType": "person", "observations": ["Prefers tea"]},
+             {"type": "relation", "from": "Ada", "to": "Acme", "relationType": "works_at"},
+             {"type": "entity", "name": "Bo", "entityType": "person", "observations": ["The untouched one"]}]
+    for record in ((0,), (1,)):
+        c += _mutated("mcp-memory", "mcp-memory", graph, record, "memory.jsonl", ("Bo: The untouched one",),
+                      dump=_lines)
+    mine = [{"text": "a memory", "tags": ["a"], "meta": {"k": "v"}, "created_at": "2026-01-01T00:00:00Z",
+             "thread": "t", "thread_pos": 0}, {"text": "The untouched memory stays whole."}]
+    c += _mutated("jsonl", "pmem jsonl", mine, (0,), "in.jsonl", ("The untouched memory stays whole.",), dump=_lines)
+    # the other shapes of issue 33's imports
+    turns = [("user" if i % 2 == 0 else "assistant", f"message number {i}") for i in range(700)]
+    turns[599] = ("assistant", "a NUL \u0000 here")
+    add = c.append
+    add(Case("import: 600th message holds a NUL (valid: left out)", ["import", "{home}/conversations.json"], 0,
+             setup=write("conversations.json", json.dumps([fx.chatgpt_conversation("n", turns, extras=False,
+                                                                                    branch=False)])),
+             keeps=("User: message number 598",)))
+    add(Case("import: claude-code cwd is a list (valid: line left out)", ["import", "{home}/p/s.jsonl"], 0,
+             setup=write("p/s.jsonl", _lines([{**session[2], "cwd": ["/x"]}, *session[3:]]))))
+    add(Case("import: chat export, --tier bogus", ["import", "{home}/conversations.json", "--tier", "bogus"], 2,
+             setup=write("conversations.json", json.dumps(chats))))
+
+    def zipped(flag: str):
+        def setup(home: Path) -> None:
+            import zipfile
+            path = home / "export.zip"
+            with zipfile.ZipFile(path, "w") as zf:
+                zf.writestr("conversations.json", json.dumps(chats))
+            raw = bytearray(path.read_bytes())
+            local, central = 0, raw.index(b"PK\x01\x02")
+            if flag == "encrypted":
+                raw[local + 6] |= 1
+                raw[central + 8] |= 1
+            else:  # Deflate64, what Windows Explorer writes for large files
+                raw[local + 8:local + 10] = (9).to_bytes(2, "little")
+                raw[central + 10:central + 12] = (9).to_bytes(2, "little")
+            path.write_bytes(bytes(raw))
+        return setup
+    add(Case("import: zip member encrypted", ["import", "{home}/export.zip"], 2, setup=zipped("encrypted")))
+    add(Case("import: zip member Deflate64", ["import", "{home}/export.zip"], 2, setup=zipped("deflate64")))
+
+    def llm_without_id(home: Path) -> None:
+        db = fx.llm_db_new(home / "logs.db")
+        conn = sqlite3.connect(db)
+        conn.executescript("CREATE TABLE r2 AS SELECT model, prompt, response, conversation_id FROM responses;"
+                           "DROP TABLE responses; ALTER TABLE r2 RENAME TO responses;")
+        conn.close()
+    add(Case("import: llm responses without an id column (valid)", ["import", "{home}/logs.db"], 0,
+             setup=llm_without_id))
+    return c
+
+
+def huge_cases() -> list[Case]:
+    """Huge input: refused at read time, before any model work, within a second or two."""
+    big_record = json.dumps({"text": "x" * 200_000}) + "\n"
+    ten_mb = json.dumps({"text": "y" * 10_000_000}) + "\n"
+    garbage_line = (b"QmFzZTY0IGdhcmJhZ2U" * 5_300_000)[:100_000_000]  # 100 MB, no line end
+    garbage_lines = (b"some garbage text, line after line\n" * 2_860_000)[:100_000_000]
+    log = "\n".join(f"2026-01-01 12:00:{i % 60:02d} INFO worker {i} finished its step" for i in range(120_000))
+    pasted = [fx.chatgpt_conversation("log", [("user", "Here is the log:\n" + log), ("assistant", "All done.")],
+                                      extras=False, branch=False)]
+    add: list[Case] = []
+    add.append(Case("huge: JSONL record of 200,000 characters", ["import", "{home}/big.jsonl"], 2,
+                    setup=write("big.jsonl", big_record), max_seconds=10))
+    add.append(Case("huge: 10 MB JSONL line on stdin", ["import", "-"], 2, stdin=ten_mb.encode(), max_seconds=10))
+    add.append(Case("huge: 100 MB of garbage on stdin, one line", ["import", "-"], 2, stdin=garbage_line,
+                    max_seconds=10))
+    add.append(Case("huge: 100 MB of garbage on stdin, many lines", ["import", "-"], 2, stdin=garbage_lines,
+                    max_seconds=10))
+    add.append(Case("huge: Markdown paragraph of 10 MB", ["import", "{home}/notes.md"], 2,
+                    setup=write("notes.md", "one line of a note\n" * 550_000), max_seconds=10))
+    add.append(Case("huge: 5 MB log pasted in a chat export (valid)", ["import", "{home}/conversations.json"], 0,
+                    setup=write("conversations.json", json.dumps(pasted)), max_seconds=30,
+                    keeps=("ChatGPT: All done.",)))
+    add.append(Case("huge: add, 10 MB on stdin", ["add"], 2, stdin=b"z" * 10_000_000, max_seconds=10))
+    add.append(Case("huge: extract, 10 MB on stdin", ["extract", "--dry-run"], 2, stdin=b"z" * 10_000_000,
+                    max_seconds=10))
+    return add
+
+
+def agent_cases() -> list[Case]:
+    """Hooks print nothing and exit 0 on any input; the MCP server keeps stdout JSON-RPC."""
+    c: list[Case] = []
+    for event in ("session-start", "user-prompt"):
+        for label, data in (("garbage", b"\x00\xff not json at all"), ("a list", b"[1, 2, 3]"),
+                            ("prompt a list", b'{"prompt": ["x"], "session_id": {"a": 1}}'),
+                            ("cwd a number", b'{"prompt": "x", "cwd": 7, "session_id": "s"}'),
+                            ("10 MB prompt", json.dumps({"prompt": "p " * 5_000_000, "session_id": "s"}).encode()),
+                            ("nested 100,000 deep", b"[" * 100_000 + b"]" * 100_000)):
+            c.append(Case(f"hook claude-code {event}: {label}", ["hook", "claude-code", event], 0, stdin=data,
+                          max_seconds=15))
+    hello = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bad", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+
+    def session(*calls) -> bytes:
+        return "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in (*hello, *calls)).encode()
+
+    def call(i: int, tool: str, args) -> dict:
+        return {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+
+    c.append(Case("mcp: garbage lines between calls", ["mcp"], 0, jsonrpc=True,
+                  stdin=session("not json", "\x1b]0;x\x07", call(2, "search", {"query": "canary"}))))
+    c.append(Case("mcp: arguments of the wrong types", ["mcp"], 0, jsonrpc=True,
+                  stdin=session(call(2, "remember", {"text": ["x"]}), call(3, "search", {"query": {"a": 1}}),
+                                call(4, "recall", {"query": "x", "budget": "lots"}), call(5, "forget", {"id": 7}))))
+    c.append(Case("mcp: a 10 MB remember", ["mcp"], 0, jsonrpc=True, max_seconds=30,
+                  stdin=session(call(2, "remember", {"text": "m " * 5_000_000}))))
     return c
 
 
@@ -433,6 +613,7 @@ def run_case(case: Case, home: Path, canary: str) -> dict:
     env = {k: (os.fsdecode(v) if isinstance(v, bytes) else v) for k, v in env.items()}
     argv = [sys.executable, "-m", "pmem", *[_arg(a, home, canary) for a in case.argv]]
     started = time.monotonic()
+    stdout = b""
     if case.pty:
         code, stderr = _run_pty(argv, env, case.pty_input)
         if code != 0:  # the terminal carries stdout too: keep the lines that are not the screen
@@ -455,18 +636,52 @@ def run_case(case: Case, home: Path, canary: str) -> dict:
         stderr = p.stderr.read()
         code = p.wait(timeout=60)
     else:
-        p = subprocess.run(argv, env=env, input=case.stdin if case.stdin is not None else b"", capture_output=True,
-                           timeout=120, start_new_session=True)
-        code, stderr = p.returncode, p.stderr
+        limit = case.max_seconds * 6 if case.max_seconds else 300  # a stall is stopped, and counted as one
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+        try:
+            stdout, stderr = p.communicate(case.stdin if case.stdin is not None else b"", timeout=limit)
+            code = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            stdout, stderr = p.communicate()
+            code = None
+            stderr += f"(stopped after {limit} s)".encode()
     err = stderr.decode("utf-8", "replace")
     lines = [line for line in err.splitlines() if line.strip()]
     expected = case.code if isinstance(case.code, tuple) else (case.code,)
     error_lines = [line for line in lines if line.startswith("pmem: error:")]
     one_line = code == 0 or (not lines if case.report else (len(error_lines) == 1 and len(lines) == 1))
+    seconds = round(time.monotonic() - started, 2)
     alive = None if case.damages_db else canary_alive(home, canary)
+    stored_ok = None
+    if case.keeps or (isinstance(case.code, tuple) and case.name.startswith("import mutated")):
+        texts = stored_texts(home)
+        stored_ok = (all(k in texts for k in case.keeps) if code == 0
+                     else texts == [CANARY] if code == 2 else None)
     return {"name": case.name, "exit": code, "expected": list(expected), "exit_ok": code in expected,
             "traceback": "Traceback" in err, "one_line": one_line, "canary": alive,
-            "seconds": round(time.monotonic() - started, 2), "stderr": err[-600:]}
+            "stored_ok": stored_ok, "slow": case.max_seconds is not None and seconds > case.max_seconds,
+            "jsonrpc_ok": _jsonrpc(stdout) if case.jsonrpc else None,
+            "seconds": seconds, "stderr": err[-600:]}
+
+
+def stored_texts(home: Path) -> list[str]:
+    try:
+        conn = sqlite3.connect(f"file:{home / 'pmem.db'}?mode=ro", uri=True)
+        try:
+            return [t for (t,) in conn.execute("SELECT text FROM memories WHERE forgotten_at IS NULL")]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+
+
+def _jsonrpc(stdout: bytes) -> bool:
+    try:
+        return all(json.loads(line).get("jsonrpc") == "2.0" for line in stdout.splitlines() if line.strip())
+    except (ValueError, AttributeError):
+        return False
 
 
 def _run_pty(argv, env, keys: bytes) -> tuple[int, bytes]:
@@ -504,7 +719,11 @@ def main() -> int:
     parser.add_argument("-k", default="", help="only cases whose name contains this")
     parser.add_argument("--verbose", action="store_true", help="print every case that missed, with its stderr")
     parser.add_argument("--all", action="store_true", help="also list every case: exit code, first stderr line")
+    parser.add_argument("--mutations", choices=("sample", "all"), default="sample",
+                        help="importers' mutated fields: one wrong type per field (default) or every one")
     args = parser.parse_args()
+    global MUTATE_ALL
+    MUTATE_ALL = args.mutations == "all"
     todo = [c for c in cases() if args.k in c.name]
     with tempfile.TemporaryDirectory(prefix="pmem-badinput-") as tmp:
         root = Path(tmp)
@@ -521,7 +740,8 @@ def main() -> int:
                 writable_again(home)
                 shutil.rmtree(home, ignore_errors=True)
     missed = [r for r in results if not (r["exit_ok"] and not r["traceback"] and r["one_line"]
-                                         and r["canary"] is not False)]
+                                         and r["canary"] is not False and r["stored_ok"] is not False
+                                         and not r["slow"] and r["jsonrpc_ok"] is not False)]
     summary = {
         "cases": len(results),
         "commands": len({c.argv[0] if isinstance(c.argv[0], str) and not c.argv[0].startswith("-") else "(global)"
@@ -531,8 +751,15 @@ def main() -> int:
         "not_one_line": sum(not r["one_line"] for r in results),
         "canary_survived": sum(r["canary"] is True for r in results),
         "canary_checked": sum(r["canary"] is not None for r in results),
+        "import_mutations": sum(r["name"].startswith("import mutated") for r in results),
+        "stored_wrong": sum(r["stored_ok"] is False for r in results),
+        "stalls": sum(r["slow"] for r in results),
+        "mcp_stdout_not_jsonrpc": sum(r["jsonrpc_ok"] is False for r in results),
+        "huge_input_seconds": {r["name"].removeprefix("huge: "): r["seconds"] for r in results
+                               if r["name"].startswith("huge: ")},
         "passed": len(results) - len(missed),
-        "missed": [{k: r[k] for k in ("name", "exit", "expected", "traceback", "one_line", "canary")}
+        "missed": [{k: r[k] for k in ("name", "exit", "expected", "traceback", "one_line", "canary", "stored_ok",
+                                      "seconds")}
                    | ({"stderr": r["stderr"]} if args.verbose else {}) for r in missed],
     }
     if args.all:

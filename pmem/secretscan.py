@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from .errors import UsageError
 
@@ -55,8 +55,9 @@ def _real_password(password: str) -> bool:
 
 _Check = Callable[[re.Match], bool]
 # Words that make `password=...` a connection string rather than prose (defined before the patterns use it).
-_CONN_KEYS = (r"(?i)(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|"
-              r"initial catalog)\s*=")
+# JDBC writes `;user=sa;password=...`: a bare `user=` counts where a `;` sets it off.
+_CONN_KEYS = (r"(?i)(?:(?:^|[;\s\"'])(?:server|data source|host|user id|uid|username|database|databasename|"
+              r"initial catalog)|;\s*user)\s*=")
 
 # (kind, literals one of which the text must contain ("~": any case), pattern, extra check). The
 # literals are a cheap pre-test (one alternation scan): a pattern starting with \b has no literal
@@ -83,8 +84,13 @@ _PATTERNS: list[tuple[str, tuple[str, ...], str, _Check | None]] = [
     ("npm token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36}\b", None),
     ("JSON Web Token", ("eyJ",),
      r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}", None),
+    # user:password@host, and :password@host (redis://:pass@host: a password without a user)
     ("password in a URL", ("://",),
-     r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]+:([^\s/?#@'\"]+)@[^\s/?#@]+",
+     r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@'\"]*:([^\s/?#@'\"]+)@[^\s/?#@]+",
+     lambda m: _real_password(m.group(1))),
+    # postgresql://host/db?user=app&password=...: the password as a query parameter
+    ("password in a URL", ("://",),
+     r"(?i)\b[a-z][a-z0-9+.-]{1,20}://[^\s'\"<>]*?[?&;](?:password|passwd|pwd)=([^&;#\s'\"<>]+)",
      lambda m: _real_password(m.group(1))),
     ("password in a connection string", ("~password", "~pwd"),
      r"(?i)(?:^|[;\s\"'])(?:password|pwd)\s*=\s*([^;\s\"']{3,})(?=;|\s|$|[\"'])",
@@ -130,3 +136,67 @@ def refuse(text: str, *, what: str = "the text") -> None:
         raise SecretFound(f"{what} contains what looks like a {secret.kind} ({secret.hint(text)}); "
                           "pmem keeps secrets out of memory: remove it, or pass --allow-secret "
                           "to store it anyway")
+
+
+# -- every field a memory stores ----------------------------------------------------------------
+
+_FIELD_NAMES = {"text": "the text", "tags": "a tag", "source": "the source", "thread": "the thread",
+                "scope": "the scope"}
+
+
+def stored_strings(memory: Any) -> Iterator[tuple[str, str]]:
+    """(field, string) for every string a memory stores: its text, tags, source, thread, scope
+    and every key and value of its meta, however deep ("meta.title"). A key pasted into a
+    conversation's title or a `--meta` value is stored as surely as one in the text."""
+    yield "text", memory.text
+    for tag in memory.tags or ():
+        if isinstance(tag, str):
+            yield "tags", tag
+    for name in ("source", "thread", "scope"):
+        value = getattr(memory, name, None)
+        if isinstance(value, str):
+            yield name, value
+    stack: list[tuple[str, Any]] = [("meta", memory.meta)]
+    while stack:  # a loop, not recursion: meta may be nested deeper than Python recurses
+        path, value = stack.pop()
+        if isinstance(value, str):
+            yield path, value
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str):
+                    yield path, key
+                stack.append((f"{path}.{key}", item))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((path, item) for item in value)
+
+
+def memory_secret(memory: Any, before: Any = None) -> tuple[str, str, Secret] | None:
+    """The first machine secret in a field `memory` stores, as (field, string, secret); with
+    `before` (the memory as it was), only strings that are new in it (an edit that keeps an
+    allowed secret is not refused for it)."""
+    old = {s for _, s in stored_strings(before)} if before is not None else set()
+    for name, value in stored_strings(memory):
+        if value in old:
+            continue
+        secret = first_secret(value)
+        if secret is not None:
+            return name, value, secret
+    return None
+
+
+def field_label(name: str) -> str:
+    """How a message names a field of `stored_strings`: "the text", "a tag", "the meta value 'title'"."""
+    if name.startswith("meta"):
+        return f"the meta value {name[5:]!r}" if name != "meta" else "a meta key"
+    return _FIELD_NAMES.get(name, name)
+
+
+def refuse_memory(memory: Any, *, what: str | None = None, before: Any = None) -> None:
+    """Raise SecretFound when a field `memory` stores holds a machine secret (see `memory_secret`),
+    naming the field and the kind, never the secret."""
+    found = memory_secret(memory, before)
+    if found is None:
+        return
+    name, value, _ = found
+    label = field_label(name) if name != "text" else ("the new text" if before is not None else "the text")
+    refuse(value, what=f"{what}: {label}" if what and name != "text" else (what or label))

@@ -1181,8 +1181,8 @@ class MemoryStore:
         Text holding a machine secret (an API key, a private key...) raises SecretFound unless
         `allow_secret`."""
         m = self.new_memory(text, **kw)
-        if not allow_secret:
-            secretscan.refuse(m.text)
+        if not allow_secret:  # every field it stores: the text, tags, source, meta
+            secretscan.refuse_memory(m)
         if not allow_duplicate:
             existing = self.find_exact(m.text)
             if existing is not None:
@@ -1209,7 +1209,7 @@ class MemoryStore:
         items = [self._normalize(m) for m in memories]
         if not allow_secret:
             for i, m in enumerate(items, start=1):
-                secretscan.refuse(m.text, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
+                secretscan.refuse_memory(m, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
         if vectors is not None and len(vectors) != len(items):
             raise ValueError("one vector per memory")
         blobs = list(vectors) if vectors is not None else (
@@ -1264,10 +1264,10 @@ class MemoryStore:
                 after = replace(after, valid_from=valid_from)
             return self._normalize(after)
 
-        if text is not None and not allow_secret:
-            secretscan.refuse(text, what="the new text")
         seen = self.get(memory_id)  # read once outside the lock: embed before taking it
         guess = change(seen)
+        if not allow_secret:  # what the edit brings in, in any field (a secret kept on purpose stays)
+            secretscan.refuse_memory(guess, before=seen)
         if _memory_dict(guess) == _memory_dict(seen):
             return seen
         vectors: dict[str, bytes] = {}

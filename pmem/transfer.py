@@ -1,11 +1,14 @@
 """Import and export: JSONL (lossless, every field) and Markdown (for people).
 
 Parsing validates everything first and reports `line N: problem`; only a clean file is stored,
-as one operation.
+as one operation. The limits a memory has in the store (its text's length, no NUL, a thread's
+name) are checked here, line by line as the input streams in, so an oversized record is refused
+before any of the file is embedded (benchmarks/README.md, "Bad input: imports").
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import fields
@@ -14,6 +17,7 @@ from typing import IO, Any, Iterable, Iterator
 from . import timeutil
 from .errors import UsageError
 from .records import TIERS, Memory
+from .store import MAX_TEXT, MAX_THREAD
 
 FORMATS = ("jsonl", "md")
 _FIELDS = {f.name for f in fields(Memory)}
@@ -24,6 +28,9 @@ _TRAILING_TAGS = re.compile(r"(?:\s+#[\w/-]+)+\s*$")
 
 
 _MAX_INT = 2**63 - 1  # SQLite's largest integer
+# The longest line read: a record at the text limit, every character a 12-byte surrogate-pair
+# escape, with room for its fields; a longer line is refused unread (a 1 GB line of garbage).
+MAX_LINE = MAX_TEXT * 12 + 4_000_000
 
 
 def _loads(text: str, where: str) -> Any:
@@ -51,6 +58,14 @@ def _record(obj: Any, where: str) -> Memory:
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise UsageError(f"{where}: 'text' must be a non-empty string")
+    if len(text.strip()) > MAX_TEXT:
+        raise UsageError(f"{where}: the text is {len(text.strip()):,} characters; the limit is {MAX_TEXT:,} "
+                         "(use `pmem extract` for long text)")
+    if "\x00" in text:
+        raise UsageError(f"{where}: the text contains a NUL character")
+    thread = obj.get("thread")
+    if isinstance(thread, str) and ("\x00" in thread or len(thread) > MAX_THREAD):
+        raise UsageError(f"{where}: 'thread' must be text of at most {MAX_THREAD} characters")
     _check_utf8(obj, where)
     values: dict[str, Any] = {"text": text}
     for key, value in obj.items():
@@ -104,7 +119,7 @@ def parse_markdown(lines: Iterable[str]) -> list[Memory]:
     heading_date: str | None = None
     heading_tier: str | None = None
     para: list[str] = []
-    para_start = 0
+    para_start = para_chars = 0
 
     def emit(text: str, n: int) -> None:
         nonlocal heading_tier
@@ -140,7 +155,7 @@ def parse_markdown(lines: Iterable[str]) -> list[Memory]:
 
     in_fence = False
     for n, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\n")
+        line = raw.rstrip("\r\n")
         if line.strip().startswith("```"):
             in_fence = not in_fence
             continue
@@ -168,30 +183,55 @@ def parse_markdown(lines: Iterable[str]) -> list[Memory]:
         else:
             if not para:
                 para_start = n
+                para_chars = 0
             para.append(stripped)
+            para_chars += len(stripped) + 1
+            if para_chars > MAX_TEXT:  # refused as it grows: 100 MB without a blank line is no memory
+                raise UsageError(f"line {para_start}: a paragraph of more than {MAX_TEXT:,} characters; "
+                                 "a memory holds at most that (use `pmem extract` for long text)")
     flush()
     return out
 
 
+def _lines(stream: IO[str], name: str) -> Iterator[str]:
+    """The stream's lines, read one at a time: text that is not UTF-8, NUL bytes, and a line
+    longer than MAX_LINE are refused where they are met."""
+    while True:
+        try:
+            line = stream.readline(MAX_LINE + 1)
+        except UnicodeDecodeError:
+            raise UsageError(f"{name or 'input'} is not UTF-8 text") from None
+        if not line:
+            return
+        if "\x00" in line:
+            raise UsageError(f"{name or 'input'} looks binary (NUL bytes); expected JSONL or Markdown")
+        if len(line) > MAX_LINE:
+            raise UsageError(f"{name or 'input'}: a line longer than {MAX_LINE:,} characters; a memory holds "
+                             f"at most {MAX_TEXT:,}")
+        yield line
+
+
 def parse(stream: IO[str], fmt: str | None = None, name: str = "") -> list[Memory]:
-    """Read a whole import file; `fmt` None guesses from the name, then from the content."""
-    try:
-        text = stream.read()
-    except UnicodeDecodeError:
-        raise UsageError(f"{name or 'input'} is not UTF-8 text") from None
-    if "\x00" in text:
-        raise UsageError(f"{name or 'input'} looks binary (NUL bytes); expected JSONL or Markdown")
+    """Read a whole import file; `fmt` None guesses from the name, then from the content. The
+    stream is read line by line: a bad line stops the reading there."""
+    lines = _lines(stream, name)
     if fmt is None:
         if name.endswith((".md", ".markdown", ".txt")):
             fmt = "md"
         elif name.endswith((".jsonl", ".json", ".ndjson")):
             fmt = "jsonl"
         else:
-            fmt = "jsonl" if text.lstrip().startswith("{") else "md"
+            head: list[str] = []
+            for line in lines:
+                head.append(line)
+                if line.strip():
+                    break
+            fmt = "jsonl" if "".join(head).lstrip().startswith("{") else "md"
+            lines = itertools.chain(head, lines)
     if fmt == "jsonl":
-        return parse_jsonl(text.splitlines())
+        return parse_jsonl(lines)
     if fmt == "md":
-        return parse_markdown(text.splitlines())
+        return parse_markdown(lines)
     raise UsageError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
 
 

@@ -1,17 +1,20 @@
-"""Synthetic exports written to follow each published structure (never real people's data).
+"""Synthetic exports written to follow each published structure (never real people's data),
+and the mutations of them that put a wrong JSON type in every field.
 
-Used by tests/test_importers.py and benchmarks/import_bench.py.
+Used by tests/test_importers.py, tests/test_importers_bad_records.py, benchmarks/import_bench.py
+and benchmarks/badinput.py.
 """
 
 from __future__ import annotations
 
+import copy
 import gzip
 import io
 import json
 import sqlite3
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -263,3 +266,58 @@ permalink: coffee-brewing-methods
 ## Relations
 - relates_to [[Coffee Bean Origins]]
 """
+
+
+# -- wrong types in every field -----------------------------------------------------------------
+
+WRONG_TYPES: list[Any] = [None, True, 7, "x", ["x"], {"x": "x"}]  # one value of each JSON type
+
+
+def json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
+
+
+def field_paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
+    """Every path into a JSON value, the value itself first, then each key and index, depth first."""
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from field_paths(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from field_paths(item, (*path, i))
+
+
+def get_path(doc: Any, path: tuple) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def mutations(doc: Any, record: tuple = (), *, every: bool = True) -> Iterator[tuple[tuple, Any, Any]]:
+    """(path, wrong value, mutated copy of `doc`) for every field under `record` (itself
+    included) and every JSON type the field does not have; with `every` False, one wrong type
+    per field (turn by turn: a sample a fifth the size)."""
+    turn = 0
+    for sub in field_paths(get_path(doc, record)):
+        path = (*record, *sub)
+        original = get_path(doc, path)
+        wrong = [w for w in WRONG_TYPES if json_kind(w) != json_kind(original)]
+        if not every:
+            wrong = [wrong[turn % len(wrong)]]
+            turn += 1
+        for value in wrong:
+            mutated = copy.deepcopy(doc)
+            if path:
+                get_path(mutated, path[:-1])[path[-1]] = copy.deepcopy(value)
+            else:
+                mutated = copy.deepcopy(value)
+            yield path, value, mutated
+
+
+def mutation_name(path: tuple, wrong: Any) -> str:
+    return "/".join(str(p) for p in path) + f" = {json.dumps(wrong)}"

@@ -327,3 +327,30 @@ def test_a_read_only_database_from_an_older_pmem_says_how_to_upgrade_it(tmp_path
     finally:
         _make_writable(folder)
     assert pmem("--db", db, "list", "--json").exit_code == 0  # with write access it is upgraded and read
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["import", "{missing}", "--tier", "bogus"], "unknown tier 'bogus'"),
+    (["import", "{missing}", "--format", "yaml"], "unknown format 'yaml'"),
+    (["import", "{missing}", "--since", "whenever"], "whenever"),
+    (["import", "{missing}", "--until", "10000-01-01"], "years 1 to 9999"),
+    (["import", "{missing}", "--tag", " "], "--tag needs a name"),
+    (["import", "{missing}", "--tag", "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB"], "--tag contains"),
+    (["extract", "{missing}", "--at", "whenever"], "whenever"),
+    (["extract", "{missing}", "--source", "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB"], "--source contains"),
+    (["export", "--format", "yaml", "-o", "{missing}/out.jsonl"], "unknown format 'yaml'"),
+])
+def test_options_are_checked_before_the_input_is_read(canary, tmp_path, args, fragment):
+    """The input named does not exist: an error about the option shows it was checked first."""
+    r = pmem(*[a.replace("{missing}", str(tmp_path / "missing")) for a in args])
+    assert_one_line_error(r, 2, fragment)
+    assert_canary(canary)
+
+
+def test_import_of_a_chat_export_with_a_bogus_tier_is_refused(canary, tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([{"id": "c", "current_node": "n", "mapping": {"n": {
+        "id": "n", "parent": None, "children": [],
+        "message": {"id": "m", "author": {"role": "user"}, "content": {"content_type": "text", "parts": ["hi"]}}}}}]))
+    assert_one_line_error(pmem("import", path, "--tier", "bogus"), 2, "unknown tier 'bogus'")
+    assert len(json.loads(pmem("list", "--all", "--json").stdout)) == 1

@@ -623,3 +623,140 @@ def test_chat_export_tells_chat_exports_from_text(tmp_path):
     (tmp_path / "memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in MCP_MEMORY))
     for name in ("notes.txt", "messages.json", "mine.jsonl", "memory.jsonl", "missing.json"):
         assert chat_export(tmp_path / name) is None, name
+
+
+# -- bad input: what pmem cannot store, wrong types, archives it cannot open ---------------------
+
+@pytest.mark.parametrize("bad", ["NUL \u0000 in the middle", "a lone surrogate \udc80 escape"])
+def test_a_message_pmem_cannot_store_is_left_out_not_fatal_to_the_rest(fake_embedder, tmp_path, bad):
+    """A 700-message export whose 600th message holds a NUL or a lone surrogate: every other
+    message is stored, that one is counted, and a rerun stores nothing more (it used to stop after
+    the first batch of 512, at the same message every time)."""
+    turns = [("user" if i % 2 == 0 else "assistant", f"message number {i}") for i in range(700)]
+    turns[599] = (turns[599][0], bad)
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([chatgpt_conversation("big", turns, extras=False, branch=False)]))
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["imported"] == 699 and data["skipped_unstorable"] == 1
+    assert "record 600 of 700" in data["unstorable_named"][0]
+    again = json.loads(_cli("import", str(path), "--json").stdout)
+    assert again["imported"] == 0 and again["skipped_existing"] == 699 and again["skipped_unstorable"] == 1
+    human = _cli("import", str(path))
+    assert human.exit_code == 0 and "left out 1 records pmem cannot store" in human.stderr
+
+
+@pytest.mark.parametrize("cwd", [["/home/sam"], {"path": "/home/sam"}, 7])
+def test_a_claude_code_line_whose_cwd_is_no_path_is_left_out(fake_embedder, tmp_path, cwd):
+    lines = claude_code_session("s-1", "/home/sam/parser")
+    lines[2]["cwd"] = cwd  # the first prompt's line
+    path = write_jsonl(tmp_path / "-home-sam-parser" / "s-1.jsonl", lines)
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["skipped_records"] == 1 and "line 3: 'cwd' is" in data["skipped_named"][0]
+    stored = json.loads(_cli("list", "--tier", "episodic", "--json").stdout)
+    assert len(stored) == 3 and {m["scope"] for m in stored} == {"/home/sam/parser"}
+
+
+def _zip_with_flags(path, members: dict[str, bytes], *, encrypt: str = "", method: dict[str, int] | None = None):
+    """A zip whose member `encrypt` is marked encrypted, and whose members in `method` name that
+    compression method (9: Deflate64, what Windows Explorer writes for large files), as in both the
+    local and the central headers; zipfile can write neither."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    central = raw.index(b"PK\x01\x02")
+    for info in infos:  # the local header: flags at +6, method at +8
+        local = info.header_offset
+        if info.filename == encrypt:
+            raw[local + 6] |= 0x1
+        if method and info.filename in method:
+            raw[local + 8:local + 10] = method[info.filename].to_bytes(2, "little")
+    pos = central
+    while raw[pos:pos + 4] == b"PK\x01\x02":
+        name_len = int.from_bytes(raw[pos + 28:pos + 30], "little")
+        extra_len = int.from_bytes(raw[pos + 30:pos + 32], "little")
+        comment_len = int.from_bytes(raw[pos + 32:pos + 34], "little")
+        name = raw[pos + 46:pos + 46 + name_len].decode()
+        if name == encrypt:
+            raw[pos + 8] |= 0x1
+        if method and name in method:
+            raw[pos + 10:pos + 12] = method[name].to_bytes(2, "little")
+        pos += 46 + name_len + extra_len + comment_len
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("how", ["encrypted", "deflate64"])
+def test_a_zip_member_pmem_cannot_open_is_refused_by_name_or_skipped(fake_embedder, tmp_path, how):
+    conversations = json.dumps([chatgpt_conversation("z1", TURNS)]).encode()
+    flags = {"encrypt": "conversations.json"} if how == "encrypted" else {"method": {"conversations.json": 9}}
+    path = _zip_with_flags(tmp_path / "export.zip", {"conversations.json": conversations, "chat.html": b"<html>"},
+                           **flags)
+    r = _cli("import", str(path))
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("pmem: error: export.zip: conversations.json is ") and "unzip it" in line
+    assert ("encrypted" if how == "encrypted" else "Deflate64") in line
+    assert json.loads(_cli("list", "--all", "--json").stdout) == []
+    r = _cli("extract", str(path), "--dry-run")  # told by its shape, which cannot be read
+    assert r.exit_code == 2 and "unzip it" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+    # an image the archive cannot give up is skipped, as files of no known format are
+    flags = {"encrypt": "file-1.png"} if how == "encrypted" else {"method": {"file-1.png": 9}}
+    path = _zip_with_flags(tmp_path / "export2.zip", {"conversations.json": conversations, "file-1.png": b"\x89PNG"},
+                           **flags)
+    r = _cli("import", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["imported"] == 4 and json.loads(r.stdout)["skipped_files"] == 1
+
+
+def test_llm_logs_without_an_id_column_and_with_a_blob_model(fake_embedder, tmp_path):
+    import sqlite3
+
+    path = llm_db_new(tmp_path / "logs.db")
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE r2 AS SELECT model, prompt, response, conversation_id, datetime_utc FROM responses;"
+                     "DROP TABLE responses; ALTER TABLE r2 RENAME TO responses;")
+    db.execute("UPDATE responses SET model = ? WHERE prompt LIKE 'A haiku%'", (b"\xff\x00",))
+    db.commit()
+    db.close()
+    r = _cli("import", str(path), "--format", "llm", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["imported"] == 6
+    again = json.loads(_cli("import", str(path), "--format", "llm", "--json").stdout)
+    assert again["imported"] == 0  # the row's place stands in for its id, the same each time
+    texts = [m["text"] for m in json.loads(_cli("list", "--tier", "episodic", "--json", "-n", "0").stdout)]
+    assert "assistant: Steam curls from the cup" in texts
+
+
+def test_extract_from_a_chat_export_leaves_a_secret_message_out_and_goes_on(fake_embedder, tmp_path, monkeypatch):
+    """`pmem extract conversations.json`: the message holding a key is left out and counted, as
+    `import --extract` does; the conversations before and after it are extracted (it used to stop
+    with exit 2 after storing the facts of the ones before)."""
+    import pmem.generate
+
+    from fakes import FakeGenerator
+
+    monkeypatch.setattr(pmem.generate, "load_generator", lambda *a, **kw: FakeGenerator())
+    convs = [chatgpt_conversation("e1", [("user", "I started a new job at the bakery."), ("assistant", "Nice!")],
+                                  extras=False, branch=False),
+             chatgpt_conversation("e2", [("user", "My deploy token is " + SECRET.split()[-1]),
+                                         ("user", "I adopted a cat named Miso.")], extras=False, branch=False),
+             chatgpt_conversation("e3", [("user", "I moved to Porto in June."), ("assistant", "Lovely.")],
+                                  extras=False, branch=False)]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(convs))
+    r = _cli("extract", str(path), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["counts"]["conversations"] == 3 and data["counts"]["messages_skipped_secrets"] == 1
+    stored = [m["text"] for m in json.loads(_cli("list", "--all", "--json", "-n", "0").stdout)]
+    assert not any("ghp_" in t for t in stored)
+    assert any("Miso" in t for t in stored) and any("Porto" in t for t in stored)
+    human = _cli("extract", str(path))
+    assert human.exit_code == 0 and "left out 1 messages holding what looks like a machine secret" in human.stderr

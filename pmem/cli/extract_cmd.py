@@ -133,6 +133,17 @@ def run_extract_export(records, *, tags: List[str], dry_run: bool, review: bool,
              f"{c.get('supersede', 0)} superseding, {c.get('noop', 0)} already known, "
              f"{c.get('rejected', 0)} rejected as ungrounded; {summary['dates_resolved']} relative dates resolved"
              + ("; one `pmem undo` per conversation" if results and not dry_run else ""))
+    if c.get("messages_skipped_secrets"):
+        out.note(f"left out {c['messages_skipped_secrets']} messages holding what looks like a machine secret "
+                 "(--allow-secret keeps them)")
+    if c.get("conversations_skipped_too_long"):
+        from ..extract import MAX_INPUT
+
+        out.note(f"left out {c['conversations_skipped_too_long']} conversations longer than one extraction "
+                 f"takes ({MAX_INPUT:,} characters)")
+    if c.get("messages_skipped_unstorable"):
+        out.note(f"left out {c['messages_skipped_unstorable']} messages pmem cannot store (NUL characters, "
+                 "text that is not UTF-8)")
 
 
 def extract(
@@ -170,6 +181,15 @@ def extract(
       pmem extract notes.txt --review --tag work
       pmem extract conversations.json --dry-run
     """
+    from .. import secretscan
+
+    at = _when(at)  # every option is checked before the input is read
+    if not allow_secret:  # the tags, source and thread are stored with the text
+        for option, value in [("--tag", t) for t in tag or []] + [("--source", source), ("--thread", thread)]:
+            if value:
+                secretscan.refuse(value, what=option)
+    if review:
+        _Reviewer().close()
     if file != "-":
         from ..integrations.importers.facts import chat_export
 
@@ -183,7 +203,7 @@ def extract(
                                model=model, allow_secret=allow_secret)
             return
     text = _read_file(file)
-    run_extract(text, tags=tag or [], at=_when(at), source=source, dry_run=dry_run, review=review,
+    run_extract(text, tags=tag or [], at=at, source=source, dry_run=dry_run, review=review,
                 as_json=as_json, model=model, allow_secret=allow_secret, thread=thread)
 
 

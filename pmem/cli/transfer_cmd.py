@@ -1,6 +1,7 @@
 """Moving memories in and out: import, export."""
 
 import os
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -8,7 +9,7 @@ import typer
 
 from ..errors import PmemError, UsageError
 from . import output as out
-from .common import JsonOpt, ScopeAllOpt, open_store, read_stdin
+from .common import JsonOpt, ScopeAllOpt, open_store
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,9 @@ def import_(
     threaded by conversation. Importing again adds only what is new;
     an interrupted import resumes; one `pmem undo` reverts one import. A pmem JSONL or Markdown file
     with a machine secret in any record imports nothing unless --allow-secret; from other tools'
-    files, the messages holding one are left out (and counted) unless --allow-secret.
+    files, the messages holding one are left out (and counted) unless --allow-secret. Records of
+    the wrong shape in other tools' files, and messages pmem cannot store, are left out and
+    counted (the first few named); a message is imported up to 270,000 characters.
 
     \b
     Examples:
@@ -56,54 +59,77 @@ def import_(
     from .. import secretscan, timeutil
     from ..integrations import importers
     from ..integrations.importers.registry import existing as existing_ids
-    from ..integrations.importers.registry import secrets_policy
+    from ..integrations.importers.registry import secrets_policy, unstorable
+    from ..records import TIERS
 
+    # every option is checked before the input is read (a bad --tier found after an hour's read)
+    if fmt is not None:
+        importers.get(fmt)
+    if tier is not None and tier not in TIERS:
+        raise UsageError(f"unknown tier {tier!r}: use one of {', '.join(TIERS)}")
+    tags = [t.strip() for t in tag or []]
+    if any(not t or "\x00" in t for t in tags):
+        raise UsageError("--tag needs a name (no NUL characters)")
     since_at = timeutil.parse_when(since) if since else None
     until_at = timeutil.parse_when(until) if until else None
     if until_at and until and len(until.strip()) == 10:  # a day: up to its end
         until_at = until_at[:11] + "23:59:59Z"
+    if not allow_secret:
+        for t in tags:
+            secretscan.refuse(t, what="--tag")
     if file == "-":
-        plan = importers.load_bytes("", read_stdin(500_000_000).encode("utf-8"), fmt, since=since_at, until=until_at)
+        if sys.stdin is None or sys.stdin.isatty():
+            raise UsageError("no input given: name a file, or pipe one on stdin")
+        plan = importers.load_stream(sys.stdin.buffer, fmt, since=since_at, until=until_at)
         name = "stdin"
     else:
         with out.Progress("reading") as progress:
             plan = importers.load(file, fmt, since=since_at, until=until_at, progress=progress)
         name = Path(file).name or file
     records = plan.records
-    if tag or tier:
-        records = [replace(r, tags=list(r.tags) + list(tag or []), tier=r.tier if tier is None or
+    if tags or tier:
+        records = [replace(r, tags=list(r.tags) + tags, tier=r.tier if tier is None or
                            r.tier != "archival" else tier) for r in records]
     formats = ", ".join(sorted(plan.formats))
     secrets = secrets_policy(list(plan.formats), allow_secret)
     result: dict = {"read": len(records), "imported": 0, "skipped_existing": 0, "dry_run": dry_run,
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
-                    "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered}
+                    "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered,
+                    "skipped_records": plan.skipped_records, "skipped_named": plan.skipped_named,
+                    "cut_messages": plan.cut}
     merge_stopped = False
     with open_store() as store:
         if dry_run:
             present = existing_ids(store, records)
             todo = [r for r in records if r.id not in present]
+            bad = [(i, r, why) for i, r in enumerate(todo) if (why := unstorable(r))]
+            if bad:  # never stored: not counted as what would be imported
+                left = {id(r) for _, r, _ in bad}
+                todo = [r for r in todo if id(r) not in left]
+            result.update(skipped_unstorable=len(bad), unstorable_named=[
+                f"record {i + 1}" + (f" ({r.source})" if r.source else "") + f": {why}" for i, r, why in bad[:5]])
             if secrets != "allow":  # count them, and never show one in the sample
-                held = [r for r in todo if secretscan.first_secret(r.text)]
+                held = [r for r in todo if secretscan.memory_secret(r)]
                 marked = {id(r) for r in held}
                 shown = [r for r in todo if id(r) not in marked][:5]
             else:
                 held, shown = [], todo[:5]
-            result.update(skipped_existing=len(records) - len(todo), would_import=len(todo), secrets=len(held),
+            result.update(skipped_existing=len(present & {r.id for r in records}), would_import=len(todo),
+                          secrets=len(held),
                           sample=[r.to_dict() for r in shown])
         else:
             with out.Progress("importing") as progress:
                 done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
                                             progress=progress, secrets=secrets, merge=False)
             result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
-                          skipped_secrets=done.skipped_secrets)
+                          skipped_secrets=done.skipped_secrets, skipped_unstorable=done.skipped_unstorable,
+                          unstorable_named=done.unstorable_named)
             merge_stopped = not _merge_keyword_index(store, done.imported)
             if extract and not merge_stopped:
                 from ..integrations.importers.facts import extract_conversations
 
-                kept = records if secrets == "allow" else [r for r in records if not secretscan.first_secret(r.text)]
                 with out.Progress("extracting") as progress:
-                    facts = extract_conversations(store, kept, progress=progress, allow_secret=secrets == "allow")
+                    facts = extract_conversations(store, records, progress=progress, allow_secret=secrets == "allow")
                 result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
     if as_json:
         out.print_json(result)
@@ -116,6 +142,8 @@ def import_(
             out.note(f"  {kind}: {n}")
         if plan.skipped_files:
             out.note(f"  files of no known format, skipped: {len(plan.skipped_files)}")
+        _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result["skipped_unstorable"],
+                       result["unstorable_named"], "would be ")
         if result["secrets"]:
             out.note(f"  holding what looks like a machine secret: {result['secrets']} "
                      + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))
@@ -127,11 +155,29 @@ def import_(
     if result.get("skipped_secrets"):
         out.note(f"left out {result['skipped_secrets']} messages holding what looks like a machine secret "
                  "(--allow-secret keeps them)")
+    _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result.get("skipped_unstorable", 0),
+                   result.get("unstorable_named", []))
     if extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
                  f"({x.get('dates_resolved', 0)} relative dates resolved)")
     _stopped(merge_stopped, extract)
+
+
+def _note_left_out(bad: int, bad_named: list, cut: int, unstorable: int, unstorable_named: list,
+                   would: str = "") -> None:
+    """What an import left out and why, on stderr: records of the wrong shape and records the
+    store cannot hold (the first few named), and messages cut at the length limit."""
+    from ..integrations.importers.base import MESSAGE_LIMIT
+
+    for count, named, what in ((bad, bad_named, "records of the wrong shape"),
+                               (unstorable, unstorable_named, "records pmem cannot store")):
+        if count:
+            out.note(f"{would or ''}left out {count} {what}" + (", first: " if named else "")
+                     + "; ".join(out.visible(x) for x in named[:3]) + (" …" if count > 3 else ""))
+    if cut:
+        out.note(f"{cut} messages longer than {MESSAGE_LIMIT:,} characters {would or ''}imported up to "
+                 "that, with a note of the rest's length")
 
 
 def _merge_keyword_index(store, imported: int) -> bool:

@@ -42,7 +42,7 @@ from ..search import search as library_search
 from ..store import Filter, MemoryStore
 from . import render
 from .paging import StorePager
-from .widgets import DetailPane, MemoryList
+from .widgets import DetailPane, LiteralInput, MemoryList
 
 
 def screens():
@@ -137,7 +137,7 @@ class PmemApp(App[None]):
     def compose(self) -> ComposeResult:
         self._breakpoint_classes()
         with Vertical(id="main"):
-            yield Input(placeholder="search: type to narrow, enter to browse, esc to clear", id="search")
+            yield LiteralInput(placeholder="search: type to narrow, enter to browse, esc to clear", id="search")
             with Container(id="body"):
                 yield MemoryList(id="list", page_size=self.page_size)
                 yield DetailPane(id="detail")
@@ -155,7 +155,7 @@ class PmemApp(App[None]):
         self._stop_notices = notices.listen(
             lambda message: self.notify(message, severity="warning", markup=False, timeout=6))
         self.title = visible(f"pmem — {self.store.path}")
-        search = self.query_one("#search", Input)
+        search = self.query_one("#search", LiteralInput)
         search.display = False
         table = self.table
         table.cells_for = self._cells
@@ -163,7 +163,7 @@ class PmemApp(App[None]):
         self.reload()
         if self._initial_query:
             self.action_search()
-            search.value = self._initial_query
+            search.show(self._initial_query)  # shown literally: a given query may hold escapes
 
     def _breakpoint_classes(self) -> None:
         """The screen's width class before its widgets are first styled. Textual sets it on the
@@ -664,7 +664,7 @@ class PmemApp(App[None]):
 
     @on(Input.Changed, "#search")
     def _query_changed(self, event: Input.Changed) -> None:
-        self.query_text = event.value
+        self.query_text = self.query_one("#search", LiteralInput).raw
         self.search_gen += 1  # whatever is in flight answers an older query now
         if self._debounce is not None:
             self._debounce.stop()

@@ -24,7 +24,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widgets import Input
 
+from ..display import restore_hidden, visible
 from ..records import Memory
 
 # (key, label, width); the text column takes what is left. Each cell has one space either side.
@@ -538,3 +540,27 @@ class DetailPane(ScrollView, can_focus=True):
 
     def selection_updated(self, selection) -> None:
         self.refresh()
+
+
+class LiteralInput(Input):
+    """An Input that shows what it holds literally. A search given with `pmem tui --search` or
+    pasted may hold terminal escapes (OSC 0 sets the window title); Input would write them to
+    the terminal raw. They are shown as escapes (`\\x1b]0;`), as everywhere else, and `raw`
+    gives the text with the characters that were really given."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._given = ""  # every raw text that came in: the characters `raw` may turn back
+
+    def show(self, text: str) -> None:
+        """Set the value to `text`, shown literally."""
+        self._given = text
+        self.value = visible(text)
+
+    def replace(self, text: str, start: int, end: int) -> None:
+        self._given += text
+        super().replace(visible(text), start, end)
+
+    @property
+    def raw(self) -> str:
+        return restore_hidden(self.value, self._given)

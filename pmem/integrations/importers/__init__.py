@@ -21,10 +21,11 @@ from .registry import (
                        known_formats,
                        load,
                        load_bytes,
+                       load_stream,
                        merge_due,
                        run_import,
 )
 
 __all__ = ["Entry", "FORMATS", "IMPORTERS", "ImportPlan", "ImportResult", "detect", "entries", "get",
-           "known_formats", "load", "load_bytes", "merge_due",
+           "known_formats", "load", "load_bytes", "load_stream", "merge_due",
            "run_import"]

@@ -12,7 +12,7 @@ import hashlib
 import io
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
@@ -21,8 +21,93 @@ from ... import timeutil
 from ...errors import UsageError
 from ...records import Memory
 
-# A memory's text limit is store.MAX_TEXT; longer messages are split (never cut) below it.
+# A memory's text limit is store.MAX_TEXT; longer messages are split below it, into at most
+# MAX_PARTS parts: the rest of a longer one (a pasted log) is left out with a note, so that one
+# message cannot turn into dozens of memories to embed (benchmarks/README.md, "Bad input: imports").
 PART_LIMIT = 90_000
+MAX_PARTS = 3
+MESSAGE_LIMIT = PART_LIMIT * MAX_PARTS
+NAMED = 5  # records left out that an import names (the rest are counted)
+
+
+Skip = Callable[[str, str], None]  # (where, why): a record left out, for Entry.skip
+
+
+class BadRecord(Exception):
+    """A record of an export (a conversation, a message, a line) whose fields do not have the
+    types its format documents: left out and counted, never a traceback."""
+
+
+@dataclass
+class Skips:
+    """Records an importer left out of one file: how many, and the first few with the reason."""
+
+    count: int = 0
+    named: list[str] = field(default_factory=list)
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if len(self.named) < NAMED:
+            self.named.append(f"{where}: {why}")
+
+
+def kind_of(value: Any) -> str:
+    """A JSON value's type, as a message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON's true is no number
+    return isinstance(value, types)
+
+
+def need(obj: dict[str, Any], key: str, *types: type) -> Any:
+    """`obj[key]` when it has one of `types`; None when it is absent or null; BadRecord when it
+    is anything else (a field that decides what the record is: an id, a link, the text)."""
+    value = obj.get(key)
+    if value is None or _is(value, types):
+        return value
+    names = " or ".join(dict.fromkeys(_NAMES.get(t, t.__name__) for t in types))
+    raise BadRecord(f"{key!r} is {kind_of(value)}, not {names}")
+
+
+def optional(obj: dict[str, Any], key: str, *types: type) -> Any:
+    """`obj[key]` when it has one of `types`, else None: a descriptive field (a title, a model
+    name) of the wrong type is read as absent."""
+    value = obj.get(key)
+    return value if value is not None and _is(value, types) else None
+
+
+def ident(value: Any, what: str) -> str | None:
+    """An id as text: a string or a whole number; None when absent; BadRecord otherwise."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise BadRecord(f"{what} is {kind_of(value)}, not a string")
+
+
+def named(value: Any, fallback: str) -> str:
+    """How a message names a record: its id when it has a short one, else its place."""
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and 0 < len(str(value)) <= 60:
+        return repr(str(value)) if isinstance(value, str) else str(value)
+    return fallback
 
 
 @dataclass
@@ -36,6 +121,15 @@ class Entry:
     path: Path | None = None         # set when the entry is a real file (sqlite needs one)
     origin: str = ""                 # what the user named: the file, folder or zip, absolute
     standalone: bool = False         # the user named this very file (not a folder or archive)
+    unreadable: str | None = None    # why it cannot be opened (an encrypted zip member), if so
+    skips: Skips = field(default_factory=Skips)  # records its reader left out (BadRecord)
+
+    def skip(self, where: str, why: str) -> None:
+        self.skips.add(where, why)
+
+    def skipper(self, within: str) -> Skip:
+        """`skip` for the parts of one record: their places prefixed with the record's."""
+        return lambda where, why: self.skip(f"{within}, {where}", why)
 
     @property
     def location(self) -> str:
@@ -72,16 +166,21 @@ class Entry:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{self.name}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except RecursionError:
+            raise UsageError(f"{self.name}: JSON nested too deeply") from None
 
     def read_jsonl(self) -> Iterator[tuple[int, Any]]:
-        """(line number, object) for each non-empty line; a broken line is a usage error."""
+        """(line number, value) for each non-empty line. A line that is not JSON (a transcript
+        still being written ends in half a line) is left out and counted, as a bad record is."""
         for n, line in enumerate(self.read_text().splitlines(), start=1):
             if not line.strip():
                 continue
             try:
                 yield n, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise UsageError(f"{self.name}: line {n}: not valid JSON ({exc.msg})") from None
+                self.skip(f"line {n}", f"not valid JSON ({exc.msg})")
+            except RecursionError:
+                self.skip(f"line {n}", "JSON nested too deeply")
 
 
 def file_entry(path: Path, name: str | None = None, origin: str = "") -> Entry:
@@ -126,13 +225,16 @@ def when(value: Any) -> str | None:
     return None
 
 
-def split_text(text: str, limit: int = PART_LIMIT) -> list[str]:
-    """Parts of at most `limit` characters, cut at paragraph, line or word boundaries."""
+def split_text(text: str, limit: int = PART_LIMIT, max_parts: int = MAX_PARTS) -> list[str]:
+    """Parts of at most `limit` characters, cut at paragraph, line or word boundaries; at most
+    `max_parts` of them: what is left after those ends the last part as a note of its length."""
     text = text.strip()
     if len(text) <= limit:
         return [text] if text else []
     parts: list[str] = []
     while len(text) > limit:
+        if len(parts) == max_parts - 1:
+            return [*parts, _cut(text, limit)]
         cut = max(text.rfind("\n\n", 0, limit), text.rfind("\n", 0, limit), text.rfind(" ", 0, limit))
         if cut < limit // 2:
             cut = limit
@@ -141,6 +243,23 @@ def split_text(text: str, limit: int = PART_LIMIT) -> list[str]:
     if text:
         parts.append(text)
     return [p for p in parts if p]
+
+
+LEFT_OUT = "[pmem import: {n:,} more characters were left out]"
+
+
+def _cut(text: str, limit: int) -> str:
+    """The start of `text` with a note of how much was left out, within `limit` characters."""
+    room = limit - len(LEFT_OUT.format(n=len(text))) - 2
+    cut = max(text.rfind("\n", 0, room), text.rfind(" ", 0, room))
+    if cut < room // 2:
+        cut = room
+    return text[:cut].rstrip() + "\n\n" + LEFT_OUT.format(n=len(text) - cut)
+
+
+def left_out(part: str) -> bool:
+    """Whether a part ends in the note `split_text` writes when it cut a message."""
+    return part.endswith(" more characters were left out]") and "[pmem import: " in part[-80:]
 
 
 def make_memory(*, id: str, text: str, tier: str = "archival", tags: Iterable[str] = (),
@@ -210,15 +329,26 @@ def slug(text: str) -> str:
 def export_conversations(entry: Entry, key: str, label: str) -> Iterator[tuple[str, dict]]:
     """(id, conversation) for each conversation of a chat export file (a list, or an object with
     `conversations`) that has the field `key`; the id is `uuid`, `conversation_id` or `id`.
-    Raises UsageError naming `label` when the file holds no list."""
+    Raises UsageError naming `label` when the file holds no list; a conversation that is no
+    object, or whose id is no id, is left out and counted (`entry.skips`)."""
     data = entry.read_json()
     if isinstance(data, dict):
         data = data.get("conversations", [data])
     if not isinstance(data, list):
         raise UsageError(f"{entry.name}: expected a list of {label} conversations")
-    for conversation in data:
-        if not isinstance(conversation, dict) or key not in conversation:
+    for n, conversation in enumerate(data, start=1):
+        if not isinstance(conversation, dict):
+            entry.skip(f"conversation {n}", f"is {kind_of(conversation)}, not an object")
             continue
-        cid = conversation.get("uuid") or conversation.get("conversation_id") or conversation.get("id")
-        if cid:
-            yield str(cid), conversation
+        if key not in conversation:
+            continue  # another kind of record (a project, a user) in the same list
+        try:
+            cid = next((ident(conversation.get(k), repr(k)) for k in ("uuid", "conversation_id", "id")
+                        if conversation.get(k) not in (None, "")), None)
+        except BadRecord as exc:
+            entry.skip(f"conversation {n}", str(exc))
+            continue
+        if cid is None:
+            entry.skip(f"conversation {n}", "no id (uuid, conversation_id or id)")
+            continue
+        yield cid, conversation

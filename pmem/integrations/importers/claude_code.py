@@ -6,6 +6,10 @@ person typed and the text Claude answered are kept: tool calls, tool results, th
 (`isMeta`), sub-agent lines (`isSidechain`), slash-command records and system reminders are not.
 An answer streamed over several lines (one `message.id`) becomes one turn. The session's working
 directory becomes the memory's project scope.
+
+Bad records: a line that is not JSON, not an object, or whose `type`, `message`, `role`,
+`content`, `uuid`, `sessionId`, `cwd` or `gitBranch` has the wrong type is left out and counted
+(a transcript being written ends in half a line); a timestamp of the wrong type is read as absent.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 from typing import Any, Iterator
 
 from ...records import Memory
-from .base import Entry, Turn, conversation_memories, when
+from .base import BadRecord, Entry, Turn, conversation_memories, ident, kind_of, need, optional, when
 
 NAME = "claude-code"
 DESCRIPTION = "Claude Code transcripts (~/.claude/projects/*/*.jsonl)"
@@ -49,35 +53,55 @@ def _text(content: Any) -> str:
     return text
 
 
+def _line(obj: Any) -> tuple[str, str, dict[str, Any]] | None:
+    """(role, text, the line) of a line to keep; None for what is not a turn; BadRecord for a
+    line whose fields have the wrong type."""
+    if not isinstance(obj, dict):
+        raise BadRecord(f"is {kind_of(obj)}, not an object")
+    if need(obj, "type", str) not in ("user", "assistant"):
+        return None
+    if obj.get("isSidechain") or obj.get("isMeta") or obj.get("isCompactSummary"):
+        return None
+    message = need(obj, "message", dict)
+    if message is None:
+        return None
+    for key in ("sessionId", "cwd", "gitBranch"):
+        need(obj, key, str)
+    ident(obj.get("uuid"), "'uuid'")
+    role = need(message, "role", str) or obj["type"]
+    if role not in ("user", "assistant"):
+        return None
+    content = need(message, "content", str, list)
+    if role == "assistant":
+        ident(message.get("id"), "the message's 'id'")
+    text = _text(content)
+    return (role, text, obj) if text else None
+
+
 def read(entry: Entry) -> Iterator[Memory]:
     turns: list[Turn] = []
     session = cwd = branch = None
     last_message_id = None
-    for _, obj in entry.read_jsonl():
-        if not isinstance(obj, dict) or obj.get("type") not in ("user", "assistant"):
+    for n, obj in entry.read_jsonl():
+        try:
+            kept = _line(obj)
+        except BadRecord as exc:
+            entry.skip(f"line {n}", str(exc))
             continue
-        if obj.get("isSidechain") or obj.get("isMeta") or obj.get("isCompactSummary"):
+        if kept is None:
             continue
-        message = obj.get("message")
-        if not isinstance(message, dict):
-            continue
+        role, text, obj = kept
         session = session or obj.get("sessionId")
         cwd = cwd or obj.get("cwd")
         branch = branch or obj.get("gitBranch")
-        role = message.get("role") or obj["type"]
-        if role not in ("user", "assistant"):
-            continue
-        text = _text(message.get("content"))
-        if not text:
-            continue
-        api_id = message.get("id") if role == "assistant" else None
+        api_id = obj["message"].get("id") if role == "assistant" else None
         if api_id and api_id == last_message_id and turns and turns[-1].role == "assistant":
             turns[-1].text += "\n\n" + text  # one answer streamed over several lines
             continue
         last_message_id = api_id
         turns.append(Turn(message_id=str(obj.get("uuid") or len(turns)), role=role,
                           speaker="User" if role == "user" else "Claude", text=text,
-                          created_at=when(obj.get("timestamp"))))
+                          created_at=when(optional(obj, "timestamp", str, int, float))))
     if not turns:
         return
     session = str(session or entry.name.rsplit("/", 1)[-1].removesuffix(".jsonl"))

@@ -44,6 +44,9 @@ def chat_export(path: str | Path) -> list[Memory] | None:
     chats = [registry.FORMATS[name] for name in CHAT_FORMATS]
     found = []
     for entry in registry.entries(p):
+        registry.refuse_unopenable(entry, chats)
+        if entry.unreadable:
+            continue
         try:
             if registry.detect(entry, chats):
                 found.append(entry)
@@ -98,11 +101,24 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
     """Extract facts from each conversation not extracted yet (`pmem import --extract`, and
     `pmem extract` given a chat export); returns counts and the relative dates resolved (each with
     the phrase, its replacement, when it was said and the fact). `on_result(thread, result)` sees
-    each conversation's `pmem.extract.ExtractResult`; `review` is passed to `pmem.extract.extract`."""
+    each conversation's `pmem.extract.ExtractResult`; `review` is passed to `pmem.extract.extract`.
+    Unless `allow_secret`, a turn holding a machine secret is left out (`messages_skipped_secrets`):
+    one pasted key does not stop the run after the conversations before it were stored."""
     from ... import extract as ex
+    from ... import secretscan
+    from .registry import unstorable
 
-    threads = conversations(records)
     counts: dict[str, int] = defaultdict(int)
+    kept = [m for m in records if unstorable(m) is None]  # what the store cannot hold stops no run either
+    if len(kept) < len(records):
+        counts["messages_skipped_unstorable"] = len(records) - len(kept)
+    records = kept
+    if not allow_secret:  # a message holding a key is left out and counted, as `pmem import` does
+        kept = [m for m in records if secretscan.memory_secret(m) is None]
+        if len(kept) < len(records):
+            counts["messages_skipped_secrets"] = len(records) - len(kept)
+        records = kept
+    threads = conversations(records)
     resolved: list[dict[str, str]] = []
     if generator is None and threads:
         from ...generate import load_generator
@@ -115,9 +131,15 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
             if progress:
                 progress(n + 1, len(threads))
             continue
+        text = json.dumps(messages, ensure_ascii=False)
+        if len(text) > ex.MAX_INPUT:  # refused by extract, after the conversations before it: left out here
+            counts["conversations_skipped_too_long"] += 1
+            if progress:
+                progress(n + 1, len(threads))
+            continue
         at = turns[0].created_at or None
         fmt = str(turns[0].meta.get("format") or thread.split(":", 1)[0])
-        result = ex.extract(store, json.dumps(messages, ensure_ascii=False), generator=generator,
+        result = ex.extract(store, text, generator=generator,
                             tags=[fmt, "imported", *tags], at=at, source=thread, review=review, dry_run=dry_run,
                             allow_secret=allow_secret)
         resolved.extend(result.dates)

@@ -6,6 +6,11 @@ One JSON object per line: `{"type": "entity", "name", "entityType", "observation
 with its entity ("Alice: speaks Spanish"); each relation becomes a sentence ("Alice works at
 Acme") tagged with both entities, since pmem links memories, not names. The file holds no dates,
 so memories are dated by the file's modification time.
+
+Bad records: a line that is not JSON or not an object, an entity whose `name` or `observations`
+(or one of them) has the wrong type, or a relation whose `from`, `to` or `relationType` is not
+text, is left out and counted; an `entityType` of the wrong type is read as absent. A read_graph
+file whose `entities` or `relations` is no list is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any, Iterator
 
 from ...errors import UsageError
 from ...records import Memory
-from .base import Entry, make_memory, slug, stable_id
+from .base import BadRecord, Entry, kind_of, make_memory, named, need, optional, slug, split_text, stable_id
 
 NAME = "mcp-memory"
 DESCRIPTION = "MCP memory server knowledge graph (memory.jsonl: entities, relations)"
@@ -35,48 +40,66 @@ def sniff(name: str, head: bytes) -> bool:
     return b'"entities"' in head and b'"relations"' in head and b'"entityType"' in head
 
 
-def _objects(entry: Entry) -> Iterator[dict[str, Any]]:
+def _objects(entry: Entry) -> Iterator[tuple[str, Any]]:
+    """(where, object) for each entity and relation: the lines of memory.jsonl, or read_graph's
+    `{"entities": [...], "relations": [...]}`."""
     text = entry.read_text().strip()
     if text.startswith("{") and text.endswith("}") and "\n" in text and '"entities"' in text[:200]:
         data = entry.read_json()
-        for e in data.get("entities") or []:
-            yield {"type": "entity", **e}
-        for r in data.get("relations") or []:
-            yield {"type": "relation", **r}
-        return
-    for _, obj in entry.read_jsonl():
-        if isinstance(obj, dict):
-            yield obj
+        if isinstance(data, dict) and "entities" in data:
+            for key, kind in (("entities", "entity"), ("relations", "relation")):
+                items = data.get(key) or []
+                if not isinstance(items, list):
+                    raise UsageError(f"{entry.name}: {key!r} is {kind_of(items)}, not a list")
+                for n, item in enumerate(items, start=1):
+                    yield f"{kind} {n}", ({**item, "type": kind} if isinstance(item, dict) else item)
+            return
+    for n, obj in entry.read_jsonl():
+        yield f"line {n}", obj
 
 
 def _words(relation: str) -> str:
     return " ".join(re.sub(r"(?<=[a-z])(?=[A-Z])", " ", relation).replace("_", " ").replace("-", " ").split()).lower()
 
 
-def read(entry: Entry) -> Iterator[Memory]:
-    at = entry.mtime
-    for obj in _objects(entry):
-        kind = obj.get("type")
-        if kind == "entity":
-            name, etype = obj.get("name"), obj.get("entityType")
-            if not isinstance(name, str) or not name.strip():
+def _memories(obj: Any, at: str | None) -> Iterator[Memory]:
+    if not isinstance(obj, dict):
+        raise BadRecord(f"is {kind_of(obj)}, not an object")
+    kind = need(obj, "type", str)
+    if kind == "entity":
+        name, etype = need(obj, "name", str), optional(obj, "entityType", str)
+        if not name or not name.strip():
+            raise BadRecord("an entity without a name")
+        observations = need(obj, "observations", list) or []
+        bad = [o for o in observations if not isinstance(o, str)]
+        if bad:
+            raise BadRecord(f"entity {named(name, '?')}: an observation is {kind_of(bad[0])}, not a string")
+        tags = {NAME, slug(name)} | ({slug(etype)} if etype and etype.strip() else set())
+        for obs in observations:
+            if not obs.strip():
                 continue
-            observations = obj.get("observations") or []
-            if not isinstance(observations, list):
-                raise UsageError(f"{entry.name}: entity {name!r}: 'observations' must be a list")
-            for obs in observations:
-                if not isinstance(obs, str) or not obs.strip():
-                    continue
-                tags = {NAME, slug(name)} | ({slug(etype)} if isinstance(etype, str) and etype.strip() else set())
+            parts = split_text(f"{name}: {obs.strip()}")
+            for k, part in enumerate(parts):
                 yield make_memory(
-                    id=stable_id(NAME, name, obs), text=f"{name}: {obs.strip()}", tags=tags - {""},
-                    source=f"{NAME}:{name}", created_at=at,
+                    id=stable_id(NAME, name, obs, *((k,) if len(parts) > 1 else ())), text=part,
+                    tags=tags - {""}, source=f"{NAME}:{name}", created_at=at,
                     meta={"kind": "observation", "format": NAME, "entity": name, "entity_type": etype})
-        elif kind == "relation":
-            a, b, rel = obj.get("from"), obj.get("to"), obj.get("relationType")
-            if not all(isinstance(x, str) and x.strip() for x in (a, b, rel)):
-                continue
+    elif kind == "relation":
+        a, b, rel = need(obj, "from", str), need(obj, "to", str), need(obj, "relationType", str)
+        if not (a and a.strip() and b and b.strip() and rel and rel.strip()):
+            raise BadRecord("a relation needs 'from', 'to' and 'relationType'")
+        for k, part in enumerate(parts := split_text(f"{a} {_words(rel)} {b}")):
             yield make_memory(
-                id=stable_id(NAME, a, rel, b), text=f"{a} {_words(rel)} {b}",
+                id=stable_id(NAME, a, rel, b, *((k,) if len(parts) > 1 else ())), text=part,
                 tags={NAME, slug(a), slug(b)} - {""}, source=f"{NAME}:{a}", created_at=at,
                 meta={"kind": "relation", "format": NAME, "from": a, "to": b, "relation": rel})
+
+
+def read(entry: Entry) -> Iterator[Memory]:
+    for where, obj in _objects(entry):
+        try:
+            memories = list(_memories(obj, entry.mtime))
+        except BadRecord as exc:
+            entry.skip(where, str(exc))
+            continue
+        yield from memories

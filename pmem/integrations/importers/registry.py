@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import os
 import zipfile
 import zlib
@@ -13,16 +14,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ... import timeutil, transfer
 from ...errors import DatabaseError, UsageError
-from ...records import Memory
-from ...store import Filter
+from ...records import TIERS, Memory
+from ...store import MAX_TEXT, MAX_THREAD, Filter
 from . import chatgpt, claude_ai, claude_code, llm_logs, markdown, mcp_memory, mem0
-from .base import Entry, bytes_entry, file_entry
+from .base import NAMED, Entry, Skips, bytes_entry, file_entry, left_out
 
 Progress = Callable[[int, int], None]
+READ_ERRORS = (OSError, zipfile.BadZipFile, zlib.error, EOFError)
 
 
 class Importer(Protocol):
@@ -50,7 +52,9 @@ class _Native:
         return text.startswith(b"# pmem export") or b"<!-- pmem {" in head
 
     def read(self, entry: Entry) -> Iterator[Memory]:
-        yield from transfer.parse(io.StringIO(entry.read_text()), self.NAME, entry.name)  # lossless: as written
+        """Lossless, as written; read line by line, so a bad record stops the reading there."""
+        with entry.open() as raw:
+            yield from transfer.parse(io.TextIOWrapper(raw, encoding="utf-8-sig"), self.NAME, entry.name)
 
 
 JSONL = _Native("jsonl", "pmem JSONL (pmem export; one {\"text\": ...} per line)", (".jsonl", ".json", ".ndjson"))
@@ -79,11 +83,26 @@ def _hidden(parts: Sequence[str]) -> bool:
     return any(p.startswith(".") and p not in (".", "..") for p in parts)
 
 
+# What Python's zipfile can inflate; Windows Explorer writes large files with Deflate64 (9).
+_ZIP_METHODS = {zipfile.ZIP_STORED: "", zipfile.ZIP_DEFLATED: "", zipfile.ZIP_BZIP2: "", zipfile.ZIP_LZMA: "",
+                9: "compressed with Deflate64 (as Windows Explorer writes large files)"}
+
+
+def _unopenable(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member cannot be read here (encrypted, an unknown method), or None."""
+    if info.flag_bits & 0x1:
+        return "encrypted"
+    method = _ZIP_METHODS.get(info.compress_type)
+    if method is None:
+        return f"compressed with method {info.compress_type}, which pmem cannot read"
+    return method or None
+
+
 def _zip_entries(path: Path, data: bytes | None = None) -> list[Entry]:
     origin = str(path.resolve()) if data is None else str(path)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data) if data is not None else path)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, *READ_ERRORS, NotImplementedError, ValueError):
         raise UsageError(f"{path.name}: not a readable zip archive") from None
     out = []
     for info in zf.infolist():
@@ -94,13 +113,12 @@ def _zip_entries(path: Path, data: bytes | None = None) -> list[Entry]:
         except ValueError:
             mtime = None
         out.append(Entry(name=info.filename, opener=functools.partial(zf.open, info), size=info.file_size,
-                         mtime=mtime, origin=origin))
+                         mtime=mtime, origin=origin, unreadable=_unopenable(info)))
     return out
 
 
 MAX_FILES = 20_000  # a folder with more is not an export or a notes folder (a home, /tmp): refused
 _SKIP_DIRS = {"node_modules", "__pycache__", "site-packages"}
-READ_ERRORS = (OSError, zipfile.BadZipFile, zlib.error, EOFError)
 
 
 def _folder_entries(p: Path) -> list[Entry]:
@@ -165,11 +183,47 @@ class ImportPlan:
     skipped_files: list[str] = field(default_factory=list)
     duplicates: int = 0
     filtered: int = 0
+    skipped_records: int = 0                            # records of the wrong shape, left out
+    skipped_named: list[str] = field(default_factory=list)  # the first few, with the reason
+    cut: int = 0                                        # messages past MESSAGE_LIMIT, their rest left out
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": len(self.records), "formats": dict(self.formats), "kinds": dict(self.kinds),
                 "skipped_files": len(self.skipped_files), "duplicates": self.duplicates,
-                "outside_dates": self.filtered}
+                "outside_dates": self.filtered, "skipped_records": self.skipped_records,
+                "skipped_named": list(self.skipped_named), "cut_messages": self.cut}
+
+    def add(self, memories: Iterable[Memory], seen: set[str], since: str | None, until: str | None,
+            now: str) -> None:
+        for m in memories:
+            if m.id and m.id in seen:
+                self.duplicates += 1
+                continue
+            if m.id:
+                seen.add(m.id)
+            at = m.created_at or now
+            if (since and at < since) or (until and at > until):
+                self.filtered += 1
+                continue
+            self.records.append(m)
+            self.kinds[m.meta.get("kind", "memory")] += 1
+            if left_out(m.text):
+                self.cut += 1
+
+    def add_skips(self, entry: Entry, several: bool) -> None:
+        self.skipped_records += entry.skips.count
+        room = NAMED - len(self.skipped_named)
+        prefix = f"{entry.name}: " if several else ""
+        self.skipped_named += [prefix + x for x in entry.skips.named[:max(room, 0)]]
+
+
+def refuse_unopenable(entry: Entry, readers: Sequence[Importer] = IMPORTERS) -> None:
+    """A zip member that cannot be opened (`entry.unreadable`) and that one of `readers` would
+    take by its name refuses the import: importing the rest would leave that part out without a
+    word. Others (an image) are skipped as files of no known format are."""
+    if entry.unreadable and any(imp.accepts(entry.name) for imp in readers if imp is not markdown):
+        raise UsageError(f"{Path(entry.origin).name or 'the archive'}: {entry.name} is {entry.unreadable}, "
+                         "which pmem cannot open: unzip it with a tool that can and import the folder")
 
 
 def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str | None = None,
@@ -177,16 +231,23 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
     """Read an input into memories. `fmt` forces a format; otherwise each file's shape decides.
 
     A single file nobody recognises is a usage error naming the known formats; in a folder or
-    archive such files are skipped and counted (an export also holds images, HTML, settings)."""
-    items = source if isinstance(source, list) else entries(source)
+    archive such files are skipped and counted (an export also holds images, HTML, settings).
+    Records of the wrong shape are left out and counted (`skipped_records`) by each reader's
+    rule; a file that is not its format's shape at all is a usage error."""
     forced = get(fmt) if fmt else None
+    items = source if isinstance(source, list) else entries(source)
     if not items:
         raise UsageError(f"{source}: no files to import (hidden folders are skipped)")
     single = len(items) == 1 and items[0].standalone
     plan = ImportPlan()
     seen: set[str] = set()
     now = timeutil.now_iso()
+    for entry in items:
+        refuse_unopenable(entry, (forced,) if forced else IMPORTERS)
     for n, entry in enumerate(items):
+        if entry.unreadable:
+            plan.skipped_files.append(entry.name)
+            continue
         try:
             head = entry.head()
         except READ_ERRORS as exc:
@@ -211,18 +272,8 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
             memories = list(imp.read(entry))
         except READ_ERRORS as exc:
             raise UsageError(f"cannot read {entry.name}: {getattr(exc, 'strerror', None) or exc}") from None
-        for m in memories:
-            if m.id and m.id in seen:
-                plan.duplicates += 1
-                continue
-            if m.id:
-                seen.add(m.id)
-            at = m.created_at or now
-            if (since and at < since) or (until and at > until):
-                plan.filtered += 1
-                continue
-            plan.records.append(m)
-            plan.kinds[m.meta.get("kind", "memory")] += 1
+        plan.add(memories, seen, since, until, now)
+        plan.add_skips(entry, several=not single)
         if progress:
             progress(n + 1, len(items))
     if not plan.formats:
@@ -238,12 +289,66 @@ def load_bytes(name: str, data: bytes, fmt: str | None = None, **kw) -> ImportPl
         return load(_zip_entries(Path(name or "stdin.zip"), data), fmt, **kw)
     entry = bytes_entry(name or "-", data)
     if fmt is None:
-        head = entry.head()
-        imp = next((i for i in IMPORTERS if i.NAME not in ("llm", "markdown") and i.sniff(entry.name, head)), None)
-        if imp is None:
-            imp = JSONL if data.lstrip()[:1] == b"{" else MD
-        fmt = imp.NAME
+        fmt = _stdin_format(entry.head(), data)
     return load([entry], fmt, **kw)
+
+
+def _stdin_format(head: bytes, data: bytes | None = None) -> str:
+    imp = next((i for i in IMPORTERS if i.NAME not in ("llm", "markdown") and i.sniff("-", head)), None)
+    if imp is None:
+        imp = JSONL if (data if data is not None else head).lstrip()[:1] == b"{" else MD
+    return imp.NAME
+
+
+MAX_STDIN = 2_000_000_000  # bytes of another tool's export read from stdin (pmem's own formats stream)
+
+
+class _Prefixed(io.RawIOBase):
+    """A stream's first bytes, already read to tell its format, then the rest of it."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]):
+        self._head, self._rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        read = getattr(self._rest, "read1", self._rest.read)  # what has arrived: a pipe may stay open
+        data = read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def load_stream(stream: IO[bytes], fmt: str | None = None, *, name: str = "-", since: str | None = None,
+                until: str | None = None) -> ImportPlan:
+    """`load` for a stream (stdin). pmem's own JSONL and Markdown are parsed as they arrive, so
+    a bad or oversized record is refused without reading what follows it; another tool's
+    export is read whole (at most MAX_STDIN bytes) and loaded as `load_bytes` does."""
+    forced = get(fmt) if fmt else None
+    head = stream.read(65536)
+    native = forced.NAME if forced in (JSONL, MD) else None
+    if forced is None and head[:4] != b"PK\x03\x04":
+        guess = _stdin_format(head)
+        native = guess if guess in (JSONL.NAME, MD.NAME) else None
+    if native is None:
+        rest = stream.read(MAX_STDIN - len(head) + 1)
+        if len(head) + len(rest) > MAX_STDIN:
+            raise UsageError(f"stdin holds more than {MAX_STDIN:,} bytes; import the file itself")
+        return load_bytes("" if name == "-" else name, head + rest, fmt, since=since, until=until)
+    if not head.strip():
+        plan = ImportPlan()
+        plan.formats[native] += 1
+        return plan
+    text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, stream)), encoding="utf-8-sig")
+    plan = ImportPlan()
+    plan.formats[native] += 1
+    plan.add(transfer.parse(text, native, "stdin" if name == "-" else name), set(), since, until, timeutil.now_iso())
+    return plan
 
 
 # -- storing ----------------------------------------------------------------------------------
@@ -255,10 +360,40 @@ class ImportResult:
     skipped_existing: int
     operation: str | None
     skipped_secrets: int = 0
+    skipped_unstorable: int = 0
+    unstorable_named: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": self.read, "imported": self.imported, "skipped_existing": self.skipped_existing,
-                "operation": self.operation, "skipped_secrets": self.skipped_secrets}
+                "operation": self.operation, "skipped_secrets": self.skipped_secrets,
+                "skipped_unstorable": self.skipped_unstorable, "unstorable_named": list(self.unstorable_named)}
+
+
+def unstorable(m: Memory) -> str | None:
+    """Why the store would refuse `m`, or None. Checked for every record before the first is
+    embedded, so that one message pmem cannot store (a NUL, a lone surrogate escape, a thread
+    name past its limit) is left out instead of stopping an import half-way, every time."""
+    text = m.text.strip() if isinstance(m.text, str) else ""
+    if not text:
+        return "no text"
+    if "\x00" in text:
+        return "the text holds a NUL character"
+    if len(text) > MAX_TEXT:
+        return f"the text is {len(text):,} characters (the limit is {MAX_TEXT:,})"
+    if m.tier not in TIERS:
+        return f"unknown tier {m.tier!r}"
+    if m.thread is not None and (not isinstance(m.thread, str) or "\x00" in m.thread or len(m.thread) > MAX_THREAD):
+        return f"the thread name is not text of at most {MAX_THREAD} characters"
+    if not all(isinstance(t, str) for t in m.tags) or not all(
+            v is None or isinstance(v, str) for v in (m.source, m.scope)):
+        return "a tag, the source or the scope is not text"
+    try:
+        json.dumps(m.to_dict(), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "text that is not valid UTF-8 (a lone surrogate escape)"
+    except (TypeError, ValueError, RecursionError):
+        return "meta that JSON cannot hold"
+    return None
 
 
 def existing(store, records: Sequence[Memory]) -> set[str]:
@@ -293,9 +428,10 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     """Store what is not stored yet, `batch` memories per transaction, all in one operation.
 
     One `pmem undo` takes the whole import back. An interrupted import keeps the batches it
-    committed, and running it again stores only the rest (ids come from the source). A machine
-    secret (pmem.secretscan) in a record refuses the whole import before anything is stored
-    (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`).
+    committed, and running it again stores only the rest (ids come from the source). A record
+    the store cannot hold (`unstorable`) is left out and counted. A machine secret
+    (pmem.secretscan) in any field a record stores refuses the whole import before anything is
+    stored (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`).
     With `merge`, the keyword index is merged at the end where `merge_due` (best effort: the
     import is committed, and another writer may hold the lock); without, the caller does it."""
     from ... import secretscan
@@ -305,14 +441,23 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     present = existing(store, records)
     todo = [m for m in records if not m.id or m.id not in present]
     skipped_secrets = 0
+    bad = Skips()
+    storable = []
+    for i, m in enumerate(todo):
+        why = unstorable(m)
+        if why is None:
+            storable.append(m)
+        else:
+            bad.add(f"record {i + 1} of {len(todo)}" + (f" ({m.source})" if m.source else ""), why)
+    todo = storable
     if secrets != "allow":
         clean = []
         for i, m in enumerate(todo):
-            if secretscan.first_secret(m.text) is None:
+            if secretscan.memory_secret(m) is None:
                 clean.append(m)
             elif secrets == "refuse":
                 where = f"record {i + 1} of {len(todo)}" + (f" ({m.source})" if m.source else "")
-                secretscan.refuse(m.text, what=where)
+                secretscan.refuse_memory(m, what=where)
             else:
                 skipped_secrets += 1
         todo = clean
@@ -337,4 +482,5 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
         except DatabaseError:
             pass
     return ImportResult(read=len(records), imported=stored, skipped_existing=len(present & {m.id for m in records}),
-                        operation=op_id if stored else None, skipped_secrets=skipped_secrets)
+                        operation=op_id if stored else None, skipped_secrets=skipped_secrets,
+                        skipped_unstorable=bad.count, unstorable_named=bad.named)
