@@ -193,14 +193,19 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
                                                      "semantic_cpu", "keyword_cpu", "hybrid_one_connection",
                                                      "hybrid_no_sharing", "hybrid_unbounded",
                                                      "semantic_unbounded")}
-    from pmem.store import MemoryStore as Store
     from pmem.store import PartitionScan
 
+    try:  # the vector index of pmem/store/vectors.py; before the package, MemoryStore's own method
+        from pmem.store.vectors import VectorIndex as Index
+        knn_name = "bounded_knn"
+    except ImportError:
+        from pmem.store import MemoryStore as Index
+        knn_name = "_bounded_knn"
     sharing = PartitionScan.help
-    bounded = Store._bounded_knn
+    bounded = getattr(Index, knn_name)
 
     def unbounded(self, knn, jobs, lead, pool, scan):  # every partition's k nearest, no distance bound
-        return scan.run(self.conn, knn, jobs)
+        return scan.run(getattr(self, "db", self).conn, knn, jobs)
     for round_ in range(2):  # the first round is cold: its worst case is reported
         for q in qs:
             t, c = time.perf_counter(), time.process_time()
@@ -224,7 +229,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
             parts["semantic"].append(time.perf_counter() - t)
             parts["semantic_cpu"].append(time.process_time() - c)
             # The same, and hybrid, with vec0's KNN not bounded by the lead partition's distance.
-            Store._bounded_knn = unbounded  # type: ignore[method-assign]
+            setattr(Index, knn_name, unbounded)
             t = time.perf_counter()
             S.semantic_ranks(store, q, flt, 100, vector=vecs[q])
             parts["semantic_unbounded"].append(time.perf_counter() - t)
@@ -232,7 +237,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
             S.search(store, q, flt, limit=10)
             if round_:
                 parts["hybrid_unbounded"].append(time.perf_counter() - t)
-            Store._bounded_knn = bounded  # type: ignore[method-assign]
+            setattr(Index, knn_name, bounded)
             t, c = time.perf_counter(), time.process_time()
             S.keyword_ranks(store, q, flt, 100)
             parts["keyword"].append(time.perf_counter() - t)
@@ -355,11 +360,11 @@ def recall(cache: Path, n: int, label: str, k: int) -> dict:
         vec = store.query_vector(q)
         store.exact_below = 10**12
         t = time.process_time()
-        exact = store.semantic_ranks(vec, Filter(), k)
+        exact = store.vectors.ranks(vec, Filter(), k)
         exact_ms.append(time.process_time() - t)
         store.exact_below = 0
         t = time.process_time()
-        fast = store.semantic_ranks(vec, Filter(), k)
+        fast = store.vectors.ranks(vec, Filter(), k)
         fast_ms.append(time.process_time() - t)
         got.append(len({s for s, _ in fast} & {s for s, _ in exact}) / len(exact))
     store.close()
@@ -484,8 +489,8 @@ def quality(pool: int | None = None) -> dict:
     import tempfile
 
     from pmem import Memory, MemoryStore
-    from pmem import store as store_module
     from pmem.search import search
+    from pmem.store import vectors as store_module  # where the bit path reads its constants
 
     if pool is not None:
         store_module.BIT_POOL = pool
@@ -498,7 +503,7 @@ def quality(pool: int | None = None) -> dict:
             stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
                                    for r in locomo.turn_records(conv)])
             by_id = {m.id: m.meta["dia_id"] for m in stored}
-            store.build_bits()  # below BITS_FROM no bit index is kept: build one to force its use
+            store.vectors.build_bits()  # below BITS_FROM no bit index is kept: build one to force its use
             for q in locomo.questions(conv):
                 total += 1
                 for name in ("exact", "fast"):
@@ -674,7 +679,7 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
     kinds = set(only.split(",")) if only else None
     out: dict = {"n": n, "db": str(path), "new": new, "kinds": only or "default", "load_start": os.getloadavg()}
     fresh = distinct_texts(n + new)[n:] if path.name.startswith("distinct") else distinct_texts(new)
-    old = [m.text for m in store.list(limit=new // 10)]
+    old = [m.text for m in store.list_memories(limit=new // 10)]
     texts = fresh[:new - len(old)] + [t + "!" for t in old]
     try:
         with store.transaction():

@@ -17,7 +17,7 @@ the stand-in can be judged by the one figure that matters here.
 
 The stores hold what the vector path reads (memory rows with tier and dates, float32 vectors, the
 bit index) and no keyword index. Queries: 200 LoCoMo dev questions, embedded as queries. For each
-n: recall@10 and @100 of `MemoryStore.semantic_ranks` with the bit path against the exact scan,
+n: recall@10 and @100 of `VectorIndex.ranks` with the bit path against the exact scan,
 the share of approximate results at most a near-tie beyond the exact k-th (0.01 of cosine
 distance on MiniLM's scale, rescaled to the model's: differences the data cannot tell apart), and the CPU time of each path (median).
 """
@@ -84,7 +84,8 @@ def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> N
     from pmem.store import MemoryStore
 
     MemoryStore(path, embedder=embedder("fake-384")).close()  # the schema, nothing else
-    from pmem import db, migrations
+    from pmem import db
+    from pmem.store import vectors as migrations
 
     conn = db.connect(path)
     conn.execute("BEGIN")
@@ -113,8 +114,8 @@ _EXACT: dict = {}
 
 
 def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None = None) -> dict:
-    from pmem import store as store_module
     from pmem.store import Filter, MemoryStore
+    from pmem.store import vectors as store_module  # where the bit path reads its constants
 
     if pool:
         store_module.BIT_POOL = pool
@@ -141,12 +142,12 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
             if key not in _EXACT:  # the exact answer does not depend on the pool: once per store
                 store.exact_below = 10**12
                 t = time.process_time()
-                _EXACT[key] = (store.semantic_ranks(blob, flt, k), time.process_time() - t)
+                _EXACT[key] = (store.vectors.ranks(blob, flt, k), time.process_time() - t)
             exact, exact_s = _EXACT[key]
             exact_ms.append(exact_s)
             store.exact_below = 0
             t = time.process_time()
-            fast = store.semantic_ranks(blob, flt, k)
+            fast = store.vectors.ranks(blob, flt, k)
             fast_ms.append(time.process_time() - t)
             got.append(len({s for s, _ in fast} & {s for s, _ in exact}) / len(exact))
             kth = exact[-1][1]
@@ -186,9 +187,9 @@ def main() -> int:
     ap.add_argument("--check", type=int, default=0, help="compare the stand-ins with the model's own vectors "
                     "of the first K pair texts")
     ap.add_argument("--pools", type=int, nargs="+", default=[0],
-                    help="rescoring pools (store.BIT_POOL) to compare; 0: pmem's")
+                    help="rescoring pools (pmem.store.vectors.BIT_POOL) to compare; 0: pmem's")
     ap.add_argument("--slacks", type=int, nargs="+", default=[None],
-                    help="rows each bit partition gives beyond its share of the pool (store.PART_SLACK)")
+                    help="rows each bit partition gives beyond its share of the pool (pmem.store.vectors.PART_SLACK)")
     ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "
                     "(memories then hold their texts)")
     ap.add_argument("--real", type=Path, help="the model's vectors of the first N pair texts (.npy): "

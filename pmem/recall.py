@@ -161,7 +161,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     query = (query or "").strip() or None
     result = Recalled(query=query, budget=budget)
 
-    core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
+    core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
         hits = search(store, query, others_flt, limit=candidates)
@@ -178,7 +178,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         others = [h.memory for h in hits]
         result.scores = {h.memory.id: h.score for h in hits}
     else:
-        others = store.list(others_flt, sort="created", limit=candidates)
+        others = store.list_memories(others_flt, sort="created", limit=candidates)
 
     # Pack greedily, measuring the rendered block itself, so the budget holds for every
     # header and separator too. JSON is for programs; it is packed by its Markdown size.

@@ -86,7 +86,8 @@ def tstore(fake_config, tmp_path):
 def schema_before(path, migration: str):
     """A new database at `path` with every migration before `migration` applied, as an older pmem
     left it; returns the open connection (the caller adds rows and closes it)."""
-    from pmem import db, migrations
+    from pmem import db
+    from pmem.store import migrations
 
     conn = db.connect(path)
     conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL "

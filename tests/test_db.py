@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from pmem import MemoryStore, db, migrations
+from pmem import MemoryStore, db
 from pmem.errors import DatabaseError
+from pmem.store import migrations
 
 
 def test_driver_loads_sqlite_vec(tmp_path):
@@ -76,7 +77,7 @@ def test_locked_database_gives_clear_error(tmp_path, fake_config):
         holder.kill()
         holder.wait()
     with MemoryStore(path, config=fake_config) as s:
-        assert [m.text for m in s.list()] == ["before the lock"]
+        assert [m.text for m in s.list_memories()] == ["before the lock"]
 
 
 def test_upgrade_from_first_schema_keeps_data(tmp_path, fake_config):
@@ -91,7 +92,7 @@ def test_upgrade_from_first_schema_keeps_data(tmp_path, fake_config):
                  "'2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')")
     conn.close()
     with MemoryStore(path, config=fake_config) as s:
-        assert [m.text for m in s.list()] == ["old"]
+        assert [m.text for m in s.list_memories()] == ["old"]
         assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
         indexes = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "memories_created_seq" in indexes and "memories_tier" not in indexes

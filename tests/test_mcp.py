@@ -107,7 +107,7 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
         old = store.get(mem["id"])
         assert old.superseded_by == out["update"]["memory"]["id"]
         assert [e.action for e, _ in store.history(old.id)][:2] == ["add", "pin"]
-        assert [m.text for m in store.list(Filter(scope="global"))] == ["I am vegetarian"]
+        assert [m.text for m in store.list_memories(Filter(scope="global"))] == ["I am vegetarian"]
         store.undo()  # the last remember
         store.undo()  # the forget
         assert store.get(old.superseded_by).forgotten_at is None

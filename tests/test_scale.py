@@ -9,10 +9,16 @@ import random
 
 import pytest
 
+from pmem import db
 from pmem import store as store_module
 from pmem.records import TIERS, Memory
 from pmem.search import keyword_ranks, search, semantic_ranks
 from pmem.store import Filter, serialize
+from pmem.store import filter as store_filter
+from pmem.store import keywords as store_keywords
+from pmem.store import memories as store_memories
+from pmem.store import vectors as store_vectors
+from pmem.store.filter import estimate
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -38,8 +44,8 @@ def _fill(store, n: int, seed: int = 3, clusters: int = 0):
     else:
         vectors = [serialize([rng.gauss(0, 1) for _ in range(dim)]) for _ in range(n)]
     store.insert(memories, vectors=vectors)
-    assert not store._has_bits()  # below BITS_FROM: exact search only, no bit index yet
-    assert store.build_bits()
+    assert not store.vectors.has_bits()  # below BITS_FROM: exact search only, no bit index yet
+    assert store.vectors.build_bits()
     return rng
 
 
@@ -64,8 +70,8 @@ def test_bit_path_equals_exact_when_the_pool_covers_the_store(store, monkeypatch
     assert store.get("m00010").tier == "core"
     query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
     exact = semantic_ranks(store, "", flt, 25, vector=query)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
     store.exact_below = 0
     fast = semantic_ranks(store, "", flt, 25, vector=query)
     assert [s for s, _ in fast] == [s for s, _ in exact]
@@ -73,7 +79,7 @@ def test_bit_path_equals_exact_when_the_pool_covers_the_store(store, monkeypatch
     want = _brute(store, query, flt, 25)
     assert [d for _, d in fast] == pytest.approx([d for d, _ in want], abs=1e-5)
     seqs = {s for s, _ in fast}
-    forgotten = {store._seq("m00002"), store._seq("m00003")}
+    forgotten = {store.db.seq("m00002"), store.db.seq("m00003")}
     assert not (seqs & forgotten) or flt.include_forgotten
 
 
@@ -81,7 +87,7 @@ def test_bit_path_with_a_small_pool_is_approximate_but_close(store, monkeypatch)
     """The default pool (256 of 2,000 64-d vectors around 20 topics): the rescored top 10 still
     mostly agrees with the exact one, and every result passes the filter."""
     rng = _fill(store, 2000, seed=11, clusters=20)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
     agree = 0
     for _ in range(10):
         base = store.conn.execute("SELECT embedding FROM memory_vec ORDER BY random() LIMIT 1").fetchone()[0]
@@ -101,8 +107,8 @@ def test_bit_path_with_a_small_pool_is_approximate_but_close(store, monkeypatch)
 
 def test_whole_search_same_results_fast_and_exact(store, monkeypatch):
     _fill(store, 300)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
     for q in ("topic 5 word3", "note 17", "about word6"):
         store.exact_below = 10**9
         exact = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)]
@@ -180,7 +186,7 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert ranked and all("'(\"rare3\" OR \"nowhere\") AND (" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
     # A date filter that keeps none of the store's newest rows: a window of fewer than
     # DATE_WINDOW memories is ranked whole, at once, inside its storage range (exact).
-    monkeypatch.setattr(store_module, "COMMON_RECENT", 200)
+    monkeypatch.setattr(store_keywords, "COMMON_RECENT", 200)
     old = Filter(until="2025-01-01T00:04:59Z")  # the first 300: none of the newest 200, and no count says so
     statements.clear()
     store.conn.set_trace_callback(statements.append)
@@ -195,7 +201,7 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     # A larger window: its newest rows stand for the store's newest, common words are ranked
     # among the rows holding them there, and no BM25 of every row holding them follows.
     store.exact_below = 0
-    monkeypatch.setattr(store_module, "DATE_WINDOW", 150)
+    monkeypatch.setattr(store_filter, "DATE_WINDOW", 150)
     statements.clear()
     store.conn.set_trace_callback(statements.append)
     newest = keyword_ranks(store, "common filler", old, 100)
@@ -215,7 +221,7 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert len(ranked) == 1 and "rowid BETWEEN 151 AND 300" in ranked[0]
     assert len(then) == 100 and {s for s, _ in then} <= set(range(151, 301))
-    monkeypatch.setattr(store_module, "DATE_WINDOW", 20_000)
+    monkeypatch.setattr(store_filter, "DATE_WINDOW", 20_000)
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
     assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
 
@@ -250,7 +256,7 @@ def test_large_store_keyword_side_filters_only_its_best_rows(store, flt):
         ranked = [sql for sql in statements if "bm25(" in sql]
         if flt.since:  # a date window of fewer than DATE_WINDOW rows: ranked whole in its range
             assert len(ranked) == 1 and "rowid BETWEEN" in ranked[0]
-        elif store._estimate(flt) * store_module.KEYWORD_FETCH < store.count(Filter.everything()):
+        elif estimate(store.db, flt) * store_keywords.KEYWORD_FETCH < store.count(Filter.everything()):
             # A filter known to keep few (a tier, a tag): the whole query at once, ranked once.
             assert len(ranked) == 1 and "ORDER BY rank LIMIT 40)" not in ranked[0]
         else:
@@ -279,7 +285,7 @@ def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypat
     """A common word (a name in a third of the store) chooses no rows, but among the rows holding
     the rare word (all of one length) those that also hold it come first, as BM25 of the whole
     query ranks them; by the rare word alone they would tie."""
-    monkeypatch.setattr(store_module, "COMMON_MIN", 100)
+    monkeypatch.setattr(store_keywords, "COMMON_MIN", 100)
     memories = [Memory(id=f"n{i:04d}", text=f"entry {i:03d} " + ("caroline" if i % 3 == 0 else "someone")
                        + (" zebra" if i % 40 == 0 else "")) for i in range(600)]
     store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
@@ -290,7 +296,7 @@ def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypat
     store.conn.set_trace_callback(statements.append)
     planned = keyword_ranks(store, "caroline zebra", Filter(), 5)
     store.conn.set_trace_callback(None)
-    both = {store._seq(f"n{i:04d}") for i in range(0, 600, 120)}  # zebra and caroline
+    both = {store.db.seq(f"n{i:04d}") for i in range(0, 600, 120)}  # zebra and caroline
     assert {s for s, _ in planned} == both == {s for s, _ in whole}
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert ranked and all("'(\"zebra\") AND (" in sql for sql in ranked)  # caroline chose no rows
@@ -303,9 +309,9 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
     the keyword side inside the storage range of the window (which holds every row of it, however
     scattered), the semantic side along the date index instead of the bit pool. Both equal the
     exact search."""
-    monkeypatch.setattr(store_module, "BIT_POOL", 16)  # a bit pool this small is approximate here
-    monkeypatch.setattr(store_module, "DATE_WINDOW", least)
-    monkeypatch.setattr(store_module, "DATE_SHARE", share)  # (10, 2): windows under 600 of 1,200
+    monkeypatch.setattr(store_vectors, "BIT_POOL", 16)  # a bit pool this small is approximate here
+    monkeypatch.setattr(store_filter, "DATE_WINDOW", least)
+    monkeypatch.setattr(store_filter, "DATE_SHARE", share)  # (10, 2): windows under 600 of 1,200
     rng = random.Random(11)
     dim = store.embedder.dim
 
@@ -316,7 +322,7 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
     memories = [Memory(id=f"h{i:05d}", text=f"common filler word{i % 7} {'rare' if i % 13 == 0 else 'plain'} {i}",
                        created_at=when(i)) for i in range(1200)]
     store.insert(memories, vectors=[serialize([rng.gauss(0, 1) for _ in range(dim)]) for _ in memories])
-    assert store.build_bits()
+    assert store.vectors.build_bits()
     windows = [Filter(until="2024-12-31T00:00:00Z"),  # the history alone, seq 801-1200
                Filter(since="2025-02-01T05:00:00Z"),  # this year's newest, seq 301-800
                Filter(since="2024-01-01T03:00:00Z", until="2025-02-01T02:00:00Z")]  # both ends of storage
@@ -327,16 +333,16 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
             assert len(fast) == 10
             assert [sql for sql in statements if "bm25(" in sql and "rowid BETWEEN" in sql]
         store.exact_below = 10**9
-        exact_sem = store.semantic_ranks(query, flt, 10)
+        exact_sem = store.vectors.ranks(query, flt, 10)
         store.exact_below = 0
         statements = []
         store.conn.set_trace_callback(statements.append)
-        assert store.semantic_ranks(query, flt, 10) == exact_sem
+        assert store.vectors.ranks(query, flt, 10) == exact_sem
         store.conn.set_trace_callback(None)
         assert not [sql for sql in statements if "vec_bit(" in sql]
         assert [s for s, _ in exact_sem] == [s for _, s in _brute(store, query, flt, 10)]
     empty = Filter(since="2023-01-01T00:00:00Z", until="2023-12-31T00:00:00Z")
-    assert keyword_ranks(store, "common filler", empty, 10) == [] and store.semantic_ranks(query, empty, 10) == []
+    assert keyword_ranks(store, "common filler", empty, 10) == [] and store.vectors.ranks(query, empty, 10) == []
     # A fact stored later that holds from an earlier date is valid --as-of that date, though no
     # memory was created by then: --as-of never makes a window whole.
     early, _ = store.add("common filler sunrise", valid_from="2023-06-01T00:00:00Z")
@@ -382,17 +388,17 @@ def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monke
         q = store.conn.execute
         assert "vec0" not in q("SELECT sql FROM sqlite_master WHERE name = 'memory_vec'").fetchone()[0].lower()
         assert q("SELECT count(*) FROM memory_vec").fetchone()[0] == 150
-        assert not store._has_bits()  # 150 vectors: below BITS_FROM
-        assert store.build_bits()
+        assert not store.vectors.has_bits()  # 150 vectors: below BITS_FROM
+        assert store.vectors.build_bits()
         assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 150
         assert store.counter("vectors") == 150 and store.counter("events") == 150
         assert store.count() == _scan_count(store, Filter()) == 99
         assert store.stats()["tags"] == {"t": 38}
         query = store.query_vector("old memory 7 topic 7")
         exact = semantic_ranks(store, "", Filter(), 10, vector=query)
-        assert exact[0][0] == store._seq("o00007")
-        monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-        monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+        assert exact[0][0] == store.db.seq("o00007")
+        monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+        monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
         store.exact_below = 0
         assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
         assert semantic_ranks(store, "", Filter.everything(), 150, vector=query)[-1][0] > 0
@@ -403,13 +409,13 @@ def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monke
 
 
 def test_the_bit_index_is_built_when_the_store_grows_past_bits_from(store, monkeypatch):
-    from pmem import migrations
+    from pmem.store import vectors as migrations
 
     monkeypatch.setattr(migrations, "BITS_FROM", 50)
     store.insert([Memory(id="", text=f"memory {i}") for i in range(40)])
-    assert not store._has_bits()
+    assert not store.vectors.has_bits()
     store.insert([Memory(id="", text=f"more {i}") for i in range(30)])
-    assert store._has_bits() and store.setting("bit_lo") and store.setting("bit_hi")
+    assert store.vectors.has_bits() and store.setting("bit_lo") and store.setting("bit_hi")
     q = store.conn.execute
     assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 70
     store.reindex()
@@ -583,8 +589,8 @@ def test_a_store_with_one_bit_codes_is_migrated_to_two(fake_config, tmp_path, mo
         assert "bit[128]" in q("SELECT sql FROM sqlite_master WHERE name = 'memory_bits'").fetchone()[0]
         assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 200
         assert store.setting("bit_center") is None and store.setting("bit_lo") and store.setting("bit_hi")
-        monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-        monkeypatch.setattr(store_module, "BIT_POOL", 10_000)
+        monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+        monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
         store.exact_below = 0
         assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
         _, created = store.add("one more memory after the migration")
@@ -599,20 +605,20 @@ def test_hybrid_search_reads_its_keyword_side_on_a_second_connection(store, monk
     connection could not see this one's uncommitted rows."""
     _fill(store, 300)
     queries = ("topic 5 word3", "note 17", "about word6")
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 10**9)
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 10**9)
     alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
     assert store._side is None
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 100)
     threads = []
-    real = store_module.MemoryStore.keyword_ranks
+    real = store_keywords.KeywordIndex.ranks
 
     def spy(self, *args, **kwargs):
         import threading
 
-        threads.append((self is store, threading.current_thread().name))
+        threads.append((self is store.keywords, threading.current_thread().name))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(store_module.MemoryStore, "keyword_ranks", spy)
+    monkeypatch.setattr(store_keywords.KeywordIndex, "ranks", spy)
     both = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)] for q in queries]
     assert both == alone
     assert threads == [(False, "pmem-keyword-side")] * 3 and store._side is not None
@@ -634,7 +640,7 @@ def test_hybrid_search_reads_its_keyword_side_on_a_second_connection(store, monk
 def test_side_reader_is_none_where_it_cannot_serve(store, fake_config, monkeypatch):
     from pmem.store import MemoryStore
 
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 1)
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 1)
     store.add("one memory")
     with store.side_reader() as side:
         assert side is not None
@@ -653,15 +659,15 @@ def test_an_error_on_the_keyword_side_is_raised_by_search(store, monkeypatch):
     from pmem.errors import DatabaseError
 
     _fill(store, 120)
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
-    real = store_module.MemoryStore.keyword_ranks
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 100)
+    real = store_keywords.KeywordIndex.ranks
 
     def failing(self, *args, **kwargs):
-        if self is not store:
+        if self is not store.keywords:
             raise DatabaseError("database is locked by another process; try again")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(store_module.MemoryStore, "keyword_ranks", failing)
+    monkeypatch.setattr(store_keywords.KeywordIndex, "ranks", failing)
     with pytest.raises(DatabaseError, match="locked"):
         search(store, "note 17", limit=5)
     assert [h.memory.id for h in search(store, "note 17", limit=5, mode="keyword")][:1] == ["m00017"]
@@ -670,8 +676,8 @@ def test_an_error_on_the_keyword_side_is_raised_by_search(store, monkeypatch):
 def test_bit_codes_follow_thresholds_another_process_rebuilt(store, fake_config):
     """A long-lived process (the TUI, the MCP server) writes and queries codes with the thresholds
     in the database now, not those it read first."""
-    from pmem import migrations
     from pmem.store import MemoryStore
+    from pmem.store import vectors as migrations
 
     rng = _fill(store, 300)
     store.add("a first write reads the thresholds")
@@ -680,12 +686,12 @@ def test_bit_codes_follow_thresholds_another_process_rebuilt(store, fake_config)
         shifted = [serialize([3.0 + rng.gauss(0, 1) for _ in range(64)]) for _ in range(300)]
         other.insert([Memory(id=f"s{i:04d}", text=f"shifted {i}") for i in range(300)], vectors=shifted)
         before = store.setting("bit_lo")
-        assert other.build_bits() and other.setting("bit_lo") != before
+        assert other.vectors.build_bits() and other.setting("bit_lo") != before
     finally:
         other.close()
     memory, _ = store.add("written after the rebuild")
     q = store.conn.execute
-    seq = store._seq(memory.id)
+    seq = store.db.seq(memory.id)
     stored = q("SELECT bits FROM memory_bits WHERE seq = ?", (seq,)).fetchone()[0]
     fresh = q(f"SELECT {migrations.LEVELS_SQL.format(v='v.embedding')} FROM memory_vec v WHERE v.seq = :seq",
               {"seq": seq, "lo": bytes.fromhex(store.setting("bit_lo")),
@@ -699,15 +705,15 @@ def test_a_large_core_tier_caps_its_one_partition_instead_of_scanning(store, mon
     rng = random.Random(4)
     memories = [Memory(id=f"c{i:04d}", text=f"pinned {i}", tier="core", pinned=True) for i in range(120)]
     store.insert(memories, vectors=[serialize([rng.gauss(0, 1) for _ in range(64)]) for _ in range(120)])
-    assert store.build_bits()
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_module, "KNN_MAX", 48)  # below the core tier's 120 rows
-    monkeypatch.setattr(store_module, "WHOLE_EXACT_MAX", 100)  # too many to rank exactly
+    assert store.vectors.build_bits()
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "KNN_MAX", 48)  # below the core tier's 120 rows
+    monkeypatch.setattr(store_vectors, "WHOLE_EXACT_MAX", 100)  # too many to rank exactly
     store.exact_below = 0
     query = serialize([rng.gauss(0, 1) for _ in range(64)])
     flt = Filter(tiers=("core",))
     where, params = flt.where(store.clock())
-    rows = store._bit_ranks(query, flt, 10, where, params)
+    rows = store.vectors._bit_ranks(query, flt, 10, where, params)
     assert rows is not None and len(rows) == 10  # not handed to the exact scan
     assert [d for _, d in rows] == sorted(d for _, d in rows)
     assert store.conn.execute("SELECT count(*) FROM memory_bits WHERE part = 0").fetchone()[0] == 120
@@ -718,8 +724,8 @@ def test_the_core_tier_is_ranked_exactly_through_its_own_index(store, monkeypatc
     (its own index, not a bit-index top-k): a core-only search equals the brute force, and every
     core memory of the true top n is in a default search's top n."""
     rng = _fill(store, 900, seed=5)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_module, "BIT_POOL", 20)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "BIT_POOL", 20)
     store.exact_below = 0
     for _ in range(5):
         query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
@@ -744,7 +750,7 @@ def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store, monkey
     for name, flt in (("core", Filter(pinned=True, tiers=("core",))), ("archival", Filter(tiers=("archival",)))):
         statements: list[str] = []
         store.conn.set_trace_callback(statements.append)
-        listed = store.list(flt, sort="created", reverse=True, limit=None)
+        listed = store.list_memories(flt, sort="created", reverse=True, limit=None)
         store.conn.set_trace_callback(None)
         sql = next(s for s in statements if "FROM memories" in s)
         plans[name] = " ".join(r[3] for r in store.conn.execute("EXPLAIN QUERY PLAN " + sql))
@@ -753,11 +759,12 @@ def test_listing_the_core_tier_reads_its_index_not_the_whole_store(store, monkey
     assert "memories_core" in plans["core"]
     twice = Filter(pinned=True, tiers=("core", "core"))  # `--tier core --tier core`
     once = Filter(pinned=True, tiers=("core",))
-    assert [m.id for m in store.list(twice, limit=None)] == [m.id for m in store.list(once, limit=None)]
+    assert [m.id for m in store.list_memories(twice, limit=None)] == \
+        [m.id for m in store.list_memories(once, limit=None)]
     rng = random.Random(2)
     query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
     store.exact_below = 0
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
     ranked = semantic_ranks(store, "", Filter(tiers=("core", "core", "archival")), 20, vector=query)
     assert len({s for s, _ in ranked}) == len(ranked) == 20
     assert "memories_core" not in plans["archival"] and "memories_created_seq" in plans["archival"]
@@ -779,10 +786,10 @@ class _SlowConnection:
 
 
 def _partition_jobs(store, query: bytes):
-    from pmem import migrations
+    from pmem.store import vectors as migrations
 
     code = store.conn.execute(f"SELECT {migrations.LEVELS_SQL.format(v=':v')}",
-                              {"v": query, **store._levels()}).fetchone()[0]
+                              {"v": query, **store.vectors.levels()}).fetchone()[0]
     sql = "SELECT seq, distance FROM memory_bits WHERE bits MATCH vec_bit(?) AND k = ? AND part = ? AND live = 1"
     parts = [migrations.bit_part(TIERS.index(t), p) for t in ("archival", "episodic")
              for p in range(migrations.bit_parts(t))]
@@ -833,7 +840,7 @@ def test_a_failing_helper_gives_its_partition_back(store):
 
         def execute(self, *args):
             Broken.calls += 1
-            raise store_module.db.errors()[0]("closed")
+            raise db.errors()[0]("closed")
 
     scan = PartitionScan()
     worker = threading.Thread(target=scan.help, args=(Broken(),))
@@ -857,12 +864,12 @@ def test_search_with_partitions_shared_equals_one_thread(store, monkeypatch, mod
     connection gives, and the side reader's thread helps read the partitions (a semantic search
     at 1,000,000 read its 16 alone: 0.20 s whole process against a hybrid search's 0.15 s)."""
     _fill(store, 900, seed=10)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
     store.exact_below = 0
     queries = ("topic 5 word3", "note 17", "about word6", "word2 topic 9")
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 10**9)
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 10**9)
     alone = [[(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10, mode=mode)] for q in queries]
-    monkeypatch.setattr(store_module, "SIDE_READS_FROM", 100)
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 100)
     helped = []
     real = store_module.PartitionScan.help
 
@@ -889,14 +896,14 @@ def _segmented(store, batches: int = 11) -> list[str]:
 
 def test_merging_the_keyword_index_leaves_one_segment_and_the_same_answers(store, monkeypatch):
     words = _segmented(store)
-    segments = store.keyword_segments()
+    segments = store.keywords.segments()
     assert segments >= 4
     queries = [f"{a} {b}" for a, b in zip(words, words[3:])] + ["note 7-3", "kestrel w3x5y7"]
     before = {q: keyword_ranks(store, q, Filter(), 30) for q in queries}
     hits = [(h.memory.id, round(h.score, 6)) for h in search(store, "saffron glacier", limit=10)]
     steps = []
-    real = store.transaction
-    monkeypatch.setattr(store, "transaction", lambda: steps.append(1) or real())
+    real = store.db.transaction
+    monkeypatch.setattr(store.db, "transaction", lambda: steps.append(1) or real())
     assert store.merge_keyword_index(step=2) == (segments, 1)
     assert len(steps) > 2  # two pages a step: several transactions
     store.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
@@ -910,7 +917,7 @@ def test_a_writer_between_two_steps_of_the_merge_keeps_what_it_wrote(store, monk
     _segmented(store)
     other = store_module.MemoryStore(store.path, clock=store.clock)
     steps = []
-    real = store.transaction
+    real = store.db.transaction
 
     def step():
         steps.append(1)
@@ -918,16 +925,16 @@ def test_a_writer_between_two_steps_of_the_merge_keeps_what_it_wrote(store, monk
             other.add("a zeppelin over the harbour", allow_duplicate=True)
         return real()
 
-    monkeypatch.setattr(store, "transaction", step)
+    monkeypatch.setattr(store.db, "transaction", step)
     got = store.merge_keyword_index(step=2)
     assert len(steps) > 2
-    assert got[1] <= 2 and store.keyword_segments() == got[1]  # the merged index, and the writer's own
+    assert got[1] <= 2 and store.keywords.segments() == got[1]  # the merged index, and the writer's own
     store.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
     found = search(store, "zeppelin", limit=1, mode="keyword")
     assert [h.memory.text for h in found] == ["a zeppelin over the harbour"]
     assert store.count(Filter()) == 441
     store.merge_keyword_index()
-    assert store.keyword_segments() == 1
+    assert store.keywords.segments() == 1
     other.close()
 
 
@@ -946,11 +953,11 @@ def test_the_merge_reports_its_progress_up_to_the_whole(store):
 
 def test_upkeep_merges_the_keyword_index_even_when_little_is_free(store):
     _segmented(store)
-    segments = store.keyword_segments()
+    segments = store.keywords.segments()
     assert segments >= 4
     done = store.upkeep()
     assert done["ran"] is False and done["index_segments"] == (segments, 1)
-    assert store.keyword_segments() == 1
+    assert store.keywords.segments() == 1
 
 
 def test_a_large_import_merges_the_keyword_index_and_a_small_one_does_not(store, monkeypatch):
@@ -961,15 +968,15 @@ def test_a_large_import_merges_the_keyword_index_and_a_small_one_does_not(store,
         assert registry.run_import(store, records, batch=10).imported == n
 
     _segmented(store, batches=5)  # 200 memories
-    assert store.keyword_segments() >= 2
+    assert store.keywords.segments() >= 2
     monkeypatch.setattr(registry, "MERGE_AFTER", 100)
     run("a", 60)  # a tenth of the store and more, but fewer than MERGE_AFTER
-    assert store.keyword_segments() > 1
+    assert store.keywords.segments() > 1
     monkeypatch.setattr(registry, "MERGE_AFTER", 20)
     run("b", 25)  # 25 of 285: less than a tenth
-    assert store.keyword_segments() > 1
+    assert store.keywords.segments() > 1
     run("c", 100)  # 100 of 385
-    assert store.keyword_segments() == 1
+    assert store.keywords.segments() == 1
     assert [h.memory.id for h in search(store, "c imported 17", limit=1, mode="keyword")] == ["c17"]
 
 
@@ -978,9 +985,9 @@ def test_the_distance_bound_keeps_the_pool_of_the_unbounded_knn(store, monkeypat
     best `pool` rows are those without the bound, and where the bound keeps fewer than `pool`
     the partitions are read again without it."""
     rng = _fill(store, 2000, seed=5, clusters=20)
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
     store.exact_below = 0
-    real = store._bounded_knn
+    real = store.vectors.bounded_knn
     seen = {"calls": 0, "cut": 0}
 
     def unbounded(knn, jobs):
@@ -997,10 +1004,10 @@ def test_the_distance_bound_keeps_the_pool_of_the_unbounded_knn(store, monkeypat
         assert sorted(real(knn, jobs, lead, len(whole), store_module.PartitionScan())) == sorted(whole)
         return got
 
-    monkeypatch.setattr(store, "_bounded_knn", checked)
+    monkeypatch.setattr(store.vectors, "bounded_knn", checked)
     seqs = [r[0] for r in store.conn.execute("SELECT seq FROM memory_vec ORDER BY seq")]
     for seq in rng.sample(seqs, 20):
-        base = store._get_vec(seq)
+        base = store.vectors.get(seq)
         query = serialize([v + rng.gauss(0, 0.3) for v in store_module.deserialize(base)])
         for flt in (Filter(), Filter(tiers=TIERS)):
             fast = semantic_ranks(store, "", flt, 10, vector=query)
@@ -1019,10 +1026,10 @@ def test_rows_tied_at_the_bound_in_other_partitions_take_part(store, monkeypatch
     vectors = [serialize([c + rng.gauss(0, 0.6) for c in centres[i % 8]]) for i in range(600)]
     store.insert([Memory(id=f"d{i:04d}", text=f"copy {i}") for i in range(1200)],
                  vectors=[v for v in vectors for _ in range(2)])
-    assert store.build_bits()
-    monkeypatch.setattr(store_module, "EXACT_SCAN_MAX", 0)
+    assert store.vectors.build_bits()
+    monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
     store.exact_below = 0
-    real = store._bounded_knn
+    real = store.vectors.bounded_knn
     tied = {"pools": 0}
 
     def checked(knn, jobs, lead, pool, scan):
@@ -1037,7 +1044,7 @@ def test_rows_tied_at_the_bound_in_other_partitions_take_part(store, monkeypatch
             tied["pools"] += 1
         return real(knn, jobs, lead, pool, scan)
 
-    monkeypatch.setattr(store, "_bounded_knn", checked)
+    monkeypatch.setattr(store.vectors, "bounded_knn", checked)
     for i in rng.sample(range(600), 10):
         query = serialize([v + rng.gauss(0, 0.3) for v in store_module.deserialize(vectors[i])])
         assert len(semantic_ranks(store, "", Filter(), 10, vector=query)) == 10
@@ -1052,7 +1059,7 @@ def test_a_writer_waiting_on_the_merge_gets_in_between_two_steps(store, monkeypa
     from contextlib import contextmanager
 
     _segmented(store)
-    real = store.transaction
+    real = store.db.transaction
     stepping = threading.Event()
 
     @contextmanager
@@ -1062,7 +1069,7 @@ def test_a_writer_waiting_on_the_merge_gets_in_between_two_steps(store, monkeypa
             time.sleep(0.1)
             yield
 
-    monkeypatch.setattr(store, "transaction", long_step)
+    monkeypatch.setattr(store.db, "transaction", long_step)
     waited: list[float] = []
 
     def writer() -> None:
@@ -1103,7 +1110,7 @@ def test_an_import_whose_merge_fails_still_reports_what_it_stored(store, monkeyp
     def locked(*a, **k):
         raise DatabaseError("database is locked by another process; try again")
 
-    monkeypatch.setattr(store, "merge_keyword_index", locked)
+    monkeypatch.setattr(store.keywords, "merge", locked)
     records = [Memory(id=f"r{i}", text=f"a record {i}") for i in range(30)]
     done = registry.run_import(store, records, batch=10)
     assert done.imported == 30 and done.operation
@@ -1124,7 +1131,7 @@ def test_every_list_sort_walks_an_index_and_pages_through_one_order(store):
         if i % 2:
             store.edit(f"m{i:05d}", tags=["edited"])
     seq = dict(store.conn.execute("SELECT id, seq FROM memories"))
-    everything = store.list(Filter.everything(), limit=None)
+    everything = store.list_memories(Filter.everything(), limit=None)
 
     def after_every_date(value):
         return (value is None, value or "")
@@ -1144,9 +1151,10 @@ def test_every_list_sort_walks_an_index_and_pages_through_one_order(store):
             want = [m.id for m in (order[::-1] if reverse else order)]
             statements: list[str] = []
             store.conn.set_trace_callback(statements.append)
-            whole = store.list(Filter.everything(), sort=sort, reverse=reverse, limit=None)
+            whole = store.list_memories(Filter.everything(), sort=sort, reverse=reverse, limit=None)
             pages = [m for start in range(0, 130, 13)
-                     for m in store.list(Filter.everything(), sort=sort, reverse=reverse, limit=13, offset=start)]
+                     for m in store.list_memories(Filter.everything(), sort=sort, reverse=reverse, limit=13,
+                                                  offset=start)]
             store.conn.set_trace_callback(None)
             assert [m.id for m in whole] == want, (sort, reverse)
             assert [m.id for m in pages] == want, (sort, reverse)
@@ -1154,7 +1162,7 @@ def test_every_list_sort_walks_an_index_and_pages_through_one_order(store):
                 if "ORDER BY" in sql:
                     plan = " ".join(r[3] for r in store.conn.execute("EXPLAIN QUERY PLAN " + sql))
                     assert "TEMP B-TREE" not in plan, (sort, reverse, plan)
-    live = [m.id for m in store.list(Filter(), sort="expires", limit=None)]  # the expired ones left out
+    live = [m.id for m in store.list_memories(Filter(), sort="expires", limit=None)]  # the expired ones left out
     assert live[:2] == ["m00077"] + [m.id for m in expected["expires"] if m.expires_at is None][:1]
 
 

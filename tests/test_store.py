@@ -22,7 +22,7 @@ def test_add_get_roundtrip_and_permissions(store):
     assert got.created_at == "2023-05-08T00:00:00Z"
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     # the vector and FTS rows exist for it
-    seq = store._seq(m.id)
+    seq = store.db.seq(m.id)
     assert store.conn.execute("SELECT count(*) FROM memory_vec WHERE seq = ?", (seq,)).fetchone()[0] == 1
     match = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH 'vegetarian'"
     assert store.conn.execute(match).fetchone()[0] == seq
@@ -90,14 +90,14 @@ def test_bad_text_rejected_and_nothing_stored(store):
 
 def test_edit_reembeds_and_undo_restores_text_and_vector(store):
     m, _ = store.add("The cabin wifi password is hunter2")
-    seq = store._seq(m.id)
-    vec_before = store._get_vec(seq)
+    seq = store.db.seq(m.id)
+    vec_before = store.vectors.get(seq)
     store.edit(m.id, text="The cabin wifi password is hunter3")
-    assert store._get_vec(seq) != vec_before
+    assert store.vectors.get(seq) != vec_before
     op = store.undo()
     assert op.kind == "edit"
     assert store.get(m.id).text == "The cabin wifi password is hunter2"
-    assert store._get_vec(seq) == vec_before
+    assert store.vectors.get(seq) == vec_before
 
 
 def test_retag_is_its_own_action(store):
@@ -113,19 +113,19 @@ def test_forget_restore_expire_and_filters(store):
     c, _ = store.add("gamma memory")
     store.forget(a.id)
     store.expire(b.id)  # now
-    active = {m.id for m in store.list()}
+    active = {m.id for m in store.list_memories()}
     assert active == {c.id}
-    assert {m.id for m in store.list(Filter(include_forgotten=True))} == {a.id, c.id}
-    assert {m.id for m in store.list(Filter(include_expired=True))} == {b.id, c.id}
+    assert {m.id for m in store.list_memories(Filter(include_forgotten=True))} == {a.id, c.id}
+    assert {m.id for m in store.list_memories(Filter(include_expired=True))} == {b.id, c.id}
     store.restore(a.id)
     store.restore(b.id)
-    assert {m.id for m in store.list()} == {a.id, b.id, c.id}
+    assert {m.id for m in store.list_memories()} == {a.id, b.id, c.id}
     assert store.get(b.id).expires_at is None
 
 
 def test_future_expiry_stays_active(store):
     m, _ = store.add("temporary", expires_at="2999-01-01T00:00:00Z")
-    assert [x.id for x in store.list()] == [m.id]
+    assert [x.id for x in store.list_memories()] == [m.id]
 
 
 def test_supersede_and_as_of(store):
@@ -134,9 +134,9 @@ def test_supersede_and_as_of(store):
     store.supersede(old.id, new.id)
     o = store.get(old.id)
     assert o.valid_to == "2024-03-01T00:00:00Z" and o.superseded_by == new.id
-    assert {m.id for m in store.list()} == {new.id}
-    assert {m.id for m in store.list(Filter(as_of="2022-06-01T00:00:00Z"))} == {old.id}
-    assert {m.id for m in store.list(Filter(as_of="2025-01-01T00:00:00Z"))} == {new.id}
+    assert {m.id for m in store.list_memories()} == {new.id}
+    assert {m.id for m in store.list_memories(Filter(as_of="2022-06-01T00:00:00Z"))} == {old.id}
+    assert {m.id for m in store.list_memories(Filter(as_of="2025-01-01T00:00:00Z"))} == {new.id}
     with pytest.raises(UsageError):
         store.supersede(new.id, new.id)
 
@@ -220,8 +220,8 @@ def test_reopen_keeps_data_and_schema(tmp_path, fake_config):
     with MemoryStore(path, config=fake_config) as s:
         s.add("persisted", tags=["x"])
     with MemoryStore(path, config=fake_config) as s:
-        assert [m.text for m in s.list()] == ["persisted"]
-        assert s.stats()["schema_version"] == len(__import__("pmem.migrations").migrations.MIGRATIONS)
+        assert [m.text for m in s.list_memories()] == ["persisted"]
+        assert s.stats()["schema_version"] == len(__import__("pmem.store.migrations").store.migrations.MIGRATIONS)
 
 
 def test_touch_counts_access(store):
@@ -234,13 +234,13 @@ def test_touch_counts_access(store):
 
 def test_delete_is_undoable_with_its_vector(store):
     m, _ = store.add("to be purged")
-    vec = store._get_vec(store._seq(m.id))
+    vec = store.vectors.get(store.db.seq(m.id))
     store.delete(m.id)
     with pytest.raises(NotFound):
         store.get(m.id)
     store.undo()
     assert store.get(m.id).text == "to be purged"
-    assert store._get_vec(store._seq(m.id)) == vec
+    assert store.vectors.get(store.db.seq(m.id)) == vec
 
 
 def test_operation_can_span_transactions_by_id(store):
@@ -260,7 +260,7 @@ def test_insert_with_precomputed_vectors(store):
 
     vec = serialize([1.0] + [0.0] * 63)
     [m] = store.insert([Memory(id="", text="given vector")], vectors=[vec])
-    assert store._get_vec(store._seq(m.id)) == vec
+    assert store.vectors.get(store.db.seq(m.id)) == vec
 
 
 def test_memory_dict_and_row_copy_every_field():
@@ -286,9 +286,9 @@ def test_iter_list_pages_oldest_first_through_equal_dates(store):
     for i in range(40):
         store.add(f"memory number {i} about item {i * 7}", created_at=f"2025-01-{1 + i % 3:02d}T00:00:00Z",
                   tier="episodic" if i % 4 == 0 else "archival", tags=["odd"] if i % 2 else [])
-    store.forget(store.list(Filter(tags=("odd",)), limit=1)[0].id)
+    store.forget(store.list_memories(Filter(tags=("odd",)), limit=1)[0].id)
     for flt in (Filter(), Filter.everything(), Filter(tags=("odd",)), Filter(tiers=("episodic",))):
-        whole = [m.id for m in store.list(flt, reverse=True, limit=None)]
+        whole = [m.id for m in store.list_memories(flt, reverse=True, limit=None)]
         assert [m.id for m in store.iter_list(flt, batch=3)] == whole and whole
 
 

@@ -739,15 +739,15 @@ def many(store, n: int) -> None:
 
 
 def count_lists(store) -> list:
-    """Record every store.list call (offset, limit, reverse) made from now on."""
+    """Record every store.list_memories call (offset, limit, reverse) made from now on."""
     calls = []
-    original = store.list
+    original = store.list_memories
 
     def counting(*args, **kw):
         calls.append((kw.get("offset", 0), kw.get("limit"), kw.get("reverse", False)))
         return original(*args, **kw)
 
-    store.list = counting
+    store.list_memories = counting
     return calls
 
 
@@ -850,7 +850,7 @@ def test_pager_reads_the_same_rows_as_offsets(fake_config, tmp_path, same):
                          created_at=f"2025-01-01T00:{i // same // 60 % 60:02d}:{i // same % 60:02d}Z")
                   for i in range(730)])
     for flt in (Filter(), Filter(tags=("odd",))):
-        expected = [m.id for m in store.list(flt, limit=None)]
+        expected = [m.id for m in store.list_memories(flt, limit=None)]
         total = len(expected)
         pager = StorePager(store, flt, total)
         down = [m.id for offset in range(0, total, 100) for m in pager(offset, 100)]
