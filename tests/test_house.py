@@ -19,7 +19,10 @@ def contracts() -> dict[str, dict]:
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return {c["type"]: c for c in data["tool"]["importlinter"]["contracts"]}
+    contracts = data["tool"]["importlinter"]["contracts"]
+    found = {c["type"]: c for c in contracts if c.get("containers", ["pmem"]) == ["pmem"]}
+    found["store layers"] = next(c for c in contracts if c.get("containers") == ["pmem.store"])
+    return found
 
 
 def library_modules() -> set[str]:
@@ -37,6 +40,13 @@ def test_every_module_has_a_layer(contracts):
     placed = {name.strip() for layer in contracts["layers"]["layers"]
               for name in layer.replace(":", "|").split("|")}
     assert placed == library_modules() | {"cli", "tui"}
+
+
+def test_every_store_module_has_a_layer(contracts):
+    import pmem.store
+
+    placed = {name.strip() for layer in contracts["store layers"]["layers"] for name in layer.split("|")}
+    assert placed == {m.name for m in pkgutil.iter_modules(pmem.store.__path__)}
 
 
 def test_only_the_store_reaches_into_a_store():
