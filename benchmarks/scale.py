@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import resource
 import shlex
 import shutil
@@ -36,44 +35,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locomo
+import locomo  # noqa: E402
+from scale_corpus import DATA, EMBED, NOW, memories, pair_of, questions, turns  # noqa: E402
 
-NOW = "2026-06-01T00:00:00Z"
-EMBED = "fake-384"
 CHUNK = 10_000
 SIZES = (10_000, 100_000, 1_000_000)
-TAGS = ("work", "home", "travel", "food", "health")
-
-
-def turns() -> list[str]:
-    out = []
-    for conv in locomo.load():
-        out.extend(r["text"] for r in locomo.turn_records(conv))
-    return out
-
-
-def pair_of(i: int, pool_size: int) -> tuple[int, int]:
-    """The two pool turns memory i is made of."""
-    rng = random.Random(i)
-    return rng.randrange(pool_size), rng.randrange(pool_size)
-
-
-def memories(start: int, stop: int, pool: list[str]):
-    """Memories start..stop-1 of the synthetic lifetime: deterministic in their index alone."""
-    from pmem.records import Memory
-
-    out = []
-    for i in range(start, stop):
-        a, b = pair_of(i, len(pool))
-        minutes = i * 3  # ~5.7 years for 1,000,000
-        day, minute = divmod(minutes, 1440)
-        year, doy = divmod(day, 360)
-        created = f"{2020 + year}-{1 + doy // 30:02d}-{1 + doy % 30:02d}T{minute // 60:02d}:{minute % 60:02d}:00Z"
-        tier = "core" if i % 500 == 0 else ("episodic" if i % 10 == 3 else "archival")
-        out.append(Memory(id=f"{i:08x}", text=f"{pool[a]}\n{pool[b]}", tier=tier, pinned=tier == "core",
-                          tags=[TAGS[i % len(TAGS)]] if i % 20 == 7 else [], created_at=created,
-                          source="scale"))
-    return out
 
 
 def store_path(cache: Path, n: int) -> Path:
@@ -111,13 +77,6 @@ def build(cache: Path, n: int) -> None:
     for suffix in ("-wal", "-shm"):
         Path(str(work) + suffix).unlink(missing_ok=True)
     work.rename(store_path(cache, n))
-
-
-def questions(count: int = 16) -> list[str]:
-    """`count` LoCoMo dev questions spread over the five conversations."""
-    qs = [q["question"] for conv in locomo.load() for q in locomo.questions(conv)]
-    step = len(qs) // count
-    return [qs[i * step] for i in range(count)]
 
 
 def opened(cache: Path, n: int, label: str) -> tuple[Path, float | None]:
@@ -498,7 +457,7 @@ def quality(pool: int | None = None) -> dict:
     hits = {"exact": {5: 0, 10: 0}, "fast": {5: 0, 10: 0}}
     total = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for conv in locomo.load():
+        for conv in locomo.load(DATA):
             store = MemoryStore(Path(tmp) / f"{conv['sample_id']}.db")
             stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
                                    for r in locomo.turn_records(conv)])
@@ -534,12 +493,12 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
 
     path, _ = opened(cache, n, label)
     index_of = {}  # (conversation, dia_id) -> index in turns()
-    for conv in locomo.load():
+    for conv in locomo.load(DATA):
         for r in locomo.turn_records(conv):
             index_of[(conv["sample_id"], r["meta"]["dia_id"])] = len(index_of)
     asked = [(q, {index_of[(conv["sample_id"], d)] for d in q["evidence"]
                  if (conv["sample_id"], d) in index_of})
-             for conv in locomo.load() for q in locomo.questions(conv)]
+             for conv in locomo.load(DATA) for q in locomo.questions(conv)]
     step = max(1, len(asked) // count)
     asked = [asked[i * step] for i in range(min(count, len(asked)))]
     store = MemoryStore(path, clock=lambda: NOW)

@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-import scale  # noqa: E402
+import scale_corpus as corpus  # noqa: E402
 
 CACHE = Path("/tmp/pmem-scale")
 
@@ -72,7 +72,7 @@ def stand_ins(pool_vecs, lengths, n: int):
     """The stand-in vector of memories 0..n-1: length-weighted mean of its two turns' vectors."""
     import numpy as np
 
-    pairs = np.array([scale.pair_of(i, len(lengths)) for i in range(n)])
+    pairs = np.array([corpus.pair_of(i, len(lengths)) for i in range(n)])
     w = np.asarray(lengths, dtype="<f4")
     v = pool_vecs[pairs[:, 0]] * w[pairs[:, 0], None] + pool_vecs[pairs[:, 1]] * w[pairs[:, 1], None]
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype("<f4")
@@ -96,7 +96,7 @@ def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> N
                  (model_name, str(vecs.shape[1])))
     step = 50_000
     for start in range(0, len(vecs), step):
-        rows = scale.memories(start, min(start + step, len(vecs)), pool or [""] * 2)
+        rows = corpus.memories(start, min(start + step, len(vecs)), pool or [""] * 2)
         conn.executemany("INSERT INTO memories (seq, id, text, tier, pinned, tags, created_at, updated_at, source) "
                          "VALUES (?, ?, ?, ?, ?, '[]', ?, ?, 'scale')",
                          [(start + k + 1, m.id, m.text if pool else f"memory {start + k}", m.tier, int(m.pinned),
@@ -122,7 +122,7 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
     if slack is not None:
         store_module.PART_SLACK = slack
 
-    store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: scale.NOW)
+    store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: corpus.NOW)
     # A near-tie: 0.01 of cosine distance on MiniLM's scale, rescaled to the model's (e5 spreads
     # unrelated-to-identical over about a quarter of MiniLM's range: pmem.thresholds.score_floor).
     from pmem import thresholds
@@ -198,13 +198,13 @@ def main() -> int:
     os.environ.setdefault("PMEM_SERVER", "off")
     import numpy as np
 
-    pool = scale.turns()
+    pool = corpus.turns()
     lengths = [len(t.split()) + 2 for t in pool]
     pvecs = pool_vectors(args.model, pool)
-    queries = query_vectors(args.model, scale.questions(args.questions))
+    queries = query_vectors(args.model, corpus.questions(args.questions))
     result: dict = {"model": args.model, "questions": len(queries), "load_start": os.getloadavg(), "runs": []}
     if args.check:
-        texts = [m.text for m in scale.memories(0, args.check, pool)]
+        texts = [m.text for m in corpus.memories(0, args.check, pool)]
         own = np.array(embedder(args.model).embed(texts), dtype="<f4")
         cos = np.sum(own * stand_ins(pvecs, lengths, args.check), axis=1)
         result["stand_in_cosine"] = {"median": round(float(np.median(cos)), 4), "p5": round(float(np.percentile(cos, 5)), 4)}
