@@ -167,7 +167,7 @@ def cache_query_vectors(store: MemoryStore, cache: dict) -> None:
 
 
 def active(store: MemoryStore) -> tuple[int, int]:
-    ms = store.list(Filter(tiers=TIERS), limit=None)
+    ms = store.list_memories(Filter(tiers=TIERS), limit=None)
     return len(ms), sum(estimate_tokens(m.text) for m in ms)
 
 

@@ -213,7 +213,7 @@ def extract_locomo(conv_id: str, sessions: int, chat: str | None = None) -> dict
                 generator = RulesOnly()
             summary = extract_conversations(store, records, generator=generator)
             t_extract = time.perf_counter() - t
-            facts = [m for m in store.list(Filter(), limit=None)
+            facts = [m for m in store.list_memories(Filter(), limit=None)
                      if isinstance(m.meta.get("extract"), dict) and m.meta["extract"].get("role") != "source"]
             ungrounded = []
             for m in facts:

@@ -106,7 +106,7 @@ def build_base(tmp: Path, n: int) -> Path:
     items += [Memory(id="", text=f"{PURGE_TOKEN}{i} is a private note to erase") for i in range(20)]
     for start in range(0, len(items), 200):  # a write a batch: the keyword index in several segments
         store.insert(items[start:start + 200])
-    purge_ids = [m.id for m in store.list(limit=None) if m.text.startswith(PURGE_TOKEN)]
+    purge_ids = [m.id for m in store.list_memories(limit=None) if m.text.startswith(PURGE_TOKEN)]
     store.checkpoint()
     store.close()
     data = tmp / "data"
@@ -137,7 +137,7 @@ def check(db: Path, op: str, data: Path) -> dict:
     except Exception as exc:
         problems["corrupt"].append(f"fts: {exc}")
     rows = {r[0] for r in q("SELECT seq FROM memories")}
-    vecs = {r[0] for r in q("SELECT seq FROM memory_vec")} if store.has_vectors() else set()
+    vecs = {r[0] for r in q("SELECT seq FROM memory_vec")} if store.vectors.exists() else set()
     if rows != vecs:
         problems["corrupt"].append(f"vectors: {len(rows - vecs)} missing, {len(vecs - rows)} orphaned")
     undone = {r[0] for r in q("SELECT id FROM operations WHERE undone_at IS NOT NULL")}

@@ -11,7 +11,7 @@ One memory per dialogue turn, each session a thread (`locomo.turn_records(conv, 
 database per conversation, real all-MiniLM-L6-v2. "Evidence in the recall block": the share of
 questions (categories 1-4) with at least one evidence turn among the memories `recall` returns.
 The sweep embeds every turn and question once and changes the window in place
-(`MemoryStore.set_keyword_window`), so the whole grid costs one import.
+(`MemoryStore.keywords.set_window`), so the whole grid costs one import.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def sweep(convs) -> dict:
     out: dict = {"window": [], "keyword_weight": [], "recall_neighbours": []}
     for before, after in ((0, 0), (1, 0), (0, 1), (1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (3, 2)):
         for store, _, _ in convs:
-            store.set_keyword_window(before, after)
+            store.keywords.set_window(before, after)
         for cw in ((1.0,) if (before, after) == (0, 0) else (1.0, 0.7, 0.5, 0.3)):
             row = {"before": before, "after": after, "context_weight": cw,
                    **search_recall(convs, Tuning(context_weight=cw)),
@@ -106,7 +106,7 @@ def sweep(convs) -> dict:
             print(json.dumps(row), file=sys.stderr)
     best = max(out["window"], key=lambda r: (r["R@10"] + r["R@5"], r["R@10"]))
     for store, _, _ in convs:
-        store.set_keyword_window(best["before"], best["after"])
+        store.keywords.set_window(best["before"], best["after"])
     for kw in (0.5, 0.6, 0.7, 0.8):
         fixed = Tuning(keyword_weight=kw, context_weight=best["context_weight"], adaptive=False)
         row = {"keyword_weight": kw, **search_recall(convs, fixed)}

@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import resource
 import shlex
 import shutil
@@ -36,44 +35,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locomo
+import locomo  # noqa: E402
+from scale_corpus import DATA, EMBED, NOW, memories, pair_of, questions, turns  # noqa: E402
 
-NOW = "2026-06-01T00:00:00Z"
-EMBED = "fake-384"
 CHUNK = 10_000
 SIZES = (10_000, 100_000, 1_000_000)
-TAGS = ("work", "home", "travel", "food", "health")
-
-
-def turns() -> list[str]:
-    out = []
-    for conv in locomo.load():
-        out.extend(r["text"] for r in locomo.turn_records(conv))
-    return out
-
-
-def pair_of(i: int, pool_size: int) -> tuple[int, int]:
-    """The two pool turns memory i is made of."""
-    rng = random.Random(i)
-    return rng.randrange(pool_size), rng.randrange(pool_size)
-
-
-def memories(start: int, stop: int, pool: list[str]):
-    """Memories start..stop-1 of the synthetic lifetime: deterministic in their index alone."""
-    from pmem.records import Memory
-
-    out = []
-    for i in range(start, stop):
-        a, b = pair_of(i, len(pool))
-        minutes = i * 3  # ~5.7 years for 1,000,000
-        day, minute = divmod(minutes, 1440)
-        year, doy = divmod(day, 360)
-        created = f"{2020 + year}-{1 + doy // 30:02d}-{1 + doy % 30:02d}T{minute // 60:02d}:{minute % 60:02d}:00Z"
-        tier = "core" if i % 500 == 0 else ("episodic" if i % 10 == 3 else "archival")
-        out.append(Memory(id=f"{i:08x}", text=f"{pool[a]}\n{pool[b]}", tier=tier, pinned=tier == "core",
-                          tags=[TAGS[i % len(TAGS)]] if i % 20 == 7 else [], created_at=created,
-                          source="scale"))
-    return out
 
 
 def store_path(cache: Path, n: int) -> Path:
@@ -111,13 +77,6 @@ def build(cache: Path, n: int) -> None:
     for suffix in ("-wal", "-shm"):
         Path(str(work) + suffix).unlink(missing_ok=True)
     work.rename(store_path(cache, n))
-
-
-def questions(count: int = 16) -> list[str]:
-    """`count` LoCoMo dev questions spread over the five conversations."""
-    qs = [q["question"] for conv in locomo.load() for q in locomo.questions(conv)]
-    step = len(qs) // count
-    return [qs[i * step] for i in range(count)]
 
 
 def opened(cache: Path, n: int, label: str) -> tuple[Path, float | None]:
@@ -193,14 +152,19 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
                                                      "semantic_cpu", "keyword_cpu", "hybrid_one_connection",
                                                      "hybrid_no_sharing", "hybrid_unbounded",
                                                      "semantic_unbounded")}
-    from pmem.store import MemoryStore as Store
     from pmem.store import PartitionScan
 
+    try:  # the vector index of pmem/store/vectors.py; before the package, MemoryStore's own method
+        from pmem.store.vectors import VectorIndex as Index
+        knn_name = "bounded_knn"
+    except ImportError:
+        from pmem.store import MemoryStore as Index
+        knn_name = "_bounded_knn"
     sharing = PartitionScan.help
-    bounded = Store._bounded_knn
+    bounded = getattr(Index, knn_name)
 
     def unbounded(self, knn, jobs, lead, pool, scan):  # every partition's k nearest, no distance bound
-        return scan.run(self.conn, knn, jobs)
+        return scan.run(getattr(self, "db", self).conn, knn, jobs)
     for round_ in range(2):  # the first round is cold: its worst case is reported
         for q in qs:
             t, c = time.perf_counter(), time.process_time()
@@ -224,7 +188,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
             parts["semantic"].append(time.perf_counter() - t)
             parts["semantic_cpu"].append(time.process_time() - c)
             # The same, and hybrid, with vec0's KNN not bounded by the lead partition's distance.
-            Store._bounded_knn = unbounded  # type: ignore[method-assign]
+            setattr(Index, knn_name, unbounded)
             t = time.perf_counter()
             S.semantic_ranks(store, q, flt, 100, vector=vecs[q])
             parts["semantic_unbounded"].append(time.perf_counter() - t)
@@ -232,7 +196,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
             S.search(store, q, flt, limit=10)
             if round_:
                 parts["hybrid_unbounded"].append(time.perf_counter() - t)
-            Store._bounded_knn = bounded  # type: ignore[method-assign]
+            setattr(Index, knn_name, bounded)
             t, c = time.perf_counter(), time.process_time()
             S.keyword_ranks(store, q, flt, 100)
             parts["keyword"].append(time.perf_counter() - t)
@@ -355,11 +319,11 @@ def recall(cache: Path, n: int, label: str, k: int) -> dict:
         vec = store.query_vector(q)
         store.exact_below = 10**12
         t = time.process_time()
-        exact = store.semantic_ranks(vec, Filter(), k)
+        exact = store.vectors.ranks(vec, Filter(), k)
         exact_ms.append(time.process_time() - t)
         store.exact_below = 0
         t = time.process_time()
-        fast = store.semantic_ranks(vec, Filter(), k)
+        fast = store.vectors.ranks(vec, Filter(), k)
         fast_ms.append(time.process_time() - t)
         got.append(len({s for s, _ in fast} & {s for s, _ in exact}) / len(exact))
     store.close()
@@ -484,8 +448,8 @@ def quality(pool: int | None = None) -> dict:
     import tempfile
 
     from pmem import Memory, MemoryStore
-    from pmem import store as store_module
     from pmem.search import search
+    from pmem.store import vectors as store_module  # where the bit path reads its constants
 
     if pool is not None:
         store_module.BIT_POOL = pool
@@ -493,12 +457,12 @@ def quality(pool: int | None = None) -> dict:
     hits = {"exact": {5: 0, 10: 0}, "fast": {5: 0, 10: 0}}
     total = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for conv in locomo.load():
+        for conv in locomo.load(DATA):
             store = MemoryStore(Path(tmp) / f"{conv['sample_id']}.db")
             stored = store.insert([Memory(id="", text=r["text"], created_at=r["created_at"], meta=r["meta"])
                                    for r in locomo.turn_records(conv)])
             by_id = {m.id: m.meta["dia_id"] for m in stored}
-            store.build_bits()  # below BITS_FROM no bit index is kept: build one to force its use
+            store.vectors.build_bits()  # below BITS_FROM no bit index is kept: build one to force its use
             for q in locomo.questions(conv):
                 total += 1
                 for name in ("exact", "fast"):
@@ -529,12 +493,12 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
 
     path, _ = opened(cache, n, label)
     index_of = {}  # (conversation, dia_id) -> index in turns()
-    for conv in locomo.load():
+    for conv in locomo.load(DATA):
         for r in locomo.turn_records(conv):
             index_of[(conv["sample_id"], r["meta"]["dia_id"])] = len(index_of)
     asked = [(q, {index_of[(conv["sample_id"], d)] for d in q["evidence"]
                  if (conv["sample_id"], d) in index_of})
-             for conv in locomo.load() for q in locomo.questions(conv)]
+             for conv in locomo.load(DATA) for q in locomo.questions(conv)]
     step = max(1, len(asked) // count)
     asked = [asked[i * step] for i in range(min(count, len(asked)))]
     store = MemoryStore(path, clock=lambda: NOW)
@@ -674,7 +638,7 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
     kinds = set(only.split(",")) if only else None
     out: dict = {"n": n, "db": str(path), "new": new, "kinds": only or "default", "load_start": os.getloadavg()}
     fresh = distinct_texts(n + new)[n:] if path.name.startswith("distinct") else distinct_texts(new)
-    old = [m.text for m in store.list(limit=new // 10)]
+    old = [m.text for m in store.list_memories(limit=new // 10)]
     texts = fresh[:new - len(old)] + [t + "!" for t in old]
     try:
         with store.transaction():

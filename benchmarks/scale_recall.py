@@ -17,7 +17,7 @@ the stand-in can be judged by the one figure that matters here.
 
 The stores hold what the vector path reads (memory rows with tier and dates, float32 vectors, the
 bit index) and no keyword index. Queries: 200 LoCoMo dev questions, embedded as queries. For each
-n: recall@10 and @100 of `MemoryStore.semantic_ranks` with the bit path against the exact scan,
+n: recall@10 and @100 of `VectorIndex.ranks` with the bit path against the exact scan,
 the share of approximate results at most a near-tie beyond the exact k-th (0.01 of cosine
 distance on MiniLM's scale, rescaled to the model's: differences the data cannot tell apart), and the CPU time of each path (median).
 """
@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-import scale  # noqa: E402
+import scale_corpus as corpus  # noqa: E402
 
 CACHE = Path("/tmp/pmem-scale")
 
@@ -72,7 +72,7 @@ def stand_ins(pool_vecs, lengths, n: int):
     """The stand-in vector of memories 0..n-1: length-weighted mean of its two turns' vectors."""
     import numpy as np
 
-    pairs = np.array([scale.pair_of(i, len(lengths)) for i in range(n)])
+    pairs = np.array([corpus.pair_of(i, len(lengths)) for i in range(n)])
     w = np.asarray(lengths, dtype="<f4")
     v = pool_vecs[pairs[:, 0]] * w[pairs[:, 0], None] + pool_vecs[pairs[:, 1]] * w[pairs[:, 1], None]
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype("<f4")
@@ -84,7 +84,8 @@ def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> N
     from pmem.store import MemoryStore
 
     MemoryStore(path, embedder=embedder("fake-384")).close()  # the schema, nothing else
-    from pmem import db, migrations
+    from pmem import db
+    from pmem.store import vectors as migrations
 
     conn = db.connect(path)
     conn.execute("BEGIN")
@@ -95,7 +96,7 @@ def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> N
                  (model_name, str(vecs.shape[1])))
     step = 50_000
     for start in range(0, len(vecs), step):
-        rows = scale.memories(start, min(start + step, len(vecs)), pool or [""] * 2)
+        rows = corpus.memories(start, min(start + step, len(vecs)), pool or [""] * 2)
         conn.executemany("INSERT INTO memories (seq, id, text, tier, pinned, tags, created_at, updated_at, source) "
                          "VALUES (?, ?, ?, ?, ?, '[]', ?, ?, 'scale')",
                          [(start + k + 1, m.id, m.text if pool else f"memory {start + k}", m.tier, int(m.pinned),
@@ -113,15 +114,15 @@ _EXACT: dict = {}
 
 
 def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None = None) -> dict:
-    from pmem import store as store_module
     from pmem.store import Filter, MemoryStore
+    from pmem.store import vectors as store_module  # where the bit path reads its constants
 
     if pool:
         store_module.BIT_POOL = pool
     if slack is not None:
         store_module.PART_SLACK = slack
 
-    store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: scale.NOW)
+    store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: corpus.NOW)
     # A near-tie: 0.01 of cosine distance on MiniLM's scale, rescaled to the model's (e5 spreads
     # unrelated-to-identical over about a quarter of MiniLM's range: pmem.thresholds.score_floor).
     from pmem import thresholds
@@ -141,12 +142,12 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
             if key not in _EXACT:  # the exact answer does not depend on the pool: once per store
                 store.exact_below = 10**12
                 t = time.process_time()
-                _EXACT[key] = (store.semantic_ranks(blob, flt, k), time.process_time() - t)
+                _EXACT[key] = (store.vectors.ranks(blob, flt, k), time.process_time() - t)
             exact, exact_s = _EXACT[key]
             exact_ms.append(exact_s)
             store.exact_below = 0
             t = time.process_time()
-            fast = store.semantic_ranks(blob, flt, k)
+            fast = store.vectors.ranks(blob, flt, k)
             fast_ms.append(time.process_time() - t)
             got.append(len({s for s, _ in fast} & {s for s, _ in exact}) / len(exact))
             kth = exact[-1][1]
@@ -186,9 +187,9 @@ def main() -> int:
     ap.add_argument("--check", type=int, default=0, help="compare the stand-ins with the model's own vectors "
                     "of the first K pair texts")
     ap.add_argument("--pools", type=int, nargs="+", default=[0],
-                    help="rescoring pools (store.BIT_POOL) to compare; 0: pmem's")
+                    help="rescoring pools (pmem.store.vectors.BIT_POOL) to compare; 0: pmem's")
     ap.add_argument("--slacks", type=int, nargs="+", default=[None],
-                    help="rows each bit partition gives beyond its share of the pool (store.PART_SLACK)")
+                    help="rows each bit partition gives beyond its share of the pool (pmem.store.vectors.PART_SLACK)")
     ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "
                     "(memories then hold their texts)")
     ap.add_argument("--real", type=Path, help="the model's vectors of the first N pair texts (.npy): "
@@ -197,13 +198,13 @@ def main() -> int:
     os.environ.setdefault("PMEM_SERVER", "off")
     import numpy as np
 
-    pool = scale.turns()
+    pool = corpus.turns()
     lengths = [len(t.split()) + 2 for t in pool]
     pvecs = pool_vectors(args.model, pool)
-    queries = query_vectors(args.model, scale.questions(args.questions))
+    queries = query_vectors(args.model, corpus.questions(args.questions))
     result: dict = {"model": args.model, "questions": len(queries), "load_start": os.getloadavg(), "runs": []}
     if args.check:
-        texts = [m.text for m in scale.memories(0, args.check, pool)]
+        texts = [m.text for m in corpus.memories(0, args.check, pool)]
         own = np.array(embedder(args.model).embed(texts), dtype="<f4")
         cos = np.sum(own * stand_ins(pvecs, lengths, args.check), axis=1)
         result["stand_in_cosine"] = {"median": round(float(np.median(cos)), 4), "p5": round(float(np.percentile(cos, 5)), 4)}

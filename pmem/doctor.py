@@ -90,7 +90,7 @@ def run_checks(settings: Settings | PmemError, db_override=None,
                 checks.append(Check("free space", True, f"{free * page / 1e6:.0f} MB of the "
                                     f"{pages * page / 1e6:.0f} MB file is free pages",
                                     "pmem dream --apply gives it back at its end", level="info"))
-            from .migrations import MIGRATIONS, applied
+            from .store.migrations import MIGRATIONS, applied
 
             done = applied(conn)
             checks.append(Check("schema", len(done) <= len(MIGRATIONS), f"{len(done)} of {len(MIGRATIONS)} migrations",

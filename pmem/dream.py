@@ -861,7 +861,7 @@ def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float
     # alone 0.77 s).
     product = np.empty(1024 * PARTNER_BLOCK, dtype=np.float32)
     mask = np.empty(1024 * PARTNER_BLOCK, dtype=bool)
-    for block_seqs, blob in store.vector_blocks(PARTNER_BLOCK, upto):
+    for block_seqs, blob in store.vectors.blocks(PARTNER_BLOCK, upto):
         if budget is not None and budget.over():
             return None
         block = np.frombuffer(blob, dtype="<f4").reshape(-1, dim)
@@ -1117,14 +1117,14 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     planner = _Planner(store, result, kinds, now, budget, generator, thresholds, included)
     live = store.count(Filter.live())
     if live < INCREMENTAL_FROM:
-        planner.run(store.list(Filter.everything(), sort="id", limit=None), kinds)
+        planner.run(store.list_memories(Filter.everything(), sort="id", limit=None), kinds)
     else:
         planner.run(store.expired_live(now), ("expire", "purge"))
         if any(k in kinds for k in PAIR_KINDS):
             _compare_large(planner, live, full, progress)
         if "compress" in kinds:  # old episodes no dream wrote, read until compressed
             cutoff = timeutil.iso(_parse(now) - timedelta(days=int(cfg.compress_after_days)))
-            old = store.list(Filter(tiers=("episodic",), until=cutoff, pinned=False, include_expired=True,
+            old = store.list_memories(Filter(tiers=("episodic",), until=cutoff, pinned=False, include_expired=True,
                                     include_superseded=True), limit=None)
             planner.run(sorted((m for m in old if not m.derived_from), key=lambda m: m.id), ("compress",))
     result.considered = len(planner.considered)

@@ -153,7 +153,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
     query = (query or "").strip() or None
     result = Recalled(query=query, budget=budget)
 
-    core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
+    core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     others_flt = replace(flt, pinned=False, tiers=tuple(t for t in flt.tiers if t != "core") or ("archival",))
     if query:
         hits = search(store, query, others_flt, limit=candidates)
@@ -170,7 +170,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         others = [h.memory for h in hits]
         result.scores = {h.memory.id: h.score for h in hits}
     else:
-        others = store.list(others_flt, sort="created", limit=candidates)
+        others = store.list_memories(others_flt, sort="created", limit=candidates)
 
     # Pack greedily, measuring the rendered block itself, so the budget holds for every
     # header and separator too. JSON is for programs; it is packed by its Markdown size.
@@ -220,7 +220,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         result.relevant = _blocks(result.relevant, came_with)
     result.tokens = used
     if not result.core and not result.relevant:
-        result.stored = bool(store.list(Filter.live(), limit=1))
+        result.stored = bool(store.list_memories(Filter.live(), limit=1))
     store.touch(m.id for m in result.memories())
     return result
 

@@ -104,21 +104,21 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                   context_weight: float = DEFAULT_TUNING.context_weight) -> list[tuple[int, float]]:
     """(seq, bm25) best first; bm25 is negative, lower is better. The index holds each memory's
     text and its thread neighbours' (`context`), weighted `context_weight`. On large stores words
-    held by more than 5% of the memories are left out when rarer ones remain (MemoryStore.keyword_ranks)."""
-    match = fts_query(query, store.languages())
+    held by more than 5% of the memories are left out when rarer ones remain (KeywordIndex.ranks)."""
+    match = fts_query(query, store.keywords.languages())
     if match is None:
         return []
-    return store.keyword_ranks(match, flt, n, context_weight)
+    return store.keywords.ranks(match, flt, n, context_weight)
 
 
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                    vector: bytes | None = None, scan: PartitionScan | None = None) -> list[tuple[int, float]]:
     """(seq, cosine distance) best first, after filters: exact below `store.exact_below` vectors,
-    above through the store's bit index rescored with float32 (MemoryStore.semantic_ranks)."""
-    if not store.has_vectors():
+    above through the store's bit index rescored with float32 (VectorIndex.ranks)."""
+    if not store.vectors.exists():
         return []
     blob = vector if vector is not None else store.query_vector(query)
-    return store.semantic_ranks(blob, flt, n, scan)
+    return store.vectors.ranks(blob, flt, n, scan)
 
 
 def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_weight: float,
@@ -141,7 +141,7 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_w
             except BaseException as exc:  # raised again on this thread below
                 out["error"] = exc
                 return
-            scan.help(side.conn)
+            side.vectors.help_scan(scan)
 
         worker = threading.Thread(target=keyword, name="pmem-keyword-side", daemon=True)
         worker.start()

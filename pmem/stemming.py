@@ -192,7 +192,7 @@ def query_stems(text: str, languages: Collection[str] = ()) -> list[str]:
     """Stems to match against the `stems` column for a query; none for an English query
     (without Cyrillic words), so English keyword search is the porter match alone.
 
-    `languages` are those the store holds memories in (MemoryStore.languages()). A Latin-script
+    `languages` are those the store holds memories in (KeywordIndex.languages()). A Latin-script
     query with no stop word of any language cannot be told from English; it is stemmed in each
     of the store's Latin-script languages, so the stemmers load only where such memories exist."""
     if not available():

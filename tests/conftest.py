@@ -56,43 +56,11 @@ def store(fake_config, tmp_path):
     s.close()
 
 
-def seed_tui_store(store) -> None:
-    """Five memories covering what the TUI draws: pinned, expiring, with meta, markup-like text
-    and escapes, derived."""
-    from pmem.records import Memory
-
-    store.insert([
-        Memory(id="a1", text="I am vegetarian", tier="core", pinned=True, tags=["food"],
-               created_at="2025-01-01T09:00:00Z", updated_at="2025-01-01T09:00:00Z"),
-        Memory(id="a2", text="The cabin wifi password is hunter2", tags=["home"],
-               created_at="2025-02-20T09:00:00Z", updated_at="2025-02-20T09:00:00Z",
-               expires_at="2025-03-10T00:00:00Z"),
-        Memory(id="a3", text="Dana approves deploys to production", tags=["work"], source="slack",
-               meta={"channel": "#ops"}, created_at="2025-02-25T09:00:00Z", updated_at="2025-02-25T09:00:00Z"),
-        Memory(id="a4", text="[bold red]x[/] \x1b[31mred\x1b[0m is not markup",
-               created_at="2025-02-27T09:00:00Z", updated_at="2025-02-27T09:00:00Z"),
-        Memory(id="a5", text="Trips to the cabin happen in winter", derived_from=["a2"],
-               created_at="2025-02-28T09:00:00Z", updated_at="2025-02-28T09:00:00Z"),
-    ], kind="import", summary="seed")
-
-
-@pytest.fixture
-def tstore(fake_config, tmp_path):
-    """The seeded store both TUI test modules use, its clock fixed at fakes.TUI_NOW."""
-    from pmem.store import MemoryStore
-
-    from fakes import TUI_NOW
-
-    s = MemoryStore(tmp_path / "tui.db", config=fake_config, clock=lambda: TUI_NOW)
-    seed_tui_store(s)
-    yield s
-    s.close()
-
-
 def schema_before(path, migration: str):
     """A new database at `path` with every migration before `migration` applied, as an older pmem
     left it; returns the open connection (the caller adds rows and closes it)."""
-    from pmem import db, migrations
+    from pmem import db
+    from pmem.store import migrations
 
     conn = db.connect(path)
     conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL "

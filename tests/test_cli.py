@@ -332,7 +332,7 @@ def test_one_group_translates_errors_for_every_registered_command():
     @throwaway.command("malformed")
     def malformed() -> None:
         with open_store() as store:
-            store.list()
+            store.list_memories()
             from pmem import db
 
             raise db.driver().DatabaseError("database disk image is malformed")

@@ -1,4 +1,5 @@
-"""The database layer: driver choice, sqlite-vec, permissions, migrations, bad files, locks."""
+"""The database file (pmem/db.py): driver choice, sqlite-vec, permissions, bad files, locks, pages.
+The migrations are tested in tests/store/test_migrations.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from pmem import MemoryStore, db, migrations
+from pmem import MemoryStore, db
 from pmem.errors import DatabaseError
 
 
@@ -24,22 +25,6 @@ def test_new_database_is_private(tmp_path):
     db.connect(path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
-
-
-def test_migrations_are_named_ordered_and_idempotent(tmp_path):
-    conn = db.connect(tmp_path / "m.db")
-    ran = migrations.migrate(conn)
-    assert ran == [name for name, _ in migrations.MIGRATIONS]
-    assert migrations.migrate(conn) == []
-    assert migrations.schema_version(conn) == len(migrations.MIGRATIONS)
-
-
-def test_newer_database_refused(tmp_path):
-    conn = db.connect(tmp_path / "n.db")
-    migrations.migrate(conn)
-    conn.execute("INSERT INTO _pmem_migrations (name) VALUES ('m999_from_the_future')")
-    with pytest.raises(DatabaseError, match="newer pmem"):
-        migrations.migrate(conn)
 
 
 def test_corrupt_file_is_a_clear_error(tmp_path, fake_config):
@@ -76,25 +61,7 @@ def test_locked_database_gives_clear_error(tmp_path, fake_config):
         holder.kill()
         holder.wait()
     with MemoryStore(path, config=fake_config) as s:
-        assert [m.text for m in s.list()] == ["before the lock"]
-
-
-def test_upgrade_from_first_schema_keeps_data(tmp_path, fake_config):
-    path = tmp_path / "old.db"
-    conn = db.connect(path)
-    name, first = migrations.MIGRATIONS[0]
-    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    first(conn)
-    conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
-    conn.execute("PRAGMA user_version = 1")
-    conn.execute("INSERT INTO memories (id, text, created_at, updated_at) VALUES ('abcd1234', 'old', "
-                 "'2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')")
-    conn.close()
-    with MemoryStore(path, config=fake_config) as s:
-        assert [m.text for m in s.list()] == ["old"]
-        assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
-        indexes = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert "memories_created_seq" in indexes and "memories_tier" not in indexes
+        assert [m.text for m in s.list_memories()] == ["before the lock"]
 
 
 def test_file_databases_are_read_through_a_memory_map(tmp_path, fake_config):

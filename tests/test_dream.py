@@ -37,7 +37,7 @@ def add(store, text, **kw):
 
 
 def everything(store):
-    return [m.to_dict() for m in store.list(Filter.everything(), sort="id", limit=None)]
+    return [m.to_dict() for m in store.list_memories(Filter.everything(), sort="id", limit=None)]
 
 
 def snapshot(store, queries=("wifi password", "favorite color", "hiking trail", "dentist")):
@@ -113,7 +113,7 @@ def test_supersede_newer_value_wins(store):
     dream.apply(store, plan, backup=False)
     old = store.get(ids["old_color"])
     assert old.superseded_by == ids["new_color"] and old.valid_to == "2024-05-01T00:00:00Z"
-    asof = store.list(Filter(as_of="2024-02-01T00:00:00Z"), limit=None)
+    asof = store.list_memories(Filter(as_of="2024-02-01T00:00:00Z"), limit=None)
     assert ids["old_color"] in [m.id for m in asof]
 
 
@@ -193,7 +193,7 @@ def test_merge_that_brings_a_secret_no_member_holds_is_refused(store):
     plan.proposals[0].result_text = plan.proposals[0].result_text.replace(TOKEN, other)  # as if the model wrote it
     result = dream.apply(store, plan, backup=False)
     assert result.applied == [] and "GitHub token" in result.skipped[0]["reason"]
-    assert other not in {m.text for m in store.list(Filter(), limit=None)}
+    assert other not in {m.text for m in store.list_memories(Filter(), limit=None)}
 
 
 def test_applying_a_merge_embeds_before_taking_the_write_lock(fake_config, tmp_path):
@@ -260,7 +260,7 @@ def test_compress_old_episodes_extractively_without_a_model(store):
     summary = store.get(result.created[p.id])
     assert summary.tier == "episodic" and summary.derived_from == ids["episodes"]
     assert summary.created_at == OLD
-    default = {m.id for m in store.list(Filter(tiers=TIERS), limit=None)}
+    default = {m.id for m in store.list_memories(Filter(tiers=TIERS), limit=None)}
     assert not default & set(ids["episodes"]) and summary.id in default and ids["recent"] in default
 
 
@@ -453,7 +453,7 @@ def test_a_dream_with_nothing_to_do_still_merges_the_keyword_index(store, monkey
 
     for batch in range(6):  # a segment a write
         store.insert([Memory(id="", text=f"a plain note {batch}-{i} about w{batch}x{i}") for i in range(20)])
-    segments = store.keyword_segments()
+    segments = store.keywords.segments()
     assert segments >= 2
     monkeypatch.setenv("PMEM_DB", str(store.path))
     runner = CliRunner()
@@ -462,7 +462,7 @@ def test_a_dream_with_nothing_to_do_still_merges_the_keyword_index(store, monkey
     data = json.loads(r.stdout)
     assert data["plan"]["proposals"] == []
     assert data["upkeep"]["index_segments"] == [segments, 1]
-    assert store.keyword_segments() == 1
+    assert store.keywords.segments() == 1
     r = runner.invoke(app, ["dream", "--apply", "--yes", "--no-model", "--only", "expire"])
     assert r.exit_code == 0 and "nothing to do" in r.stderr and "upkeep not done" not in r.stderr
 

@@ -164,7 +164,7 @@ def test_neighbours_are_every_stored_vector_at_the_threshold(store, large, monke
     """_neighbours reads the vectors a block at a time: the same pairs as comparing each stored
     vector (up to `upto`) with each of the chunk's, two of the chunk once, none with itself."""
     monkeypatch.setattr(dream, "PARTNER_BLOCK", 7)
-    everyone = store.list(Filter.live(), limit=None)
+    everyone = store.list_memories(Filter.live(), limit=None)
     seq = store.storage_order(m.id for m in everyone)
     vec = {seq[m.id]: v for m, v in zip(everyone, dream._vectors(store, everyone))}
     chunk = {seq[m.id]: m for m in large["background"][:5] + [large["old"][0]]}

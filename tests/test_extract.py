@@ -21,11 +21,11 @@ from fakes import FakeGenerator, writing_while_embedding
 
 
 def active(store):
-    return store.list(Filter(), limit=None)
+    return store.list_memories(Filter(), limit=None)
 
 
 def everything(store):
-    return store.list(Filter.everything(), limit=None)
+    return store.list_memories(Filter.everything(), limit=None)
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_extract_stores_source_and_linked_facts(store):
     assert sorted((d["phrase"], d["resolved"]) for d in r.dates) == [("last year", "in 2022"),
                                                                       ("yesterday", "on 7 May 2023")]
     assert r.counts()["dates_resolved"] == 2
-    (src,) = store.list(Filter(tiers=("episodic",)), limit=None)
+    (src,) = store.list_memories(Filter(tiers=("episodic",)), limit=None)
     assert src.text == CHAT.strip() and src.created_at == "2023-05-08T00:00:00Z" and src.tags == ["chat"]
     for f in r.facts:
         m = store.get(f.id)
@@ -184,7 +184,7 @@ def test_supersede_keeps_the_old_fact_in_history(store):
     old = store.get(old.id)
     assert old.superseded_by == r.facts[0].id and old.valid_to
     assert old.id not in {m.id for m in active(store)}
-    assert old.id in {m.id for m in store.list(Filter(include_superseded=True), limit=None)}
+    assert old.id in {m.id for m in store.list_memories(Filter(include_superseded=True), limit=None)}
 
 
 def test_update_refines_a_stored_memory(store, monkeypatch):
@@ -501,4 +501,4 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
         assert [f.action for f in r.facts] == ["update"] and store.get(old.id).text.endswith("on Fridays.")
     assert locked == [] and len(written) >= 2
     with MemoryStore(db, config=fake_config, embedder=FakeEmbedder(64)) as s:
-        assert {m.id for m in s.list(Filter(), limit=None)} >= set(written)
+        assert {m.id for m in s.list_memories(Filter(), limit=None)} >= set(written)

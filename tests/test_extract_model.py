@@ -47,7 +47,7 @@ def test_real_extraction_end_to_end(real_store):
     assert {f.action for f in again.facts} == {"noop"}
     real_store.undo()
     real_store.undo()
-    assert real_store.list(Filter.everything(), limit=None) == []
+    assert real_store.list_memories(Filter.everything(), limit=None) == []
 
 
 def test_real_grounding_rejects_an_invented_fact(real_store):

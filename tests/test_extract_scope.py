@@ -16,9 +16,9 @@ def test_facts_of_a_project_extraction_keep_its_scope(store):
     r = ex.extract(store, "I moved to Lisbon from Berlin in March.\n\nI still prefer dark mode.",
                    generator=FakeGenerator(), scope=PROJECT)
     assert r.facts and r.source_ids
-    stored = store.list(Filter.everything(), limit=None)
+    stored = store.list_memories(Filter.everything(), limit=None)
     assert {m.scope for m in stored} == {PROJECT}
-    assert store.list(Filter(scope="global"), limit=None) == []  # nothing leaked to every project
+    assert store.list_memories(Filter(scope="global"), limit=None) == []  # nothing leaked to every project
 
 
 def test_a_project_fact_does_not_supersede_a_global_memory(store):

@@ -19,7 +19,10 @@ def contracts() -> dict[str, dict]:
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return {c["type"]: c for c in data["tool"]["importlinter"]["contracts"]}
+    contracts = data["tool"]["importlinter"]["contracts"]
+    found = {c["type"]: c for c in contracts if c.get("containers", ["pmem"]) == ["pmem"]}
+    found["store layers"] = next(c for c in contracts if c.get("containers") == ["pmem.store"])
+    return found
 
 
 def library_modules() -> set[str]:
@@ -39,14 +42,21 @@ def test_every_module_has_a_layer(contracts):
     assert placed == library_modules() | {"cli", "tui"}
 
 
+def test_every_store_module_has_a_layer(contracts):
+    import pmem.store
+
+    placed = {name.strip() for layer in contracts["store layers"]["layers"] for name in layer.split("|")}
+    assert placed == {m.name for m in pkgutil.iter_modules(pmem.store.__path__)}
+
+
 def test_only_the_store_reaches_into_a_store():
-    """No module but store.py uses a MemoryStore's connection or a private store name (issue 9)."""
+    """No module outside pmem/store/ uses a MemoryStore's connection or a private store name."""
     import re
 
     reach = re.compile(r"\b(?:store|copy|self\.store|s)\.(?:conn\b|_[a-z])")
     offenders = []
     for path in sorted((ROOT / "pmem").rglob("*.py")):
-        if path.name == "store.py":
+        if path.parent.name == "store":
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if reach.search(line):

@@ -36,7 +36,7 @@ def texts(plan):
 
 
 def all_memories(store):
-    return store.list(Filter.everything(), limit=None, sort="id")
+    return store.list_memories(Filter.everything(), limit=None, sort="id")
 
 
 # -- ChatGPT ----------------------------------------------------------------------------------
@@ -383,7 +383,8 @@ def test_extract_from_imported_conversations_resolves_relative_dates(store, tmp_
     records = load(path).records
     run_import(store, records)
     summary = extract_conversations(store, records, generator=FakeGenerator())
-    facts = [m for m in store.list(Filter(), limit=None) if (m.meta.get("extract") or {}).get("role") != "source"]
+    facts = [m for m in store.list_memories(Filter(), limit=None)
+             if (m.meta.get("extract") or {}).get("role") != "source"]
     texts_ = sorted(m.text for m in facts)
     assert "I started a new job at the bakery in October 2026." in texts_
     assert any("in 2027" in t for t in texts_)

@@ -26,7 +26,7 @@ import os
 os.environ['PMEM_HOME'] = {str(tmp_path)!r}
 from pmem import MemoryStore, Filter
 s = MemoryStore()
-s.list(); s.count(); s.stats()
+s.list_memories(); s.count(); s.stats()
 """
     assert "llama_cpp" not in loaded_after(code)
 

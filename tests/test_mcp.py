@@ -107,7 +107,7 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
         old = store.get(mem["id"])
         assert old.superseded_by == out["update"]["memory"]["id"]
         assert [e.action for e, _ in store.history(old.id)][:2] == ["add", "pin"]
-        assert [m.text for m in store.list(Filter(scope="global"))] == ["I am vegetarian"]
+        assert [m.text for m in store.list_memories(Filter(scope="global"))] == ["I am vegetarian"]
         store.undo()  # the last remember
         store.undo()  # the forget
         assert store.get(old.superseded_by).forgotten_at is None
@@ -331,9 +331,9 @@ def test_ids_from_an_agent_need_four_characters(pmem_home, project, fake_config)
     from pmem.store import Filter, MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
-        forgotten = [m.id for m in store.list(Filter.everything()) if m.forgotten]
+        forgotten = [m.id for m in store.list_memories(Filter.everything()) if m.forgotten]
         assert forgotten == ["b1234567"]  # the one named with 4 characters, nothing else
-        assert len(store.list(Filter.everything())) == 4  # the refused update stored nothing
+        assert len(store.list_memories(Filter.everything())) == 4  # the refused update stored nothing
 
 
 def test_update_follows_the_current_version_and_a_retry_stores_nothing(pmem_home, project, fake_config):
@@ -356,10 +356,10 @@ def test_update_follows_the_current_version_and_a_retry_stores_nothing(pmem_home
     from pmem.store import Filter, MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
-        assert len(store.list(Filter.everything())) == 3  # green, blue, red: the retry stored nothing
+        assert len(store.list_memories(Filter.everything())) == 3  # green, blue, red: the retry stored nothing
         assert store.get(green).superseded_by == blue["memory"]["id"]
         assert store.get(blue["memory"]["id"]).superseded_by == red["memory"]["id"]
-        current = [m.text for m in store.list(Filter()) if "colour" in m.text]
+        current = [m.text for m in store.list_memories(Filter()) if "colour" in m.text]
         assert current == ["My favourite colour is red"]  # one current version, no fork
 
 
@@ -387,7 +387,7 @@ def test_concurrent_updates_of_one_memory_never_fork_it(pmem_home, fake_config):
     for t in threads:
         t.join()
     with MemoryStore(path, config=fake_config) as store:
-        everything = store.list(Filter.everything())
+        everything = store.list_memories(Filter.everything())
         current = [m for m in everything if m.valid_to is None]
         assert len(current) == 1, [m.text for m in current]
         superseding = [m.superseded_by for m in everything if m.superseded_by]
@@ -446,7 +446,7 @@ def test_a_forgotten_memory_cannot_be_pinned_or_updated(pmem_home, project, fake
     from pmem.store import Filter, MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
-        assert [m.id for m in store.list(Filter.everything())] == [mid]  # no new memory
+        assert [m.id for m in store.list_memories(Filter.everything())] == [mid]  # no new memory
         assert store.get(mid).forgotten
 
 
@@ -491,4 +491,4 @@ def test_remember_with_extract_in_the_project_keeps_facts_there(pmem_home, proje
         ids = data["source_ids"] + [f["id"] for f in data["facts"] if f["id"]]
         assert len(ids) > len(data["source_ids"])  # facts were found
         assert {store.get(i).scope for i in ids} == {str(project.resolve())}
-        assert store.list(Filter(scope="global"), limit=None) == []
+        assert store.list_memories(Filter(scope="global"), limit=None) == []

@@ -49,7 +49,7 @@ def test_destructive_verbs_refuse_a_short_prefix(seeded, verb):
     assert r.stderr.startswith("pmem: error:") and "at least 4 characters" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     with MemoryStore(config=seeded) as store:
-        assert len(store.list(Filter())) == 4  # nothing forgotten, expired or erased
+        assert len(store.list_memories(Filter())) == 4  # nothing forgotten, expired or erased
     ambiguous = pmem(*verb, "abcd")
     assert ambiguous.returncode == 1 and "abcd1234, abcd5678" in ambiguous.stderr
     done = pmem(*verb, "b123")

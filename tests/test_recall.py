@@ -120,7 +120,7 @@ def test_packing_many_core_memories_renders_only_what_may_fit(store, monkeypatch
 
     store.insert([Memory(id="", text=("pinned fact %d " % i) + "word " * (i % 17), tier="core", pinned=True)
                   for i in range(300)])
-    core = store.list(store_module_filter(), sort="created", reverse=True, limit=None)
+    core = store.list_memories(store_module_filter(), sort="created", reverse=True, limit=None)
     measure = "md" if fmt == "json" else fmt
     for budget in (60, 400):
         want = recall_module.Recalled(query=None, budget=budget)

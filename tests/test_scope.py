@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from pmem import db, migrations
+from pmem import db
 from pmem.errors import UsageError
 from pmem.scope import auto_scope, parse_scope, project_root, read_filter
-from pmem.store import Filter, MemoryStore
+from pmem.store import Filter, MemoryStore, migrations
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_reads_see_global_plus_their_project(store, repo, tmp_path):
     mine, _ = store.add("repo: deploys go through staging", scope=str(repo))
     theirs, _ = store.add("other: deploys go straight to prod", scope=other)
     def ids(flt):
-        return {m.id for m in store.list(flt)}
+        return {m.id for m in store.list_memories(flt)}
 
     assert ids(Filter()) == {g.id, mine.id, theirs.id}  # no scope given: everything
     assert ids(read_filter(str(repo))) == {g.id, mine.id}

@@ -132,7 +132,7 @@ def _exact_nearest(store, vector, flt, n):
 
     q = deserialize(vector)
     qn = math.sqrt(sum(x * x for x in q))
-    kept = store.list(flt, limit=None)
+    kept = store.list_memories(flt, limit=None)
     vecs = store.vectors(m.id for m in kept)
     out = []
     for m in kept:

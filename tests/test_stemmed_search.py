@@ -12,11 +12,14 @@ pytest.importorskip("snowballstemmer")
 
 from conftest import schema_before  # noqa: E402
 
-from pmem import Memory, migrations, search  # noqa: E402
+from pmem import Memory, search  # noqa: E402
 from pmem.cli.app import app  # noqa: E402
 from pmem.search import fts_query  # noqa: E402
 from pmem.stemming import index_language, index_stems  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
+from pmem.store import (
+    MemoryStore,  # noqa: E402
+    migrations,  # noqa: E402
+)
 
 runner = CliRunner()
 
@@ -114,25 +117,25 @@ def test_store_counts_memories_per_language_through_every_write(store):
     a = store.add("Машина стоит на третьем уровне парковки")[0].id
     store.add("Meine Schwester wohnt in Hamburg und arbeitet dort")
     b = store.add("The parking lot is full")[0].id
-    assert store.languages() == {"de": 1, "ru": 1}
+    assert store.keywords.languages() == {"de": 1, "ru": 1}
     store.edit(a, text="Mi hermana vive en Oporto con su familia")
-    assert store.languages() == {"de": 1, "es": 1}
+    assert store.keywords.languages() == {"de": 1, "es": 1}
     store.edit(b, text="Я оставил ключи у соседки")
-    assert store.languages() == {"de": 1, "es": 1, "ru": 1}
+    assert store.keywords.languages() == {"de": 1, "es": 1, "ru": 1}
     store.undo()
     store.undo()
-    assert store.languages() == {"de": 1, "ru": 1}
+    assert store.keywords.languages() == {"de": 1, "ru": 1}
     store.add("Las manzanas están en la cocina")
-    assert store.languages() == {"de": 1, "es": 1, "ru": 1}
+    assert store.keywords.languages() == {"de": 1, "es": 1, "ru": 1}
     store.undo()  # the add: the row is deleted
-    assert store.languages() == {"de": 1, "ru": 1}
+    assert store.keywords.languages() == {"de": 1, "ru": 1}
     store.forget(a)
     expected: dict[str, int] = {}
     for (text,) in store.conn.execute("SELECT text FROM memories"):
         lang = index_language(text)
         if lang != "en":
             expected[lang] = expected.get(lang, 0) + 1
-    assert store.languages() == expected
+    assert store.keywords.languages() == expected
     assert store.stats()["languages"] == expected
 
 
@@ -140,12 +143,12 @@ def test_a_short_latin_query_is_stemmed_in_the_languages_the_store_holds(store):
     """'Schwestern Geburtstag' has no function word: it reads as English, whose keyword side is
     porter on the text. Once the store holds German memories it is stemmed as German too."""
     store.add("I called my sister about the trip")
-    assert fts_query("Schwestern Geburtstag", store.languages()) == '"schwestern" OR "geburtstag"'
+    assert fts_query("Schwestern Geburtstag", store.keywords.languages()) == '"schwestern" OR "geburtstag"'
     store.add("Der Geburtstag meiner Schwester ist im Mai.")
     assert keyword(store, "Schwestern Geburtstage") == ["Der Geburtstag meiner Schwester ist im Mai."]
-    assert "stems:" in fts_query("Schwestern Geburtstage", store.languages())
+    assert "stems:" in fts_query("Schwestern Geburtstage", store.keywords.languages())
     # an English query (it has English function words) still adds no stems clause
-    assert "stems:" not in fts_query("when is my sister's birthday", store.languages())
+    assert "stems:" not in fts_query("when is my sister's birthday", store.keywords.languages())
 
 
 def test_migration_counts_languages_and_fills_stems_missing_from_the_index(tmp_path, fake_config):
@@ -161,7 +164,7 @@ def test_migration_counts_languages_and_fills_stems_missing_from_the_index(tmp_p
     with MemoryStore(path, config=fake_config) as s:
         assert s.stats()["schema_version"] == len(migrations.MIGRATIONS)
         assert_stems_in_step(s)
-        assert s.languages() == {"es": 1, "ru": 1}
+        assert s.keywords.languages() == {"es": 1, "ru": 1}
         assert keyword(s, "ключ") == ["Я оставил ключи у соседки"]
         s.conn.execute("INSERT INTO memories_fts(memories_fts, rank) VALUES ('integrity-check', 1)")
 

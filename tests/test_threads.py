@@ -10,11 +10,11 @@ import random
 import pytest
 from conftest import schema_before
 
-from pmem import Memory, dream, estimate_tokens, migrations, recall, render, search, transfer
+from pmem import Memory, dream, estimate_tokens, recall, render, search, transfer
 from pmem.errors import UsageError
 from pmem.records import TIERS
 from pmem.search import Tuning
-from pmem.store import Filter, MemoryStore
+from pmem.store import Filter, MemoryStore, migrations
 
 OLD = "2023-05-08T10:00:00Z"
 NOW = "2026-01-01T00:00:00Z"
@@ -29,7 +29,7 @@ def index_rows(store) -> list[tuple]:
 def expected_rows(store) -> list[tuple]:
     """The index computed from the rows alone: each memory's text and its live thread
     neighbours' (the configured window), as the triggers should keep it."""
-    before, after = store.keyword_window()
+    before, after = store.keywords.window()
     rows = store.conn.execute("SELECT seq, text, thread, thread_pos, forgotten_at IS NULL AND merged_into IS NULL "
                               "FROM memories ORDER BY seq").fetchall()
     ids = dict(store.conn.execute("SELECT seq, id FROM memories").fetchall())
@@ -116,7 +116,7 @@ def filler(store, n=30) -> None:
 def test_index_holds_neighbours_and_the_shown_text_is_the_turn(store):
     filler(store)
     ms = conversation(store)
-    store.set_keyword_window(2, 1)
+    store.keywords.set_window(2, 1)
     assert_index_in_step(store)
     # "volcano" is only in turn 3; the turns whose window holds it match too
     assert set(keyword_ids(store, "volcano")) == {ms[2].id, ms[3].id, ms[4].id, ms[5].id}
@@ -167,7 +167,7 @@ def test_random_writes_keep_the_index_in_step(store):
     ids = [m.id for m in conversation(store)]
     for step in range(40):
         action = rng.choice(["add", "edit", "forget", "restore", "purge", "undo", "move"])
-        live = [m.id for m in store.list(Filter.everything(), limit=None)]
+        live = [m.id for m in store.list_memories(Filter.everything(), limit=None)]
         target = rng.choice(live) if live else None
         if action == "add":
             ids.append(store.add(f"{rng.choice(words)} {step}", thread=rng.choice(["chat", "other"]),
@@ -189,15 +189,15 @@ def test_random_writes_keep_the_index_in_step(store):
 
 def test_changing_the_window_rewrites_the_index(store):
     ms = conversation(store)
-    store.set_keyword_window(0, 0)
-    assert store.keyword_window() == (0, 0)
+    store.keywords.set_window(0, 0)
+    assert store.keywords.window() == (0, 0)
     assert {r[2] for r in index_rows(store)} == {None}
     assert keyword_ids(store, "volcano") == [ms[3].id]
-    store.set_keyword_window(1, 2)
+    store.keywords.set_window(1, 2)
     assert_index_in_step(store)
     assert set(keyword_ids(store, "volcano")) == {ms[1].id, ms[2].id, ms[3].id, ms[4].id}
     with pytest.raises(UsageError):
-        store.set_keyword_window(-1, 0)
+        store.keywords.set_window(-1, 0)
 
 
 def test_a_memory_without_a_thread_behaves_as_today(store):
@@ -219,7 +219,7 @@ def test_recall_brings_neighbours_as_one_block_in_thread_order(store):
     filler(store)
     ms = conversation(store)
     store.add("Unrelated: the volcano documentary is on Friday")
-    store.set_keyword_window(0, 0)  # only the turn itself matches; its neighbours come from recall
+    store.keywords.set_window(0, 0)  # only the turn itself matches; its neighbours come from recall
     r = recall(store, "hiked volcano trail dawn", neighbours=1, min_similarity=2.0)
     ids = [m.id for m in r.relevant]
     assert ids.index(ms[2].id) + 1 == ids.index(ms[3].id) and ids.index(ms[3].id) + 1 == ids.index(ms[4].id)
@@ -278,7 +278,7 @@ def test_thread_order_survives_export_and_import(store, fake_config, tmp_path):
 
         def order(s):
             return [(m.id, m.text, m.thread_pos) for m in sorted(
-                s.list(Filter.everything(), limit=None), key=lambda m: m.thread_pos)]
+                s.list_memories(Filter.everything(), limit=None), key=lambda m: m.thread_pos)]
 
         assert order(other) == order(store)
         assert index_rows(other) == index_rows(store)

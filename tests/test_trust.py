@@ -284,7 +284,7 @@ def test_extraction_never_makes_a_fact_of_a_secret(store):
     r = ex.extract(store, chat, generator=FakeGenerator(), allow_secret=True)
     assert len(r.facts) == 1 and "Lisbon" in r.facts[0].text
     assert [f.reason for f in r.rejected] == ["contains a secret"]
-    facts = store.list(Filter(), limit=None)
+    facts = store.list_memories(Filter(), limit=None)
     assert facts and not any(find_secrets(m.text) for m in facts)
 
 
@@ -447,8 +447,8 @@ def test_a_purge_killed_after_its_commit_is_finished_by_the_next_open(store, db)
     store.close()
     code = f"""
         import os
-        from pmem.store import MemoryStore
-        MemoryStore._finish_purge = lambda self: os.kill(os.getpid(), 9)  # killed before VACUUM
+        from pmem.store import MemoryStore, erase
+        erase.finish_purge = lambda db: os.kill(os.getpid(), 9)  # killed before VACUUM
         store = MemoryStore({str(db)!r})
         store.purge([{m.id!r}])
     """
@@ -472,7 +472,8 @@ def test_a_purge_killed_before_its_last_checkpoint_leaves_no_text_in_the_files(s
     code = f"""
         import os
         from pmem.store import MemoryStore
-        real = MemoryStore.checkpoint
+        from pmem.store.connection import Connection
+        real = Connection.checkpoint
         calls = []
 
         def checkpoint(self, attempts=5):
@@ -481,7 +482,7 @@ def test_a_purge_killed_before_its_last_checkpoint_leaves_no_text_in_the_files(s
                 os.kill(os.getpid(), 9)
             return real(self, attempts)
 
-        MemoryStore.checkpoint = checkpoint
+        Connection.checkpoint = checkpoint
         store = MemoryStore({str(db)!r})
         store.purge([{m.id!r}])
     """

@@ -262,7 +262,7 @@ def list_(
     with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired, include_forgotten, pinned, all_,
                       scope=scope)
-        memories = store.list(flt, sort=sort, reverse=reverse, limit=limit or None, offset=offset)
+        memories = store.list_memories(flt, sort=sort, reverse=reverse, limit=limit or None, offset=offset)
     if as_json:
         out.print_json([m.to_dict() for m in memories])
     elif memories:

@@ -29,7 +29,7 @@ def render_block(store: MemoryStore, *, budget: int = 4000, flt: Filter | None =
     from ..store import Filter
 
     flt = flt or Filter()
-    core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
+    core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     lines = ["## About the user (from pmem)", ""]
     used = sum(len(x) + 1 for x in lines)
     shown = 0

@@ -274,11 +274,11 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
     if event == "session-start":
         if data.source != "resume":
             state.reset()  # a new or compacted conversation: everything may be given again
-        core = store.list(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=50)
+        core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=50)
         query = project_query(project or data.cwd)
         relevant = _relevant(store, query, flt, settings.limit, settings.min_similarity) if query else []
         if not relevant:
-            relevant = store.list(replace(flt, pinned=False, tiers=("archival",)), sort="created", limit=5) \
+            relevant = store.list_memories(replace(flt, pinned=False, tiers=("archival",)), sort="created", limit=5) \
                 if project else []
         sections = [("## Core (always true for this user)", core),
                     ("## Recent and relevant" + (f" to {prompt_safe(Path(project).name)}" if project else ""),

@@ -1,6 +1,6 @@
 """Reading the memory list a page at a time, cheaply at any depth.
 
-`store.list(limit, offset)` sorts by (created_at DESC, seq DESC) and makes SQLite step over every
+`store.list_memories(limit, offset)` sorts by (created_at DESC, seq DESC) and makes SQLite step over every
 row before `offset`: on 100,000 memories a page near the bottom takes ~0.8 s. The pager avoids deep
 offsets the way keyset paging does, with the filter the store already has:
 
@@ -45,20 +45,20 @@ class StorePager:
             return []
         if offset in self._after:
             at, seen = self._after[offset]
-            rows = self.store.list(replace(self.flt, until=at), limit=limit, offset=seen)
+            rows = self.store.list_memories(replace(self.flt, until=at), limit=limit, offset=seen)
             self.strategy.append("after")
         elif offset + limit in self._before:
             at, seen = self._before[offset + limit]
-            rows = self.store.list(replace(self.flt, since=at), limit=limit, offset=seen, reverse=True)
+            rows = self.store.list_memories(replace(self.flt, since=at), limit=limit, offset=seen, reverse=True)
             rows.reverse()
             self.strategy.append("before")
         elif offset > self.total - offset - limit:
             from_end = self.total - offset - limit
-            rows = self.store.list(self.flt, limit=limit, offset=from_end, reverse=True)
+            rows = self.store.list_memories(self.flt, limit=limit, offset=from_end, reverse=True)
             rows.reverse()
             self.strategy.append("from end")
         else:
-            rows = self.store.list(self.flt, limit=limit, offset=offset)
+            rows = self.store.list_memories(self.flt, limit=limit, offset=offset)
             self.strategy.append("offset")
         if len(rows) == limit:
             self._learn(offset, rows)

@@ -87,7 +87,7 @@ def _messages(turns: list[Memory]) -> list[dict[str, Any]]:
 def extracted_already(store: "MemoryStore", thread: str) -> bool:
     from ...store import Filter
 
-    for m in store.list(Filter(tiers=TIERS, source=thread, include_forgotten=True), limit=None):
+    for m in store.list_memories(Filter(tiers=TIERS, source=thread, include_forgotten=True), limit=None):
         info = m.meta.get("extract")
         if isinstance(info, dict) and info.get("role") == "source":
             return True

@@ -1,0 +1,1 @@
+"""Tests of pmem/store/, one file per module."""
