@@ -59,4 +59,4 @@ def ms(iso: str | None) -> int:
 
 
 def undo_key(base: str, own: str) -> str:
-    return f"{base}+{own}"
+    return f"{base}+{own}" if base else own
