@@ -1064,8 +1064,11 @@ class MemoryStore:
         return {r[0] for r in rows}
 
     def _new_id(self, taken: set[str] = frozenset()) -> str:
+        # A synced store's ids come from many devices: 8 bytes (16 hex) keep them apart (8 hex
+        # collide at ~1% by 10,000); the setting is written by pmem.sync, older ids keep working.
+        size = int(self.setting("id_bytes") or 4)
         while True:
-            candidate = _token()
+            candidate = os.urandom(size).hex()
             if candidate not in taken and not self.existing_ids([candidate]):
                 return candidate
 

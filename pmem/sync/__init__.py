@@ -206,6 +206,9 @@ def _setup(store: "MemoryStore", t: Folder, kind: str, remote: str, key: bytes, 
         j.put("kind", kind)
         j.put("remote", remote if kind == "git" else str(t.root))
         j.put("key_id", keyring.key_id(key))
+        # new memories get 16 hex digits (MemoryStore._new_id): devices must not collide
+        j.conn.execute("INSERT INTO settings (key, value) VALUES ('id_bytes', '8') "
+                       "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
         _keep_key(store, j, key, key_file, passphrase, fresh)
         ops = j.export_existing(j.clock())
         _seal_out(j, key, ops)

@@ -325,6 +325,10 @@ class Journal:
         base = op.get("b") or {}
         wins: dict[str, Any] = {}
         conflicts = 0
+        if op["k"] == "create" and row is not None and keys:
+            # two devices made the same id before they synced (8-hex ids of memories that
+            # predate sync): kept apart as a conflict, never merged into one memory
+            return self._conflict(mid, "id", self._key(keys, EXISTS), op["c"], op["f"].get("text"))
         for f, value in op["f"].items():
             new = (op.get("u") or {}).get(f) or op["c"]
             old = self._key(keys, f)

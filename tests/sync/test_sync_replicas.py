@@ -129,3 +129,24 @@ def test_three_replicas_converge_and_purged_text_is_gone(tmp_path_factory, fake_
     finally:
         for s in stores:
             s.close()
+
+
+def test_ids_made_after_sync_starts_are_longer_and_old_collisions_are_conflicts(tmp_path, fake_config):
+    from pmem.records import Memory
+
+    a, b = homes(tmp_path, fake_config, 2)
+    key = tmp_path / "k"
+    old = a.add("from before sync")[0].id
+    assert len(old) == 8
+    a.insert([Memory(id="abcd1234", text="a's memory")])
+    b.insert([Memory(id="abcd1234", text="b's memory")])  # the same id, made apart
+    sync.init(a, str(tmp_path / "Sync"), key_file=str(key))
+    sync.join(b, str(tmp_path / "Sync"), key_file=str(key))
+    new = a.add("after sync started")[0].id
+    assert len(new) == 16 and a.get(old[:4]).id == old  # old ids and prefixes still work
+    sync.run(a)
+    sync.run(b)
+    assert a.get("abcd1234").text == "a's memory" and b.get("abcd1234").text == "b's memory"
+    assert b.get(new).text == "after sync started"
+    listed = sync.status(a)["recent_conflicts"] + sync.status(b)["recent_conflicts"]
+    assert {c["field"] for c in listed} == {"id"}
