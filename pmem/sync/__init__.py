@@ -206,9 +206,7 @@ def _setup(store: "MemoryStore", t: Folder, kind: str, remote: str, key: bytes, 
         j.put("kind", kind)
         j.put("remote", remote if kind == "git" else str(t.root))
         j.put("key_id", keyring.key_id(key))
-        # new memories get 16 hex digits (MemoryStore._new_id): devices must not collide
-        j.conn.execute("INSERT INTO settings (key, value) VALUES ('id_bytes', '8') "
-                       "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        j.lengthen_ids()
         _keep_key(store, j, key, key_file, passphrase, fresh)
         ops = j.export_existing(j.clock())
         _seal_out(j, key, ops)
@@ -239,20 +237,19 @@ def _seal_out(j: Journal, key: bytes, ops: list[dict[str, Any]]) -> list[int]:
         seq = j.number("seq") + 1
         j.put("seq", seq)
         blob = keyring.seal(key, j.device, seq, {"device": j.device, "seq": seq, "ops": ops[start:start + CHUNK]})
-        j.conn.execute("INSERT INTO sync_outbox (seq, blob) VALUES (?, ?)", (seq, blob))
+        j.outbox_add(seq, blob)
         seqs.append(seq)
     return seqs
 
 
 def _flush_outbox(j: Journal, t: Folder) -> int:
     """Write committed changesets to the remote; one already there must be ours, byte for byte."""
-    rows = j.conn.execute("SELECT seq, blob FROM sync_outbox ORDER BY seq").fetchall()
+    rows = j.outbox()
     for seq, blob in rows:
         if t.exists(j.device, seq) and t.read(j.device, seq) != bytes(blob):
             raise SyncError(_copied(j.device))
         t.write(j.device, seq, bytes(blob))
-        with j.store.transaction():
-            j.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+        j.outbox_done(seq)
     return len(rows)
 
 

@@ -1,10 +1,11 @@
 """The sync journal: operations out of the event log, operations from other devices in.
 
 It keeps its own tables in the store's database (created on first use, all named `sync_*`),
-runs its reads over the store's connection and makes every change to memories through the
-store's public methods, inside one `sync` operation per pull: what another device did is applied
-whole or not at all, and it is recorded in history like any change. Operations of kind `sync`
-came from elsewhere and are never sent back.
+runs its SQL over the store's connection (the one module outside the store that does: it is the
+part of sync that belongs in the store's journal, and moves there as it is) and makes every
+change to memories through the store's public methods, inside one `sync` operation per pull:
+what another device did is applied whole or not at all, and it is recorded in history like any
+change. Operations of kind `sync` came from elsewhere and are never sent back.
 
 An operation holds the memory's id, its kind, the fields it set and their values after, a
 hybrid logical clock (clock.py) and, per field, the clock of the value it replaced (`b`: how a
@@ -92,6 +93,23 @@ class Journal:
 
     def clock(self) -> Clock:
         return Clock.parse(self.get("hlc") or "", self.device)
+
+    def lengthen_ids(self) -> None:
+        """New memories get 16 hex digits (MemoryStore._new_id reads this setting): ids made on
+        several devices must not collide."""
+        self.conn.execute("INSERT INTO settings (key, value) VALUES ('id_bytes', '8') "
+                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+
+    def outbox_add(self, seq: int, blob: bytes) -> None:
+        self.conn.execute("INSERT INTO sync_outbox (seq, blob) VALUES (?, ?)", (seq, blob))
+
+    def outbox(self) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(blob)) for seq, blob in
+                self.conn.execute("SELECT seq, blob FROM sync_outbox ORDER BY seq")]
+
+    def outbox_done(self, seq: int) -> None:
+        with self.store.transaction():
+            self.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
 
     def cursors(self) -> dict[str, tuple[int, int]]:
         return {d: (s, o) for d, s, o in self.conn.execute("SELECT device, seq, op FROM sync_cursors")}
