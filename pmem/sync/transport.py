@@ -122,7 +122,8 @@ class Git(Folder):
         except subprocess.TimeoutExpired:
             raise SyncError(f"git {args[0]} took more than {GIT_TIMEOUT} s; is {self.remote} reachable?") from None
         if check and p.returncode != 0:
-            raise SyncError(f"git {args[0]} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+            lines = (p.stderr or p.stdout).strip().splitlines()
+            raise SyncError(f"git {args[0]} failed: {lines[-1] if lines else f'exit status {p.returncode}'}")
         return p
 
     def clone(self) -> None:
@@ -182,4 +183,6 @@ def looks_like_git(remote: str) -> bool:
     if "://" in remote or re.match(r"^[\w.-]+@[\w.-]+:", remote):
         return True
     p = Path(remote).expanduser()
+    if remote.rstrip("/").endswith(".git"):
+        return True  # named like a repository: a missing one is an error to report, not a folder to make
     return (p / "HEAD").is_file() and (p / "objects").is_dir() or (p / ".git").exists()

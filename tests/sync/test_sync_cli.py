@@ -281,3 +281,41 @@ def test_a_tampered_changeset_is_refused_whole(tmp_path):
     p = b.run("sync", ok=False)
     assert p.returncode == 1 and "fails authentication" in p.stderr
     assert "honest" not in json.dumps(b.memories())
+
+
+def test_kill_9_in_the_middle_of_a_sync_leaves_nothing_half_applied(tmp_path, fake_config):
+    import random
+    import signal
+    import time
+
+    from pmem import sync
+    from pmem.records import Memory
+    from pmem.store import MemoryStore
+
+    folder, key = tmp_path / "Sync", tmp_path / "k"
+    a, b = Device(tmp_path, "ka", key), Device(tmp_path, "kb", key)
+    a.home.mkdir()
+    with MemoryStore(a.home / "pmem.db", config=fake_config) as store:
+        store.insert([Memory(id="", text=f"memory number {i} of the kill test") for i in range(1500)])
+        sync.init(store, str(folder), key_file=str(key))
+    b.add("b's own, from before")
+    rng = random.Random(9)
+    kills = 0
+    for _ in range(3):
+        joined = b.run("sync", "status", ok=False).returncode == 0
+        args = ["sync"] if joined else ["sync", "join", str(folder), "--key-file", str(key)]
+        p = subprocess.Popen([sys.executable, "-m", "pmem", *args], env=b.env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 4.0))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+        held = len(b.memories())
+        assert held in (1, 1501)  # the 1,500 came in one transaction, or not at all
+    if b.run("sync", "status", ok=False).returncode != 0:
+        b.json("sync", "join", str(folder), "--key-file", str(key))
+    b.sync()
+    a.sync()
+    assert kills >= 1
+    assert len(b.memories()) == 1501 and a.memories() == b.memories()

@@ -150,3 +150,21 @@ def test_ids_made_after_sync_starts_are_longer_and_old_collisions_are_conflicts(
     assert b.get(new).text == "after sync started"
     listed = sync.status(a)["recent_conflicts"] + sync.status(b)["recent_conflicts"]
     assert {c["field"] for c in listed} == {"id"}
+
+
+def test_a_key_wrapped_by_a_passphrase_unlocks_sync_and_exports_as_text(tmp_path, fake_config, monkeypatch):
+    a, b = homes(tmp_path, fake_config, 2)
+    a.add("kept under a passphrase")
+    sync.init(a, str(tmp_path / "Sync"), passphrase="correct horse")
+    assert not (sync.sync_dir(a) / "key").exists()
+    assert (sync.sync_dir(a) / "key.scrypt").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(UsageError, match="passphrase"):
+        sync.run(a)
+    with pytest.raises(keys.WrongKey):
+        sync.run(a, passphrase="wrong horse")
+    monkeypatch.setenv("PMEM_SYNC_PASSPHRASE", "correct horse")
+    sync.run(a)
+    text = sync.export_key(a)
+    sync.join(b, str(tmp_path / "Sync"), key_text=text)  # typed on the next device
+    assert [m.text for m in b.iter_all()] == ["kept under a passphrase"]
+    assert (sync.sync_dir(b) / "key").stat().st_mode & 0o777 == 0o600

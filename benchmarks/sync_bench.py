@@ -1,0 +1,115 @@
+"""`pmem sync`: what a sync costs in time and bytes, over a plain folder and a bare git repository.
+
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
+
+Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
+joins (pulls and applies all N: the first join). Then a adds 1,000 new memories and syncs, b
+syncs them in; then `pmem sync` with nothing new, as a process, repeated (the steady state).
+Reports medians; bytes are the changeset files written (sealed and compressed). The fake
+embedder keeps embedding out of the figures: with a real model, applying new memories also
+embeds their texts (see "Latency and bulk import" in benchmarks/README.md for that rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pmem import sync  # noqa: E402
+from pmem.config import load  # noqa: E402
+from pmem.records import Memory  # noqa: E402
+from pmem.store import MemoryStore  # noqa: E402
+
+WORDS = ("the a my our next last new old trip train flight hotel dinner recipe garden coffee bike book film "
+         "song class exam project deadline meeting budget sister friend doctor Monday weekend morning summer "
+         "Lisbon Oslo Kyoto want need like start finish move buy cook visit call write read learn fix").split()
+
+
+def texts(rng: random.Random, n: int, tag: str) -> list[Memory]:
+    return [Memory(id="", text=f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(8, 20)))} ({tag} {i})",
+                   tags=[rng.choice(["home", "work", "food"])]) for i in range(n)]
+
+
+def seg_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.glob("segments/*/*"))
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def bench(kind: str, n: int, repeat: int, tmp: Path) -> dict:
+    cfg = load()
+    rng = random.Random(7)
+    if kind == "git":
+        remote = tmp / f"{kind}.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+        where = str(remote)
+    else:
+        where = str(tmp / f"{kind}-folder")
+    a = MemoryStore(tmp / f"{kind}-a" / "pmem.db", config=cfg)
+    b = MemoryStore(tmp / f"{kind}-b" / "pmem.db", config=cfg)
+    key = tmp / f"{kind}.key"
+    for start in range(0, n, 10_000):
+        a.insert(texts(rng, min(10_000, n - start), "old"))
+    t_init, _ = timed(lambda: sync.init(a, where, key_file=str(key)))
+    t_join, rep = timed(lambda: sync.join(b, where, key_file=str(key)))
+    assert rep["applied"] == n, rep
+    root = sync.sync_dir(a) / "git" if kind == "git" else Path(where)
+    first_bytes = seg_bytes(root)
+    a.insert(texts(rng, 1000, "new"))
+    before = seg_bytes(root)
+    t_send, _ = timed(lambda: sync.run(a))
+    new_bytes = seg_bytes(root) - before
+    t_recv, rep = timed(lambda: sync.run(b))
+    assert rep["applied"] == 1000, rep
+    lib = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
+    a.close()
+    env = {**os.environ, "PMEM_HOME": str(tmp / f"{kind}-b"), "PYTHONPATH": str(ROOT)}
+    procs = []
+    for _ in range(repeat):
+        t, p = timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "sync"], env=env, capture_output=True))
+        assert p.returncode == 0, p.stderr
+        procs.append(t)
+    noop = [timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "--version"], env=env,
+                                         capture_output=True))[0] for _ in range(repeat)]
+    b.close()
+    return {"kind": kind, "memories": n, "init_s": t_init, "join_s": t_join, "first_bytes": first_bytes,
+            "bytes_per_memory": first_bytes / n, "send_1000_s": t_send, "recv_1000_s": t_recv,
+            "bytes_1000": new_bytes, "steady_lib_s": statistics.median(lib),
+            "steady_cli_s": statistics.median(procs), "cli_start_s": statistics.median(noop)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--memories", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--kind", choices=["folder", "git", "both"], default="both")
+    args = ap.parse_args()
+    os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cpus; embed model {os.environ['PMEM_EMBED_MODEL']}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
+            r = bench(kind, args.memories, args.repeat, Path(tmp))
+            print(f"{r['kind']:>6} at {r['memories']:,}: init {r['init_s']:.2f} s, first join {r['join_s']:.2f} s "
+                  f"({r['first_bytes'] / 1e6:.2f} MB, {r['bytes_per_memory']:.0f} B a memory); 1,000 new: sent "
+                  f"{r['send_1000_s']:.2f} s, applied {r['recv_1000_s']:.2f} s, {r['bytes_1000'] / 1e3:.0f} kB; "
+                  f"nothing new: {r['steady_lib_s'] * 1000:.0f} ms in process, {r['steady_cli_s'] * 1000:.0f} ms "
+                  f"as `pmem sync` (`pmem --version`: {r['cli_start_s'] * 1000:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()
