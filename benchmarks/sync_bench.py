@@ -41,6 +41,32 @@ def texts(rng: random.Random, n: int, tag: str) -> list[Memory]:
                    tags=[rng.choice(["home", "work", "food"])]) for i in range(n)]
 
 
+def locomo_bytes(path: Path | None = None) -> tuple[int, int, int]:
+    """Changeset bytes for LoCoMo's dialogue turns as creates (real text, with meta and source):
+    (memories, plain JSON bytes, sealed bytes)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomo
+
+    from pmem.sync import keys
+    from pmem.sync.journal import EXISTS, SYNC_FIELDS
+
+    ops = []
+    for conv in locomo.load(path or locomo.DATA):
+        for n, r in enumerate(locomo.turn_records(conv, thread="session"), start=len(ops) + 1):
+            m = Memory(id=os.urandom(8).hex(), text=r["text"], meta=r["meta"], source=r["source"],
+                       created_at=r["created_at"], updated_at=r["created_at"], thread=r.get("thread"),
+                       thread_pos=r.get("thread_pos"))
+            ops.append({"id": f"{'a' * 16}-{n}", "n": n, "m": m.id, "k": "create",
+                        "c": f"{1735689600000 + n:013d}-0000-{'a' * 16}",
+                        "f": {f: getattr(m, f) for f in SYNC_FIELDS} | {EXISTS: True}})
+    import json
+
+    plain = len(json.dumps({"ops": ops}, ensure_ascii=False, separators=(",", ":")).encode())
+    sealed = sum(len(keys.seal(keys.new_key(), "a" * 16, i, {"ops": ops[i:i + 5000]}))
+                 for i in range(0, len(ops), 5000))
+    return len(ops), plain, sealed
+
+
 def seg_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.glob("segments/*/*"))
 
@@ -98,9 +124,13 @@ def main() -> None:
     ap.add_argument("--memories", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--kind", choices=["folder", "git", "both"], default="both")
+    ap.add_argument("--locomo", type=Path, default=None, help="locomo_dev.json (default: ../shared/data/)")
     args = ap.parse_args()
     os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cpus; embed model {os.environ['PMEM_EMBED_MODEL']}")
+    n, plain, sealed = locomo_bytes(args.locomo)
+    print(f"LoCoMo turns as changesets: {n:,} memories, {plain / n:.0f} B a memory as JSON, "
+          f"{sealed / n:.0f} B sealed (compressed)")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
             r = bench(kind, args.memories, args.repeat, Path(tmp))
