@@ -14,6 +14,7 @@ embeds their texts (see "Latency and bulk import" in benchmarks/README.md for th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -45,10 +46,10 @@ def locomo_bytes(path: Path | None = None) -> tuple[int, int, int]:
     """Changeset bytes for LoCoMo's dialogue turns as creates (real text, with meta and source):
     (memories, plain JSON bytes, sealed bytes)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import locomo
-
     from pmem.sync import keys
     from pmem.sync.journal import EXISTS, SYNC_FIELDS
+
+    import locomo
 
     ops = []
     for conv in locomo.load(path or locomo.DATA):
@@ -59,8 +60,6 @@ def locomo_bytes(path: Path | None = None) -> tuple[int, int, int]:
             ops.append({"id": f"{'a' * 16}-{n}", "n": n, "m": m.id, "k": "create",
                         "c": f"{1735689600000 + n:013d}-0000-{'a' * 16}",
                         "f": {f: getattr(m, f) for f in SYNC_FIELDS} | {EXISTS: True}})
-    import json
-
     plain = len(json.dumps({"ops": ops}, ensure_ascii=False, separators=(",", ":")).encode())
     sealed = sum(len(keys.seal(keys.new_key(), "a" * 16, i, {"ops": ops[i:i + 5000]}))
                  for i in range(0, len(ops), 5000))

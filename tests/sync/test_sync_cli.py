@@ -21,11 +21,12 @@ class Device:
     def __init__(self, tmp: Path, name: str, key: Path):
         self.home = tmp / name
         self.key = key
+        self.extra: dict[str, str] = {}
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
         env.update(PMEM_HOME=str(self.home), PMEM_EMBED_MODEL="fake-64", NO_COLOR="1",
-                   PYTHONPATH=str(ROOT), PMEM_MODELS_DIR=os.environ.get("PMEM_MODELS_DIR", ""))
+                   PYTHONPATH=str(ROOT), PMEM_MODELS_DIR=os.environ.get("PMEM_MODELS_DIR", ""), **self.extra)
         return env
 
     def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
@@ -228,7 +229,8 @@ def test_folder_transport_and_its_refusals(tmp_path):
     a, b = Device(tmp_path, "fa", key), Device(tmp_path, "fb", key)
     aid = a.add("first from a")
     a.json("sync", "init", str(folder), "--key-file", str(key))
-    b.json("sync", "join", str(folder), "--key-file", str(key))
+    b.extra["PMEM_SYNC_KEY_FILE"] = str(key)  # scripts may name the key in the environment
+    b.json("sync", "join", str(folder))
     assert aid in b.memories()
     bid = b.add("then from b")
     b.sync()
