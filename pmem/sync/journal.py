@@ -138,10 +138,19 @@ class Journal:
             cache[memory_id] = json.loads(row[0]) if row else {}
         return cache[memory_id]
 
+    def _load_keys(self, cache: dict[str, dict[str, str]], ids: set[str]) -> None:
+        for memory_id, keys in self.conn.execute(
+                "SELECT memory_id, keys FROM sync_clocks WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(ids)),)):
+            cache.setdefault(memory_id, json.loads(keys))
+        for memory_id in ids:
+            cache.setdefault(memory_id, {})  # none kept: a memory new here
+
     def _save_keys(self, cache: dict[str, dict[str, str]]) -> None:
         self.conn.executemany("INSERT INTO sync_clocks (memory_id, keys) VALUES (?, ?) ON CONFLICT(memory_id) "
                               "DO UPDATE SET keys = excluded.keys",
-                              [(m, json.dumps(k, sort_keys=True, separators=(",", ":"))) for m, k in cache.items()])
+                              [(m, json.dumps(k, sort_keys=True, separators=(",", ":"))) for m, k in cache.items()
+                               if k])
 
     @staticmethod
     def _key(keys: dict[str, str], field: str) -> str:
@@ -307,6 +316,10 @@ class Journal:
         store = self.store
         with store.operation("sync", f"sync: {len(todo)} operations from {len(changesets)} changesets"):
             tomb = self.tombstoned({op["m"] for op in todo})
+            # Two queries up front instead of two per operation: a first join is mostly creates
+            # of memories not held here, which need neither a row nor clocks looked up.
+            held = store.existing_ids({op["m"] for op in todo})
+            self._load_keys(cache, {op["m"] for op in todo} - tomb)
             for i, op in enumerate(todo, start=1):
                 if progress and i % 500 == 0:
                     progress(i, len(todo))
@@ -324,7 +337,7 @@ class Journal:
                     stats["purge"].append(mid)
                     continue
                 stats["applied"] += 1
-                stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending)
+                stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
             self._flush(pending)
             self._save_keys(cache)
             self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
@@ -333,13 +346,16 @@ class Journal:
             self.put("hlc", clock.key())
         return stats
 
-    def _apply_one(self, op: dict[str, Any], keys: dict[str, str], pending: dict[str, Memory]) -> int:
+    def _apply_one(self, op: dict[str, Any], keys: dict[str, str], pending: dict[str, Memory],
+                   held: set[str]) -> int:
         store = self.store
         mid = op["m"]
-        try:
-            row: Memory | None = store.get(mid)
-        except NotFound:
-            row = None
+        row: Memory | None = None
+        if mid in held:
+            try:
+                row = store.get(mid)
+            except NotFound:
+                pass
         base = op.get("b") or {}
         wins: dict[str, Any] = {}
         conflicts = 0
@@ -367,6 +383,7 @@ class Journal:
             if wins.get(EXISTS):
                 values = {f: op["f"].get(f) for f in SYNC_FIELDS if f in op["f"] and f in _MEMORY_FIELDS}
                 pending[mid] = Memory(id=mid, **values)
+                held.add(mid)  # stored at the next flush, before any later operation on it
             return conflicts
         changes = {f: v for f, v in wins.items() if f in _MEMORY_FIELDS and _value(row, f) != v}
         if changes:
