@@ -122,8 +122,7 @@ class Git(Folder):
         except subprocess.TimeoutExpired:
             raise SyncError(f"git {args[0]} took more than {GIT_TIMEOUT} s; is {self.remote} reachable?") from None
         if check and p.returncode != 0:
-            lines = (p.stderr or p.stdout).strip().splitlines()
-            raise SyncError(f"git {args[0]} failed: {lines[-1] if lines else f'exit status {p.returncode}'}")
+            raise SyncError(f"git {args[0]} failed: {_reason(p)}")
         return p
 
     def clone(self) -> None:
@@ -170,12 +169,28 @@ class Git(Folder):
             if p.returncode == 0:
                 self.git("fetch", "--quiet", "origin", check=False)
                 return attempt
+            if not any(w in p.stderr for w in ("[rejected]", "fetch first", "non-fast-forward")):
+                # not a lost race but a remote gone (unplugged, deleted, unreachable): what is
+                # committed here stays and goes with the next sync
+                raise SyncError(f"git push failed: {_reason(p)}; this device's changes are kept and sent "
+                                "at the next `pmem sync`")
             self.pull()
         raise SyncError(f"push to {self.remote} was rejected {PUSH_TRIES} times (others pushing meanwhile?); "
                         "run `pmem sync` again")
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _reason(p: subprocess.CompletedProcess) -> str:
+    """git's own first `fatal:`/`error:` line (its last is often advice: "...and the repository
+    exists.")."""
+    lines = [line.strip() for line in (p.stderr or p.stdout or "").splitlines() if line.strip()]
+    for line in lines:
+        for prefix in ("fatal: ", "error: "):
+            if line.startswith(prefix):
+                return line[len(prefix):]
+    return lines[-1] if lines else f"exit status {p.returncode}"
 
 
 def looks_like_git(remote: str) -> bool:
