@@ -2,6 +2,7 @@
 
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
 
 Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
 joins (pulls and applies all N: the first join). Then a adds 1,000 new memories and syncs, b
@@ -118,15 +119,36 @@ def bench(kind: str, n: int, repeat: int, tmp: Path) -> dict:
             "steady_cli_s": statistics.median(procs), "cli_start_s": statistics.median(noop)}
 
 
+def join_vs_insert(n: int, tmp: Path) -> tuple[float, float]:
+    """A first join of n memories over a folder, and a plain `insert` of the same n into a fresh
+    store: how much of a join is the store's own insert (see "Where a join's time goes")."""
+    cfg = load()
+    a, b, c = (MemoryStore(tmp / f"jv-{x}" / "pmem.db", config=cfg) for x in "abc")
+    t_insert, _ = timed(lambda: c.insert(texts(random.Random(7), n, "old")))
+    a.insert(texts(random.Random(7), n, "old"))
+    sync.init(a, str(tmp / "jv-folder"), key_file=str(tmp / "jv.key"))
+    t_join, _ = timed(lambda: sync.join(b, str(tmp / "jv-folder"), key_file=str(tmp / "jv.key")))
+    for s in (a, b, c):
+        s.close()
+    return t_join, t_insert
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--kind", choices=["folder", "git", "both"], default="both")
     ap.add_argument("--locomo", type=Path, default=None, help="locomo_dev.json (default: ../shared/data/)")
+    ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
     args = ap.parse_args()
     os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cpus; embed model {os.environ['PMEM_EMBED_MODEL']}")
+    if args.join_vs_insert:
+        with tempfile.TemporaryDirectory() as tmp:
+            t_join, t_insert = join_vs_insert(args.memories, Path(tmp))
+        print(f"first join of {args.memories:,}: {t_join:.2f} s; plain insert of the same: {t_insert:.2f} s; "
+              f"ratio {t_join / t_insert:.2f}")
+        return
     n, plain, sealed = locomo_bytes(args.locomo)
     print(f"LoCoMo turns as changesets: {n:,} memories, {plain / n:.0f} B a memory as JSON, "
           f"{sealed / n:.0f} B sealed (compressed)")
