@@ -15,7 +15,7 @@ _pmem() {
 _pmem_words() {
     local words=""
     case "$1" in
-        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui mcp context hook models config --db --version --help" ;;
+        "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui mcp context hook models config sync --db --version --help" ;;
         "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --scope --thread --json --help" ;;
         "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --context -C --min-score --json --help" ;;
         "recall") words="--budget -b --format -f --tag -t --tier --as-of --scope --neighbours --help" ;;
@@ -55,6 +55,11 @@ _pmem_words() {
         "config") words="get set --json --help" ;;
         "config get") words="--help" ;;
         "config set") words="--help" ;;
+        "sync") words="init join status key --json --help" ;;
+        "sync init") words="--key-file --kind --passphrase --json --help" ;;
+        "sync join") words="--key-file --kind --passphrase --json --help" ;;
+        "sync status") words="--json --help" ;;
+        "sync key") words="--passphrase --help" ;;
     esac
     echo "$words"
 }

@@ -24,6 +24,7 @@ from . import (
     memories_cmd,
     models_cmd,
     serve_cmd,
+    sync_cmd,
     transfer_cmd,
     tui_cmd,
 )
@@ -31,7 +32,7 @@ from . import output as out
 from .common import PmemGroup
 
 COMMAND_MODULES = (memories_cmd, history_cmd, transfer_cmd, housekeeping_cmd, dream_cmd, extract_cmd,
-                   serve_cmd, tui_cmd, agents_cmd, models_cmd, config_cmd)
+                   serve_cmd, tui_cmd, agents_cmd, models_cmd, config_cmd, sync_cmd)
 
 
 def _print_version(value: bool) -> None:

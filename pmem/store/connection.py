@@ -23,9 +23,9 @@ _ROW_SQL = "SELECT m.seq, " + ", ".join(f"m.{c}" for c in MEMORY_COLUMNS)
 Progress = Callable[[int, int], None]
 
 
-def token() -> str:
-    """8 random hex digits for ids (os.urandom: `secrets` costs 10 ms of import via hashlib)."""
-    return os.urandom(4).hex()
+def token(size: int = 4) -> str:
+    """2 * `size` random hex digits for ids (os.urandom: `secrets` costs 10 ms of import via hashlib)."""
+    return os.urandom(size).hex()
 
 
 class Connection:

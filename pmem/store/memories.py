@@ -471,8 +471,11 @@ class MemoryStore:
     # -- writing --------------------------------------------------------------------------
 
     def _new_id(self, taken: set[str] = frozenset()) -> str:
+        # A synced store's ids come from many devices: 8 bytes (16 hex) keep them apart (8 hex
+        # collide at ~1% by 10,000); pmem.sync writes the setting, older ids keep working.
+        size = int(self.setting("id_bytes") or 4)
         while True:
-            candidate = token()
+            candidate = token(size)
             if candidate not in taken and not self.existing_ids([candidate]):
                 return candidate
 

@@ -1,0 +1,166 @@
+"""`pmem sync`: what a sync costs in time and bytes, over a plain folder and a bare git repository.
+
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
+    PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
+
+Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
+joins (pulls and applies all N: the first join). Then a adds 1,000 new memories and syncs, b
+syncs them in; then `pmem sync` with nothing new, as a process, repeated (the steady state).
+Reports medians; bytes are the changeset files written (sealed and compressed). The fake
+embedder keeps embedding out of the figures: with a real model, applying new memories also
+embeds their texts (see "Latency and bulk import" in benchmarks/README.md for that rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pmem import sync  # noqa: E402
+from pmem.config import load  # noqa: E402
+from pmem.records import Memory  # noqa: E402
+from pmem.store import MemoryStore  # noqa: E402
+
+WORDS = ("the a my our next last new old trip train flight hotel dinner recipe garden coffee bike book film "
+         "song class exam project deadline meeting budget sister friend doctor Monday weekend morning summer "
+         "Lisbon Oslo Kyoto want need like start finish move buy cook visit call write read learn fix").split()
+
+
+def texts(rng: random.Random, n: int, tag: str) -> list[Memory]:
+    return [Memory(id="", text=f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(8, 20)))} ({tag} {i})",
+                   tags=[rng.choice(["home", "work", "food"])]) for i in range(n)]
+
+
+def locomo_bytes(path: Path | None = None) -> tuple[int, int, int]:
+    """Changeset bytes for LoCoMo's dialogue turns as creates (real text, with meta and source):
+    (memories, plain JSON bytes, sealed bytes)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pmem.store.replication import EXISTS, SYNC_FIELDS
+    from pmem.sync import keys
+
+    import locomo
+
+    ops = []
+    for conv in locomo.load(path or locomo.DATA):
+        for n, r in enumerate(locomo.turn_records(conv, thread="session"), start=len(ops) + 1):
+            m = Memory(id=os.urandom(8).hex(), text=r["text"], meta=r["meta"], source=r["source"],
+                       created_at=r["created_at"], updated_at=r["created_at"], thread=r.get("thread"),
+                       thread_pos=r.get("thread_pos"))
+            ops.append({"id": f"{'a' * 16}-{n}", "n": n, "m": m.id, "k": "create",
+                        "c": f"{1735689600000 + n:013d}-0000-{'a' * 16}",
+                        "f": {f: getattr(m, f) for f in SYNC_FIELDS} | {EXISTS: True}})
+    plain = len(json.dumps({"ops": ops}, ensure_ascii=False, separators=(",", ":")).encode())
+    sealed = sum(len(keys.seal(keys.new_key(), "a" * 16, i, {"ops": ops[i:i + 5000]}))
+                 for i in range(0, len(ops), 5000))
+    return len(ops), plain, sealed
+
+
+def seg_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.glob("segments/*/*"))
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def bench(kind: str, n: int, repeat: int, tmp: Path) -> dict:
+    cfg = load()
+    rng = random.Random(7)
+    if kind == "git":
+        remote = tmp / f"{kind}.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+        where = str(remote)
+    else:
+        where = str(tmp / f"{kind}-folder")
+    a = MemoryStore(tmp / f"{kind}-a" / "pmem.db", config=cfg)
+    b = MemoryStore(tmp / f"{kind}-b" / "pmem.db", config=cfg)
+    key = tmp / f"{kind}.key"
+    for start in range(0, n, 10_000):
+        a.insert(texts(rng, min(10_000, n - start), "old"))
+    t_init, _ = timed(lambda: sync.init(a, where, key_file=str(key)))
+    t_join, rep = timed(lambda: sync.join(b, where, key_file=str(key)))
+    assert rep["applied"] == n, rep
+    root = sync.sync_dir(a) / "git" if kind == "git" else Path(where)
+    first_bytes = seg_bytes(root)
+    a.insert(texts(rng, 1000, "new"))
+    before = seg_bytes(root)
+    t_send, _ = timed(lambda: sync.run(a))
+    new_bytes = seg_bytes(root) - before
+    t_recv, rep = timed(lambda: sync.run(b))
+    assert rep["applied"] == 1000, rep
+    lib = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
+    a.close()
+    env = {**os.environ, "PMEM_HOME": str(tmp / f"{kind}-b"), "PYTHONPATH": str(ROOT)}
+    procs = []
+    for _ in range(repeat):
+        t, p = timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "sync"], env=env, capture_output=True))
+        assert p.returncode == 0, p.stderr
+        procs.append(t)
+    noop = [timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "--version"], env=env,
+                                         capture_output=True))[0] for _ in range(repeat)]
+    b.close()
+    return {"kind": kind, "memories": n, "init_s": t_init, "join_s": t_join, "first_bytes": first_bytes,
+            "bytes_per_memory": first_bytes / n, "send_1000_s": t_send, "recv_1000_s": t_recv,
+            "bytes_1000": new_bytes, "steady_lib_s": statistics.median(lib),
+            "steady_cli_s": statistics.median(procs), "cli_start_s": statistics.median(noop)}
+
+
+def join_vs_insert(n: int, tmp: Path) -> tuple[float, float]:
+    """A first join of n memories over a folder, and a plain `insert` of the same n into a fresh
+    store: how much of a join is the store's own insert (see "Where a join's time goes")."""
+    cfg = load()
+    a, b, c = (MemoryStore(tmp / f"jv-{x}" / "pmem.db", config=cfg) for x in "abc")
+    t_insert, _ = timed(lambda: c.insert(texts(random.Random(7), n, "old")))
+    a.insert(texts(random.Random(7), n, "old"))
+    sync.init(a, str(tmp / "jv-folder"), key_file=str(tmp / "jv.key"))
+    t_join, _ = timed(lambda: sync.join(b, str(tmp / "jv-folder"), key_file=str(tmp / "jv.key")))
+    for s in (a, b, c):
+        s.close()
+    return t_join, t_insert
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--memories", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--kind", choices=["folder", "git", "both"], default="both")
+    ap.add_argument("--locomo", type=Path, default=None, help="locomo_dev.json (default: ../shared/data/)")
+    ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
+    args = ap.parse_args()
+    os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cpus; embed model {os.environ['PMEM_EMBED_MODEL']}")
+    if args.join_vs_insert:
+        with tempfile.TemporaryDirectory() as tmp:
+            t_join, t_insert = join_vs_insert(args.memories, Path(tmp))
+        print(f"first join of {args.memories:,}: {t_join:.2f} s; plain insert of the same: {t_insert:.2f} s; "
+              f"ratio {t_join / t_insert:.2f}")
+        return
+    n, plain, sealed = locomo_bytes(args.locomo)
+    print(f"LoCoMo turns as changesets: {n:,} memories, {plain / n:.0f} B a memory as JSON, "
+          f"{sealed / n:.0f} B sealed (compressed)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
+            r = bench(kind, args.memories, args.repeat, Path(tmp))
+            print(f"{r['kind']:>6} at {r['memories']:,}: init {r['init_s']:.2f} s, first join {r['join_s']:.2f} s "
+                  f"({r['first_bytes'] / 1e6:.2f} MB, {r['bytes_per_memory']:.0f} B a memory); 1,000 new: sent "
+                  f"{r['send_1000_s']:.2f} s, applied {r['recv_1000_s']:.2f} s, {r['bytes_1000'] / 1e3:.0f} kB; "
+                  f"nothing new: {r['steady_lib_s'] * 1000:.0f} ms in process, {r['steady_cli_s'] * 1000:.0f} ms "
+                  f"as `pmem sync` (`pmem --version`: {r['cli_start_s'] * 1000:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()

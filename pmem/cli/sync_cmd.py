@@ -1,0 +1,201 @@
+"""`pmem sync`: one memory on every device, end-to-end encrypted, over git or a synced folder."""
+
+import sys
+from typing import Optional
+
+import typer
+
+from . import output as out
+from .common import JsonOpt, PmemGroup, open_store
+
+KeyFileOpt = typer.Option(None, "--key-file", help="The sync key's file (default: $PMEM_SYNC_KEY_FILE, "
+                          "else pmem.db.sync/key beside the database).")
+KindOpt = typer.Option(None, "--kind", help="git or folder (default: git for URLs and git repositories, "
+                       "else folder).")
+PassOpt = typer.Option(False, "--passphrase", help="Keep the key wrapped by a passphrase (asked, or "
+                       "$PMEM_SYNC_PASSPHRASE) instead of a key file.")
+
+
+def register(app: typer.Typer) -> None:
+    sync_app = typer.Typer(cls=PmemGroup, help="Sync this memory with your other devices (end-to-end encrypted).",
+                           no_args_is_help=False, rich_markup_mode=None)
+    sync_app.callback(invoke_without_command=True)(_sync)
+    sync_app.command("init")(sync_init)
+    sync_app.command("join")(sync_join)
+    sync_app.command("status")(sync_status)
+    sync_app.command("key")(sync_key)
+    app.add_typer(sync_app, name="sync")
+
+
+def _progress(text: str) -> None:
+    out.note(text)
+
+
+def _passphrase(ask: bool, confirm: bool = False) -> Optional[str]:
+    import os
+
+    if not ask:
+        return None
+    phrase = os.environ.get("PMEM_SYNC_PASSPHRASE")
+    if phrase:
+        return phrase
+    if sys.stdin is None or not sys.stdin.isatty():
+        from ..errors import UsageError
+
+        raise UsageError("--passphrase needs a terminal to ask on, or $PMEM_SYNC_PASSPHRASE")
+    return typer.prompt("Passphrase for the sync key", hide_input=True, confirmation_prompt=confirm)
+
+
+def _report(data: dict, as_json: bool) -> None:
+    if as_json:
+        out.print_json(data)
+        return
+    line = (f"synced with {data['remote']}: sent {data['sent']} changes, applied {data['applied']} "
+            f"from {data['received_changesets']} changesets")
+    if data["conflicts"]:
+        line += f", {data['conflicts']} conflicts (pmem sync status)"
+    if data["purged"]:
+        line += f", purged {len(data['purged'])}"
+    out.echo(out.visible(line))
+    for gap in data["gaps"]:
+        out.note(f"sync: device {gap['device']} is missing changeset {gap['missing']} "
+                 f"(it has up to {gap['present_up_to']}); its later changes wait until it arrives")
+    if data["push_retries"]:
+        out.note(f"sync: the push lost {data['push_retries']} race(s) with other devices and was retried")
+
+
+def _sync(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+    """Pull, apply the other devices' changes, send this device's, push.
+
+    Set up first with `pmem sync init` (the first device) or `pmem sync join` (the next).
+
+    \b
+    Examples:
+      pmem sync
+      pmem sync status
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from .. import sync
+
+    with open_store() as store:
+        wrapped = sync.SyncLog(store).exists() and sync.SyncLog(store).get("key_wrapped")
+        report = sync.run(store, progress=_progress, passphrase=_passphrase(bool(wrapped)))
+    _report(report, as_json)
+
+
+def sync_init(
+    remote: str = typer.Argument(..., metavar="REMOTE|DIR", help="An empty git remote (anything `git clone` "
+                                 "takes) or a folder a file syncer replicates."),
+    key_file: Optional[str] = KeyFileOpt,
+    kind: Optional[str] = KindOpt,
+    passphrase: bool = PassOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Start syncing this memory to REMOTE (git) or DIR (a synced folder), with a new key.
+
+    The key is written to --key-file (0600) when that file is absent; copy it to your other
+    devices (or type `pmem sync key`'s output there). Without it nobody can read the remote.
+
+    \b
+    Examples:
+      git init --bare /mnt/nas/pmem.git && pmem sync init /mnt/nas/pmem.git
+      pmem sync init ~/Sync/pmem --key-file ~/.pmem-sync.key
+    """
+    from .. import sync
+
+    phrase = _passphrase(passphrase, confirm=True)
+    with open_store() as store:
+        report = sync.init(store, remote, kind=kind, key_file=key_file, passphrase=phrase, progress=_progress)
+    if not as_json and report.get("key_created"):
+        out.note(f"sync: a new key is in {report['key_file']}: copy it to your other devices")
+    _report(report, as_json)
+
+
+def sync_join(
+    remote: str = typer.Argument(..., metavar="REMOTE|DIR", help="The git remote or folder another device "
+                                 "started with `pmem sync init`."),
+    key_file: Optional[str] = KeyFileOpt,
+    kind: Optional[str] = KindOpt,
+    passphrase: bool = PassOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Add this device: pull everything, then send what this memory already held.
+
+    The key comes from --key-file (or $PMEM_SYNC_KEY_FILE), else it is asked for (the text
+    `pmem sync key` prints on another device). A wrong key is refused before anything is written.
+
+    \b
+    Examples:
+      pmem sync join ssh://nas/srv/pmem.git --key-file ~/.pmem-sync.key
+      pmem sync join ~/Sync/pmem
+    """
+    import os
+
+    from .. import sync
+
+    key_text = None
+    with open_store() as store:
+        given = key_file or os.environ.get("PMEM_SYNC_KEY_FILE")
+        if not given and not (sync.sync_dir(store) / "key").exists():
+            if sys.stdin is None or not sys.stdin.isatty():
+                from ..errors import UsageError
+
+                raise UsageError("no sync key: pass --key-file (or set PMEM_SYNC_KEY_FILE)")
+            key_text = typer.prompt("Sync key (from `pmem sync key` on another device)", hide_input=True)
+        phrase = _passphrase(passphrase, confirm=True)
+        report = sync.join(store, remote, kind=kind, key_file=key_file, key_text=key_text, passphrase=phrase,
+                           progress=_progress)
+    _report(report, as_json)
+
+
+def sync_status(as_json: bool = JsonOpt) -> None:
+    """Show the devices, how far this one has applied each, and the conflicts (from the last pull).
+
+    \b
+    Example:
+      pmem sync status --json
+    """
+    from .. import sync
+
+    with open_store() as store:
+        data = sync.status(store)
+    if as_json:
+        out.print_json(data)
+        return
+    out.echo(out.visible(f"this device: {data['device']}  remote: {data['remote']} ({data['kind']})"))
+    out.echo(f"changes not sent yet: {data['pending_changes']}")
+    for d in data["devices"]:
+        if d["this"]:
+            out.echo(f"  {d['device']}  (this device)  wrote {d['written']} changesets")
+        else:
+            out.echo(f"  {d['device']}  applied {d['applied_up_to']} of {d['last']} changesets"
+                     + (f" ({d['waiting']} waiting)" if d["waiting"] else ""))
+    out.echo(f"conflicts: {data['conflicts']}")
+    for c in data["recent_conflicts"]:
+        out.echo(out.visible(f"  {c['at']}  {c['memory_id']}  {c['field']}: kept {c['kept']}, "
+                             f"lost {c['lost']} ({_short(c['lost_value'])})"))
+
+
+def _short(value) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def sync_key(passphrase: bool = PassOpt) -> None:
+    """Print this device's sync key, to type on the next device at `pmem sync join`.
+
+    Anyone with it and a copy of the remote can read every memory: keep it as you keep passwords.
+
+    \b
+    Example:
+      pmem sync key
+    """
+    from .. import sync
+
+    with open_store() as store:
+        wrapped = sync.SyncLog(store).exists() and sync.SyncLog(store).get("key_wrapped")
+        out.echo(sync.export_key(store, _passphrase(bool(wrapped) or passphrase)))

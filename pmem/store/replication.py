@@ -1,0 +1,418 @@
+"""The sync journal: operations out of the event log, operations from other devices in.
+
+It keeps its own tables in the store's database (created on first use, all named `sync_*`),
+runs its SQL over the store's connection (a part of the store, beside the journal it reads) and makes every
+change to memories through the store's public methods, inside one `sync` operation per pull:
+what another device did is applied whole or not at all, and it is recorded in history like any
+change. Operations of kind `sync` came from elsewhere and are never sent back.
+
+An operation holds the memory's id, its kind, the fields it set and their values after, a
+hybrid logical clock (pmem/hlc.py) and, per field, the clock of the value it replaced (`b`: how a
+concurrent change is told from a later one). Never the value before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..errors import NotFound
+from ..hlc import Clock, ms, undo_key
+from ..records import MEMORY_COLUMNS, Memory
+
+if TYPE_CHECKING:
+    from .memories import MemoryStore
+
+# What travels: every column a change to a memory can set. Access counts are local reads, not
+# changes; `_exists` is the memory itself (a create sets it, an undone create clears it).
+SYNC_FIELDS = tuple(c for c in MEMORY_COLUMNS if c not in ("id", "access_count", "last_accessed_at"))
+EXISTS = "_exists"
+KINDS_BY_ACTION = {"forget": "forget", "restore": "restore", "supersede": "supersede"}
+_MEMORY_FIELDS = {f.name for f in fields(Memory)}
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # per other device: the last changeset applied (seq) and the last operation number in it
+    "CREATE TABLE IF NOT EXISTS sync_cursors (device TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+    "op INTEGER NOT NULL)",
+    # per memory: the clock key of each field's value ("*": of every field not named)
+    "CREATE TABLE IF NOT EXISTS sync_clocks (memory_id TEXT PRIMARY KEY, keys TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sync_tombstones (memory_id TEXT PRIMARY KEY, key TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sync_undos (op_id TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sync_conflicts (id INTEGER PRIMARY KEY, memory_id TEXT NOT NULL, "
+    "field TEXT NOT NULL, kept_key TEXT NOT NULL, lost_key TEXT NOT NULL, lost_value TEXT, at TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS sync_conflicts_memory ON sync_conflicts(memory_id)",
+    # changesets sealed and committed here but not yet written to the remote (a kill between the
+    # two writes them at the next sync; written ones are deleted)
+    "CREATE TABLE IF NOT EXISTS sync_outbox (seq INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
+)
+
+
+def _value(m: Memory | dict[str, Any] | None, field: str) -> Any:
+    if m is None:
+        return None
+    if isinstance(m, dict):
+        return m.get(field)
+    return getattr(m, field)
+
+
+class SyncLog:
+    """Sync's state and bookkeeping over one store's connection."""
+
+    def __init__(self, store: "MemoryStore"):
+        self.store = store
+        self.conn = store.conn
+
+    # -- state ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sync_state'").fetchone() is not None \
+            and self.get("device") is not None
+
+    def create_tables(self) -> None:
+        with self.store.transaction():
+            for sql in SCHEMA:
+                self.conn.execute(sql)
+
+    def get(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM sync_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: str, value: Any) -> None:
+        self.conn.execute("INSERT INTO sync_state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                          "SET value = excluded.value", (key, str(value)))
+
+    def number(self, key: str) -> int:
+        return int(self.get(key) or 0)
+
+    @property
+    def device(self) -> str:
+        return self.get("device") or ""
+
+    def clock(self) -> Clock:
+        return Clock.parse(self.get("hlc") or "", self.device)
+
+    def lengthen_ids(self) -> None:
+        """New memories get 16 hex digits (MemoryStore._new_id reads this setting): ids made on
+        several devices must not collide."""
+        self.conn.execute("INSERT INTO settings (key, value) VALUES ('id_bytes', '8') "
+                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+
+    def outbox_add(self, seq: int, blob: bytes) -> None:
+        self.conn.execute("INSERT INTO sync_outbox (seq, blob) VALUES (?, ?)", (seq, blob))
+
+    def outbox(self) -> list[tuple[int, bytes]]:
+        return [(seq, bytes(blob)) for seq, blob in
+                self.conn.execute("SELECT seq, blob FROM sync_outbox ORDER BY seq")]
+
+    def outbox_done(self, seq: int) -> None:
+        with self.store.transaction():
+            self.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+
+    def cursors(self) -> dict[str, tuple[int, int]]:
+        return {d: (s, o) for d, s, o in self.conn.execute("SELECT device, seq, op FROM sync_cursors")}
+
+    def tombstoned(self, ids: Iterable[str]) -> set[str]:
+        return {r[0] for r in self.conn.execute(
+            "SELECT memory_id FROM sync_tombstones WHERE memory_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(ids)),))}
+
+    def conflicts(self, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT memory_id, field, kept_key, lost_key, lost_value, at FROM sync_conflicts "
+                                 "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [{"memory_id": m, "field": f, "kept": k, "lost": lk, "lost_value": json.loads(v) if v else None,
+                 "at": at, "lost_device": lk.split("+")[0].split("-", 2)[2]} for m, f, k, lk, v, at in rows]
+
+    def conflict_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM sync_conflicts").fetchone()[0]
+
+    def pending_events(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM events e JOIN operations o ON o.id = e.op_id "
+                                 "WHERE e.seq > ? AND o.kind != 'sync'", (self.number("exported"),)).fetchone()[0]
+
+    def _keys(self, cache: dict[str, dict[str, str]], memory_id: str) -> dict[str, str]:
+        if memory_id not in cache:
+            row = self.conn.execute("SELECT keys FROM sync_clocks WHERE memory_id = ?", (memory_id,)).fetchone()
+            cache[memory_id] = json.loads(row[0]) if row else {}
+        return cache[memory_id]
+
+    def _load_keys(self, cache: dict[str, dict[str, str]], ids: set[str]) -> None:
+        for memory_id, keys in self.conn.execute(
+                "SELECT memory_id, keys FROM sync_clocks WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(ids)),)):
+            cache.setdefault(memory_id, json.loads(keys))
+        for memory_id in ids:
+            cache.setdefault(memory_id, {})  # none kept: a memory new here
+
+    def _save_keys(self, cache: dict[str, dict[str, str]]) -> None:
+        self.conn.executemany("INSERT INTO sync_clocks (memory_id, keys) VALUES (?, ?) ON CONFLICT(memory_id) "
+                              "DO UPDATE SET keys = excluded.keys",
+                              [(m, json.dumps(k, sort_keys=True, separators=(",", ":"))) for m, k in cache.items()
+                               if k])
+
+    @staticmethod
+    def _key(keys: dict[str, str], field: str) -> str:
+        return keys.get(field) or keys.get("*", "")
+
+    # -- out --------------------------------------------------------------------------
+
+    def _op(self, clock: Clock, memory_id: str, kind: str, at_ms: int) -> dict[str, Any]:
+        n = self.number("op") + 1
+        self.put("op", n)
+        return {"id": f"{clock.device}-{n}", "n": n, "m": memory_id, "k": kind, "c": clock.tick(at_ms)}
+
+    def export_existing(self, clock: Clock) -> list[dict[str, Any]]:
+        """Every memory this store holds, as creates: what a device had before it joined. Its
+        history and undone operations stay local."""
+        cache: dict[str, dict[str, str]] = {}
+        ops = []
+        for m in self.store.iter_all():
+            op = self._op(clock, m.id, "create", ms(m.updated_at))
+            op["f"] = {f: getattr(m, f) for f in SYNC_FIELDS} | {EXISTS: True}
+            cache[m.id] = {"*": op["c"]}
+            ops.append(op)
+        self._save_keys(cache)
+        self.put("exported", self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        self.conn.execute("INSERT OR IGNORE INTO sync_undos (op_id) SELECT id FROM operations "
+                          "WHERE undone_at IS NOT NULL")
+        self.put("hlc", clock.key())
+        return ops
+
+    def export(self, clock: Clock) -> tuple[list[dict[str, Any]], list[str]]:
+        """This device's changes since the last export, as operations (call inside a transaction),
+        and the memories it purged meanwhile."""
+        cursor = self.number("exported")
+        cache: dict[str, dict[str, str]] = {}
+        ops = self._export_undos(clock, cursor, cache)
+        purged: list[str] = []
+        last = cursor
+        rows = self.conn.execute(
+            "SELECT e.seq, e.op_id, e.memory_id, e.action, e.before, e.after, e.at, o.kind, o.undone_at "
+            "FROM events e JOIN operations o ON o.id = e.op_id WHERE e.seq > ? ORDER BY e.seq", (cursor,)).fetchall()
+        handled = {r[0] for r in self.conn.execute("SELECT op_id FROM sync_undos")} if rows else set()
+        tomb = self.tombstoned({r[2] for r in rows}) if rows else set()
+        for seq, op_id, mid, action, before_json, after_json, at, op_kind, undone in rows:
+            last = seq
+            if op_kind == "sync" or op_id in handled:
+                continue
+            if undone:  # undone before it was ever sent: it never happened for the others
+                self.conn.execute("INSERT OR IGNORE INTO sync_undos (op_id) VALUES (?)", (op_id,))
+                handled.add(op_id)
+                continue
+            if mid in tomb:
+                continue
+            if action == "purge":
+                op = self._op(clock, mid, "purge", ms(at))
+                self._tombstone(mid, op["c"])
+                tomb.add(mid)
+                cache.pop(mid, None)
+                purged.append(mid)
+                ops.append(op)
+                continue
+            if before_json is None and after_json is None:
+                continue  # history of a memory purged since: nothing of it is sent
+            keys = self._keys(cache, mid)
+            before = json.loads(before_json) if before_json else None
+            after = json.loads(after_json) if after_json else None
+            if before is None:
+                op = self._op(clock, mid, "create", ms(at))
+                op["f"] = {f: after.get(f) for f in SYNC_FIELDS if f in after} | {EXISTS: True}
+                keys.clear()
+                keys["*"] = op["c"]
+            elif after is None:
+                op = self._op(clock, mid, "delete", ms(at))
+                op["f"], op["b"] = {EXISTS: False}, {EXISTS: self._key(keys, EXISTS)}
+                keys[EXISTS] = op["c"]
+            else:
+                changed = [f for f in SYNC_FIELDS if f in after and before.get(f) != after.get(f)]
+                if not changed:
+                    continue
+                op = self._op(clock, mid, KINDS_BY_ACTION.get(action, "change"), ms(at))
+                op["f"] = {f: after[f] for f in changed}
+                op["b"] = {f: self._key(keys, f) for f in changed}
+                for f in changed:
+                    keys[f] = op["c"]
+            ops.append(op)
+        self._save_keys(cache)
+        self.put("exported", last)
+        self.put("hlc", clock.key())
+        return ops, purged
+
+    def _export_undos(self, clock: Clock, cursor: int, cache: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+        """Compensating operations for each undone operation the others have seen: the fields it
+        had set, back to their values now, each keyed just above the value it reverts."""
+        ops: list[dict[str, Any]] = []
+        undone = self.conn.execute(
+            "SELECT o.id, o.undone_at FROM operations o WHERE o.undone_at IS NOT NULL AND o.kind != 'purge' "
+            "AND o.id NOT IN (SELECT op_id FROM sync_undos) AND EXISTS (SELECT 1 FROM events e "
+            "WHERE e.op_id = o.id AND (e.seq <= ? OR o.kind = 'sync'))", (cursor,)).fetchall()
+        for op_id, undone_at in undone:
+            self.conn.execute("INSERT OR IGNORE INTO sync_undos (op_id) VALUES (?)", (op_id,))
+            touched: dict[str, set[str]] = {}
+            for mid, before_json, after_json in self.conn.execute(
+                    "SELECT memory_id, before, after FROM events WHERE op_id = ? ORDER BY seq", (op_id,)):
+                before = json.loads(before_json) if before_json else None
+                after = json.loads(after_json) if after_json else None
+                if before is None and after is None:
+                    continue
+                names = touched.setdefault(mid, set())
+                if before is None or after is None:
+                    names.update(SYNC_FIELDS)
+                    names.add(EXISTS)
+                else:
+                    names.update(f for f in SYNC_FIELDS if before.get(f) != after.get(f))
+            tomb = self.tombstoned(touched)
+            for mid, names in touched.items():
+                if mid in tomb or not names:
+                    continue
+                try:
+                    now: Memory | None = self.store.get(mid)
+                except NotFound:
+                    now = None
+                keys = self._keys(cache, mid)
+                op = self._op(clock, mid, "undo", ms(undone_at))
+                ordered = sorted(names)
+                if now is None:
+                    op["f"] = {EXISTS: False}
+                    ordered = [EXISTS]
+                else:
+                    op["f"] = {f: getattr(now, f) for f in ordered if f != EXISTS}
+                    if EXISTS in names:
+                        op["f"][EXISTS] = True
+                op["b"] = {f: self._key(keys, f) for f in ordered}
+                op["u"] = {f: undo_key(op["b"][f], op["c"]) for f in ordered}
+                keys.update(op["u"])
+                ops.append(op)
+        return ops
+
+    def _tombstone(self, memory_id: str, key: str) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO sync_tombstones (memory_id, key) VALUES (?, ?)", (memory_id, key))
+        self.conn.execute("DELETE FROM sync_clocks WHERE memory_id = ?", (memory_id,))
+
+    def forget_conflicts(self, memory_id: str) -> int:
+        """Drop the conflicts kept about a purged memory (they may quote its text)."""
+        return self.conn.execute("DELETE FROM sync_conflicts WHERE memory_id = ?", (memory_id,)).rowcount
+
+    # -- in ---------------------------------------------------------------------------
+
+    def apply(self, changesets: list[tuple[str, int, list[dict[str, Any]]]], clock: Clock,
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Apply other devices' changesets (device, seq, operations) in one transaction, in clock
+        order, and move each device's cursor. Returns counts and the ids to purge afterwards
+        (a purge rewrites the file, so it runs after the commit; the tombstone is committed here)."""
+        cursors = self.cursors()
+        todo: list[dict[str, Any]] = []
+        for device, seq, ops in changesets:
+            done_op = cursors.get(device, (0, 0))[1]
+            todo.extend(op for op in ops if int(op.get("n", 0)) > done_op)
+            last_n = max([int(op.get("n", 0)) for op in ops] + [done_op])
+            cursors[device] = (seq, last_n)
+        todo.sort(key=lambda op: (op["c"], op["id"]))
+        stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
+        cache: dict[str, dict[str, str]] = {}
+        pending: dict[str, Memory] = {}  # creates of new memories, stored in batches (one embed call)
+        store = self.store
+        with store.operation("sync", f"sync: {len(todo)} operations from {len(changesets)} changesets"):
+            tomb = self.tombstoned({op["m"] for op in todo})
+            # Two queries up front instead of two per operation: a first join is mostly creates
+            # of memories not held here, which need neither a row nor clocks looked up.
+            held = store.existing_ids({op["m"] for op in todo})
+            self._load_keys(cache, {op["m"] for op in todo} - tomb)
+            for i, op in enumerate(todo, start=1):
+                if progress and i % 500 == 0:
+                    progress(i, len(todo))
+                clock.observe(op["c"])
+                mid = op["m"]
+                if op["k"] == "redacted" or mid in tomb:
+                    stats["dropped"] += 1
+                    continue
+                if mid in pending:
+                    self._flush(pending)
+                if op["k"] == "purge":
+                    self._tombstone(mid, op["c"])
+                    cache.pop(mid, None)
+                    tomb.add(mid)
+                    stats["purge"].append(mid)
+                    continue
+                stats["applied"] += 1
+                stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
+            self._flush(pending)
+            self._save_keys(cache)
+            self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
+                                  "DO UPDATE SET seq = excluded.seq, op = excluded.op",
+                                  [(d, s, o) for d, (s, o) in cursors.items()])
+            self.put("hlc", clock.key())
+        return stats
+
+    def _apply_one(self, op: dict[str, Any], keys: dict[str, str], pending: dict[str, Memory],
+                   held: set[str]) -> int:
+        store = self.store
+        mid = op["m"]
+        row: Memory | None = None
+        if mid in held:
+            try:
+                row = store.get(mid)
+            except NotFound:
+                pass
+        base = op.get("b") or {}
+        wins: dict[str, Any] = {}
+        conflicts = 0
+        if op["k"] == "create" and row is not None and keys:
+            # two devices made the same id before they synced (8-hex ids of memories that
+            # predate sync): kept apart as a conflict, never merged into one memory
+            return self._conflict(mid, "id", self._key(keys, EXISTS), op["c"], op["f"].get("text"))
+        for f, value in op["f"].items():
+            new = (op.get("u") or {}).get(f) or op["c"]
+            old = self._key(keys, f)
+            concurrent = bool(old) and base.get(f, "") != old
+            if new <= old:
+                if concurrent:
+                    conflicts += self._conflict(mid, f, old, new, value)
+                continue
+            if concurrent:
+                conflicts += self._conflict(mid, f, new, old, _value(row, f) if f != EXISTS else row is not None)
+            wins[f] = value
+            keys[f] = new
+        if wins.get(EXISTS) is False:
+            if row is not None:
+                store.delete(mid, action="sync")
+            return conflicts
+        if row is None:
+            if wins.get(EXISTS):
+                values = {f: op["f"].get(f) for f in SYNC_FIELDS if f in op["f"] and f in _MEMORY_FIELDS}
+                pending[mid] = Memory(id=mid, **values)
+                held.add(mid)  # stored at the next flush, before any later operation on it
+            return conflicts
+        changes = {f: v for f, v in wins.items() if f in _MEMORY_FIELDS and _value(row, f) != v}
+        if changes:
+            self._change(row, changes)
+        return conflicts
+
+    def _change(self, row: Memory, changes: dict[str, Any]) -> None:
+        """Set fields through the store, its clock held at the memory's new updated_at (the store
+        stamps every write with its clock; the value that travelled is the origin's)."""
+        store = self.store
+        stamp = changes.get("updated_at", row.updated_at)
+        own_clock = store.clock
+        store.clock = lambda: stamp
+        try:
+            if "text" in changes:
+                store.edit(row.id, text=changes["text"], allow_secret=True, action="sync")
+            rest = {f: v for f, v in changes.items() if f not in ("text", "updated_at")}
+            if rest or "updated_at" in changes:
+                store.set_fields(row.id, "sync", **rest)
+        finally:
+            store.clock = own_clock
+
+    def _flush(self, pending: dict[str, Memory]) -> None:
+        if pending:
+            self.store.insert(list(pending.values()), kind="sync", keep_ids=True, allow_secret=True)
+            pending.clear()
+
+    def _conflict(self, memory_id: str, field: str, kept: str, lost: str, lost_value: Any) -> int:
+        self.conn.execute("INSERT INTO sync_conflicts (memory_id, field, kept_key, lost_key, lost_value, at) "
+                          "VALUES (?, ?, ?, ?, ?, ?)",
+                          (memory_id, field, kept, lost, json.dumps(lost_value, ensure_ascii=False),
+                           self.store.clock()))
+        return 1
