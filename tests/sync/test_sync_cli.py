@@ -303,12 +303,14 @@ def test_kill_9_in_the_middle_of_a_sync_leaves_nothing_half_applied(tmp_path, fa
     b.add("b's own, from before")
     rng = random.Random(9)
     kills = 0
-    for _ in range(3):
+    for _ in range(6):  # a join may end before its kill on an idle machine: try until three kills landed
+        if kills == 3:
+            break
         joined = b.run("sync", "status", ok=False).returncode == 0
         args = ["sync"] if joined else ["sync", "join", str(folder), "--key-file", str(key)]
         p = subprocess.Popen([sys.executable, "-m", "pmem", *args], env=b.env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(1.0, 4.0))
+        time.sleep(rng.uniform(0.5, 2.5))
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
