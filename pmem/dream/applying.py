@@ -1,0 +1,131 @@
+"""apply(): each accepted proposal in its own transaction, all under one undoable operation."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+from .. import secretscan
+from ..errors import PmemError
+from ..records import Memory
+from .marks import _dealt_with
+from .records import APPLY_ORDER, ApplyResult, Plan, Progress, Proposal, _Budget, _fingerprint
+
+if TYPE_CHECKING:
+    from ..store import MemoryStore
+
+
+@contextmanager
+def _joined(store: "MemoryStore", op_id: str, summary: str) -> Iterator[None]:
+    """One transaction whose events belong to the dream's single operation `op_id`."""
+    with store.operation("dream", summary, op_id=op_id):
+        yield
+
+
+def _stale(store: "MemoryStore", p: Proposal) -> str | None:
+    current = {m.id: m for m in store.get_many(p.members)}
+    for mid in p.members:
+        m = current.get(mid)
+        if m is None:
+            return f"memory {mid} no longer exists"
+        want = p.fingerprints.get(mid)
+        if want is not None and _fingerprint(m) != want:
+            return f"memory {mid} changed since the plan"
+    return None
+
+
+def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
+    ms = {m.id: m for m in store.get_many(p.members)}
+    if p.kind == "expire":
+        m = ms[p.members[0]]
+        store.set_fields(m.id, "expire", meta={**m.meta, "expired_at": m.expires_at})
+    elif p.kind == "purge":
+        store.delete(ms[p.members[0]].id, action="purge")
+    elif p.kind == "dedup":
+        canon = ms[p.target]
+        members = list(ms.values())
+        tags = sorted(set().union(*(m.tags for m in members)))
+        created = min(m.created_at for m in members)
+        store.set_fields(canon.id, "dedup", tags=tags, created_at=created)
+        for mid in p.members:
+            if mid != canon.id:
+                store.set_fields(mid, "dedup", merged_into=canon.id)
+    elif p.kind == "supersede":
+        store.supersede(p.members[0], p.members[1])
+    elif p.kind in ("merge", "compress"):
+        members = [ms[i] for i in p.members]
+        threads = {m.thread for m in members}
+        place = min(m.thread_pos or 0 for m in members) if len(threads) == 1 and None not in threads else None
+        new = store.new_memory(
+            p.result_text or "", tags=sorted(set().union(*(m.tags for m in members))),
+            tier=p.details.get("tier", "archival" if p.kind == "merge" else "episodic"),
+            created_at=min(m.created_at for m in members), derived_from=p.members,
+            source="pmem dream", meta={"dream": p.kind, "proposal": p.id},
+            thread=threads.pop() if place is not None else None, thread_pos=place)  # stands for its members' span
+        new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False,
+                           allow_secret=_secrets_already_stored(new.text, members))[0]
+        for m in members:
+            store.set_fields(m.id, p.kind, merged_into=new.id)
+        result.created[p.id] = new.id
+    else:  # pragma: no cover - guarded by Proposal
+        raise ValueError(p.kind)
+
+
+def _secrets_already_stored(text: str, members: list[Memory]) -> bool:
+    """Every machine secret in `text` is held verbatim by a member: stored with its owner's
+    permission (`--allow-secret`), so a merge or summary repeating it stores nothing new. A secret
+    no member holds (one the model wrote) is still refused."""
+    return all(any(text[s.start:s.end] in m.text for m in members) for s in secretscan.find_secrets(text))
+
+
+def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, progress: Progress | None = None,
+          backup: bool = True, max_seconds: float | None = None) -> ApplyResult:
+    """Apply the accepted proposals (all by default), each in its own transaction, all under one
+    undoable operation. A proposal whose members changed since the plan is skipped."""
+    import secrets
+
+    budget = _Budget(max_seconds)
+    result = ApplyResult()
+    chosen = [p for p in plan.proposals if accept is None or p.id in accept]
+    chosen.sort(key=lambda p: APPLY_ORDER.index(p.kind))
+    if not chosen:
+        _dealt_with(store, plan, result)
+        result.elapsed_s = budget.elapsed()
+        return result
+    if backup:
+        from ..backup import backup_database
+
+        result.backup = str(backup_database(store, label="dream"))
+    counts: dict[str, int] = {}
+    for p in chosen:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    summary = "dream: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    result.op_id = secrets.token_hex(4)
+    total = len(chosen)
+    if progress:
+        progress(0, total)
+    for done, p in enumerate(chosen, start=1):
+        if budget.over():
+            result.complete = False
+            result.skipped.extend({"id": q.id, "reason": "time limit"} for q in chosen[done - 1:])
+            break
+        try:  # a merge's or summary's text is embedded before its write transaction starts
+            with store.prepared_vectors([(p.result_text or "").strip()]), _joined(store, result.op_id, summary):
+                why = _stale(store, p)
+                if why is None:
+                    _apply_one(store, p, result)
+        except PmemError as exc:  # rolled back: this proposal is not applied, the others go on
+            why = f"failed: {exc}"
+            result.created.pop(p.id, None)
+        if why is None:
+            result.applied.append(p.id)
+        else:
+            result.skipped.append({"id": p.id, "reason": why})
+        if progress:
+            progress(done, total)
+    if not result.applied:
+        result.op_id = None
+    _dealt_with(store, plan, result)
+    result.elapsed_s = budget.elapsed()
+    return result
+
