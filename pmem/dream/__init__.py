@@ -77,12 +77,25 @@ from .planners import (
     subject_value,
 )
 from .planning import COMPARED_FIELDS, INCREMENTAL_FROM, READ_MAX, SLICE, _Planner, plan
-from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, ApplyResult, Plan, Progress, Proposal, _Budget
+from .records import (
+    APPLY_ORDER,
+    ASKED,
+    DEFAULT_KINDS,
+    KINDS,
+    PAIR_KINDS,
+    PROPOSAL_KINDS,
+    ApplyResult,
+    Plan,
+    Progress,
+    Proposal,
+    _Budget,
+)
 
 # The library's names; the private ones after them are what tests and benchmarks reach (a test that
 # changes a constant patches the part that reads it: pmem.dream.planning.SLICE, not this copy).
 __all__ = [
-    "APPLY_ORDER", "COMPARED_FIELDS", "COMPRESS_KEEP", "COMPRESS_MAX", "COMPRESS_TOPIC", "DEFAULT_KINDS",
+    "APPLY_ORDER", "ASKED", "PROPOSAL_KINDS", "COMPARED_FIELDS", "COMPRESS_KEEP", "COMPRESS_MAX", "COMPRESS_TOPIC",
+    "DEFAULT_KINDS",
     "INCREMENTAL_FROM", "KINDS", "LSH_LAST", "LSH_LOW", "MERGE_MAX", "PAIRS_EXACT_MAX", "PAIR_KINDS",
     "PARTNER_BLOCK", "PLANNERS", "QUANTIFIERS", "READ_MAX", "SLICE", "SUPERSEDE_COSINE", "ApplyResult", "Plan",
     "Planning", "Progress", "Proposal", "apply", "extractive_summary", "grounded", "load_generator_quietly",

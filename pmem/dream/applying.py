@@ -9,7 +9,7 @@ from .. import secretscan
 from ..errors import PmemError
 from ..records import Memory
 from .marks import _dealt_with
-from .records import APPLY_ORDER, ApplyResult, Plan, Progress, Proposal, _Budget, _fingerprint
+from .records import APPLY_ORDER, ASKED, ApplyResult, Plan, Progress, Proposal, _Budget, _fingerprint
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -41,7 +41,7 @@ def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
         store.set_fields(m.id, "expire", meta={**m.meta, "expired_at": m.expires_at})
     elif p.kind == "purge":
         store.delete(ms[p.members[0]].id, action="purge")
-    elif p.kind == "dedup":
+    elif p.kind in ("dedup", "review"):
         canon = ms[p.target]
         members = list(ms.values())
         tags = sorted(set().union(*(m.tags for m in members)))
@@ -86,7 +86,7 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
 
     budget = _Budget(max_seconds)
     result = ApplyResult()
-    chosen = [p for p in plan.proposals if accept is None or p.id in accept]
+    chosen = [p for p in plan.proposals if (p.id in accept if accept is not None else p.kind not in ASKED)]
     chosen.sort(key=lambda p: APPLY_ORDER.index(p.kind))
     if not chosen:
         _dealt_with(store, plan, result)

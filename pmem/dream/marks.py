@@ -10,6 +10,9 @@ from ..errors import PmemError
 from ..thresholds import Thresholds
 from .records import PAIR_KINDS, ApplyResult, Plan
 
+# The dedup rule's version: pairs decided under an older rule are compared again (sameness.py).
+DEDUP_RULE = "keys+words/2"
+
 if TYPE_CHECKING:
     from ..store import MemoryStore
 
@@ -20,7 +23,7 @@ def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
     used: every pair is compared again."""
     return json.dumps([*store.vector_model(), thresholds.dedup, thresholds.supersede, thresholds.merge,
                        float(store.config.dedup_lexical), thresholds.grounding,
-                       float(store.config.extract_min_support)])
+                       float(store.config.extract_min_support), thresholds.synonym, DEDUP_RULE])
 
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -12,10 +12,12 @@ from ..errors import PmemError
 from ..extract import decide
 from ..grounding import check_grounding
 from ..records import Memory
-from ..text import WORD, content_stems, jaccard, numbers, speaker_sentences
+from ..text import WORD, content_stems, numbers, speaker_sentences
 from ..thresholds import MINILM, Thresholds
-from .pairs import _pairs, _union_find
+from . import sameness
+from .pairs import _pairs
 from .records import Plan, Proposal, _Budget, _fingerprint, _parse
+from .sameness import Facets
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -159,6 +161,8 @@ class Planning:
     # arrays (i, j, cosine), i < j rows of `active`: the pairs to compare, best first, when a
     # slice's scan found them (_neighbours); None: every pair of `active` is compared
     near: Any = None
+    facets: dict[str, Facets] = field(default_factory=dict)  # memory id -> sameness.facets (FacetsOf)
+    word_vectors: "WordVectors | None" = None  # single words under the vectors' model, for dedup
     _gen_tried: bool = False
 
     def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
@@ -239,41 +243,130 @@ def one_word_swapped(a: set[str], b: set[str]) -> bool:
     return len(a - b) == 1 and len(b - a) == 1
 
 
+class FacetsOf(dict):
+    """Memory id -> sameness.facets of its text and meta, each computed when first asked (as _Stems)."""
+
+    def __init__(self, memories: Iterable[Memory]):
+        super().__init__()
+        self._memories = {m.id: m for m in memories}
+
+    def __missing__(self, memory_id: str) -> Facets:
+        m = self._memories[memory_id]
+        found = self[memory_id] = sameness.facets(m.text, m.meta)
+        return found
+
+
+class WordVectors:
+    """Single words as the store's model embeds them, asked for in batches and kept for the plan:
+    dedup compares the words two near-duplicates do not share ("bought" / "purchased")."""
+
+    def __init__(self, store: "MemoryStore"):
+        self.store = store
+        self.vectors: dict[str, Any] = {}
+        self.failed = False
+
+    def want(self, words: Iterable[str]) -> None:
+        import numpy as np
+
+        missing = [w for w in dict.fromkeys(words) if w not in self.vectors]
+        if not missing or self.failed:
+            return
+        try:
+            found = np.array(self.store.embedder.embed(missing), dtype=np.float32)
+        except PmemError:  # no model: words meet only by their stems
+            self.failed = True
+            return
+        found /= np.maximum(np.linalg.norm(found, axis=1, keepdims=True), 1e-12)
+        self.vectors.update(zip(missing, found))
+
+    def cosine(self, x: str, y: str) -> float:
+        self.want((x, y))
+        if self.failed:
+            return -1.0
+        return float(self.vectors[x] @ self.vectors[y])
+
+
+def dedup_rule(thresholds: Thresholds, settings) -> sameness.Rule:
+    """The dedup rule of a model's thresholds and the user's settings (benchmarks/README.md,
+    "Dedup by meaning")."""
+    return sameness.Rule(auto=thresholds.dedup, review=thresholds.dedup, lexical=float(settings.dedup_lexical),
+                         synonym=thresholds.synonym, spare=DEDUP_SPARE)
+
+
+DEDUP_SPARE = 1  # stems of a near-duplicate pair that may stay unmatched ("a" new laptop / "the" laptop)
+
+
 def _plan_dedup(ctx: Planning) -> None:
-    """Near-duplicates of one tier: close vectors, shared words, the same numbers."""
+    """Near-duplicates of one tier: close vectors, the same names, numbers, dates and speaker, and
+    the rest in other words at most (pmem.dream.sameness). A pair that passes all but the last
+    is proposed as a "review": applied only when a person says yes."""
     if ctx.vecs is None:
         return
-    active, words = ctx.active, ctx.words
-    threshold, lexical = ctx.thresholds.dedup, float(ctx.settings.dedup_lexical)
-    edges = []
-    sims: dict[tuple[int, int], float] = {}
-    for i, j, s in ctx.pairs(list(range(len(active))), threshold):
+    active, facets = ctx.active, ctx.facets
+    rule = dedup_rule(ctx.thresholds, ctx.settings)
+    candidates = []
+    for i, j, s in ctx.pairs(list(range(len(active))), rule.review):
         a, b = active[i], active[j]
-        if a.tier != b.tier or numbers(a.text) != numbers(b.text):
+        if a.tier == b.tier and sameness.differs(facets[a.id], facets[b.id]) is None:
+            candidates.append((i, j, s))
+    words = ctx.word_vectors
+    if words is not None:  # one batch for the words the candidates do not share
+        wanted = []
+        for i, j, _ in candidates:
+            fa, fb = facets[active[i].id], facets[active[j].id]
+            only_a, only_b = fa.stems - fb.stems, fb.stems - fa.stems
+            if only_a and only_b and max(len(only_a), len(only_b)) <= sameness.ALIGN_MAX:
+                wanted += [fa.forms[x] for x in only_a] + [fb.forms[y] for y in only_b]
+        words.want(wanted)
+    edges: list[tuple[int, int, float, str]] = []
+    asks: list[tuple[int, int, float, str]] = []
+    for i, j, s in candidates:
+        kind, why = sameness.verdict(facets[active[i].id], facets[active[j].id], s, rule,
+                                     words.cosine if words is not None else None)
+        (edges if kind == "dedup" else asks).append((i, j, s, why))
+    # Groups by complete linkage on what must stay equal: A ~ B and B ~ C join A and C only when
+    # A and C do not differ too (A said by Dana, C by Ravi, B by nobody).
+    root: dict[int, int] = {}  # row -> the first row of its group
+    groups: dict[int, list[int]] = {}  # first row -> the group's rows
+    best: dict[int, float] = {}  # first row -> the group's closest pair
+    for i, j, s, _ in edges:  # best pair first
+        ri, rj = root.get(i, i), root.get(j, j)
+        gi, gj = groups.get(ri, [i]), groups.get(rj, [j])
+        if ri == rj or any(sameness.differs(facets[active[x].id], facets[active[y].id]) for x in gi for y in gj):
             continue
-        wa, wb = words[a.id] - QUANTIFIERS, words[b.id] - QUANTIFIERS
-        if jaccard(wa, wb) < lexical or one_word_swapped(wa, wb):
-            continue
-        edges.append((i, j))
-        sims[(i, j)] = s
-    groups = _union_find(len(active), edges)
-    best: dict[int, float] = {}  # a group's closest pair, by its first member (one pass over the pairs)
-    first = {i: g[0] for g in groups for i in g}
-    for (i, _), s in sims.items():
-        best[first[i]] = max(best.get(first[i], s), s)
-    for group in sorted(groups, key=lambda g: active[g[0]].id):
+        keep, gone = min(ri, rj), max(ri, rj)
+        groups[keep] = gi + gj
+        groups.pop(gone, None)
+        best[keep] = max(best.pop(gone, s), best.get(keep, s), s)
+        for x in groups[keep]:
+            root[x] = keep
+    grouped: set[str] = set()
+    for first, group in sorted(groups.items(), key=lambda g: min(active[i].id for i in g[1])):
         members = [active[i] for i in group]
-        canon = max(members, key=lambda m: _informative_key(m, words[m.id]))
+        canon = max(members, key=lambda m: _informative_key(m, ctx.words[m.id]))
         others = sorted((m for m in members if m.id != canon.id), key=lambda m: (m.created_at, m.id))
-        tags = sorted(set().union(*(m.tags for m in members)))
-        created = min(m.created_at for m in members)
+        score = best[first]
         ctx.result.proposals.append(Proposal(
             "dedup", [canon.id] + [m.id for m in others],
-            f"{len(members)} near-duplicates (cosine up to {best[group[0]]:.3f}); keeping the most informative",
-            result_text=canon.text, target=canon.id, score=best[group[0]],
-            details={"tags": tags, "created_at": created},
+            f"{len(members)} near-duplicates (cosine up to {score:.3f}); keeping the most informative",
+            result_text=canon.text, target=canon.id, score=score,
+            details={"tags": sorted(set().union(*(m.tags for m in members))),
+                     "created_at": min(m.created_at for m in members)},
             fingerprints={m.id: _fingerprint(m) for m in members}))
         ctx.claimed.update(m.id for m in others)
+        grouped.update(m.id for m in members)
+    # Asked, not applied: a pair left unanswered keeps both memories, and claims neither.
+    for i, j, s, why in asks:
+        pair = [active[i], active[j]]
+        if any(m.id in grouped or m.id in ctx.claimed for m in pair):
+            continue
+        canon = max(pair, key=lambda m: _informative_key(m, ctx.words[m.id]))
+        other = pair[1] if canon is pair[0] else pair[0]
+        ctx.result.proposals.append(Proposal(
+            "review", [canon.id, other.id], f"one fact twice? {why}", result_text=canon.text, target=canon.id,
+            score=s, details={"tags": sorted(set(canon.tags) | set(other.tags)),
+                              "created_at": min(canon.created_at, other.created_at)},
+            fingerprints={m.id: _fingerprint(m) for m in pair}))
 
 
 def _plan_supersede(ctx: Planning) -> None:

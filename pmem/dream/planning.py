@@ -12,7 +12,7 @@ from ..records import Memory
 from ..thresholds import Thresholds
 from .marks import _basis
 from .pairs import PAIRS_EXACT_MAX, _neighbours, _vectors
-from .planners import _NEEDS_VECTORS, PLANNERS, Planning, _Stems, subject_value
+from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors, _Stems, subject_value
 from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Plan, Progress, _Budget, _parse
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class _Planner:
         self.generator, self.thresholds, self.included = generator, thresholds, included
         self.claimed: set[str] = set()  # memories that leave the active set in this plan
         self.considered: set[str] = set()
+        self.word_vectors = WordVectors(store)  # kept across slices
 
     def usable(self, m: Memory) -> bool:
         """Not forgotten or merged, and not pinned unless `include` names it."""
@@ -69,7 +70,8 @@ class _Planner:
         ctx = Planning(
             store=self.store, result=self.result, kinds=self.kinds, now=now, budget=self.budget,
             expired=expired, active=active, vecs=_vectors(self.store, active) if needs_vectors and active else None,
-            index={m.id: i for i, m in enumerate(active)}, words=_Stems(active),
+            index={m.id: i for i, m in enumerate(active)}, words=_Stems(active), facets=FacetsOf(active),
+            word_vectors=self.word_vectors,
             claimed=claimed, generator=self.generator, thresholds=self.thresholds)
         if near is not None:
             import numpy as np

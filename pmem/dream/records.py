@@ -15,7 +15,11 @@ from ..records import Memory
 
 KINDS = ("dedup", "merge", "compress", "expire", "supersede", "purge")
 DEFAULT_KINDS = ("dedup", "merge", "compress", "expire", "supersede")  # purge only when asked
-APPLY_ORDER = ("expire", "purge", "dedup", "supersede", "merge", "compress")
+# A "review" is a dedup that dedup's rule could not decide: applied only when a person accepts it
+# by its id (the TUI's dream review), never by an apply of the whole plan.
+ASKED = ("review",)
+PROPOSAL_KINDS = KINDS + ASKED
+APPLY_ORDER = ("expire", "purge", "dedup", "review", "supersede", "merge", "compress")
 PAIR_KINDS = ("dedup", "supersede", "merge")  # the kinds that compare memories with each other
 
 Progress = Callable[[int, int], None]
@@ -36,7 +40,7 @@ class Proposal:
     id: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        if self.kind not in PROPOSAL_KINDS:
             raise ValueError(f"unknown proposal kind {self.kind!r}")
         if not self.id:
             key = self.kind + "\x00" + "\x00".join(self.members)
@@ -73,7 +77,7 @@ class Plan:
     resume: bool = False  # the pair kinds stopped where the next dream can go on (through, revisit)
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in KINDS}
+        out = {k: 0 for k in PROPOSAL_KINDS}
         for p in self.proposals:
             out[p.kind] += 1
         return out
