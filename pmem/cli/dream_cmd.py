@@ -125,7 +125,11 @@ def dream(
         if not as_json:
             _render_plan(plan, store)
             _notes(plan)
-        if not plan.proposals:
+        asked = [p for p in plan.proposals if p.kind in dreaming.ASKED]
+        if asked and not as_json:
+            out.note(f"{len(asked)} pairs may be one fact each, and are left for you to say: "
+                     "`pmem tui`, then D (dream review); --apply never applies them")
+        if len(asked) == len(plan.proposals):
             # A nightly `dream --apply --yes` with nothing to consolidate still records that it
             # looked (dream.apply), and does its upkeep.
             result = dreaming.apply(store, plan)
@@ -139,7 +143,7 @@ def dream(
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
                 raise UsageError("refusing to apply without asking: add --yes (stdin is not a terminal)")
-            if not typer.confirm(f"Apply {len(plan.proposals)} proposals?", default=False, err=True):
+            if not typer.confirm(f"Apply {len(plan.proposals) - len(asked)} proposals?", default=False, err=True):
                 out.note("nothing applied")
                 raise typer.Exit(1)
         left = None if max_seconds is None else max(0.001, max_seconds - (time.monotonic() - started))
@@ -150,7 +154,7 @@ def dream(
         out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
         _upkeep_notes(upkeep, as_json)
         return
-    out.note(f"applied {len(result.applied)} of {len(plan.proposals)} proposals"
+    out.note(f"applied {len(result.applied)} of {len(plan.proposals) - len(asked)} proposals"
              + (f" as operation {result.op_id}; `pmem undo` takes them back" if result.op_id else ""))
     for s in result.skipped:
         out.note(f"skipped {s['id']}: {s['reason']}")

@@ -11,19 +11,26 @@ Proposal kinds, in the order they are planned and applied:
             (they already left search at expires_at; `pmem restore` brings them back).
 - purge     with `--purge` only: expired memories past purge_grace_days are deleted (after the
             automatic backup; the deletion is an event, so `pmem undo` restores them).
-- dedup     near-duplicates of the same tier: cosine >= dedup_threshold AND content-word Jaccard
-            >= dedup_lexical AND the same numbers AND not one content word swapped for another
-            (sister / brother: another fact). One canonical memory stays (most distinct
-            content words, then longest, then newest), gaining the union of tags and the earliest
-            created_at; the others get merged_into it.
+- dedup     near-duplicates of the same tier: cosine >= dedup_threshold, and what makes two facts
+            different equal (speaker, names, numbers, dates and times however written, places,
+            weekdays, kin, negation: pmem.dream.sameness), and the rest the same words, or words
+            the model puts close by themselves (bought / purchased), but for one. One canonical
+            memory stays (most distinct content words, then longest, then newest), gaining the
+            union of tags and the earliest created_at; the others get merged_into it.
+- review    a pair dedup could not decide (the same keys, other words: loves / adores, tea /
+            coffee): applied as a dedup only when a person accepts it by its id (the TUI's dream
+            review), never by an apply of the whole plan.
 - supersede two rules over non-episodic memories, the older fact getting valid_to / superseded_by
             the newer (MemoryStore.supersede): (1) the extraction's rule (pmem.extract.decide, no
             model judge) for pairs at cosine >= SUPERSEDE_COSINE, e.g. the same statement with a
             different number; (2) "<subject> is|are|was|were|= <value>" or "<subject>: <value>"
             with the same subject (>= 2 content words) and a different short value (<= 6 words).
-- merge     archival memories about the same subject (cosine >= merge_threshold, complete linkage,
-            at most MERGE_MAX each) written as one memory by the chat model; the text must pass
-            the extraction grounding gate against the members, else the proposal is dropped.
+- merge     archival memories outside a thread (turns are compress's) about the same subject
+            (cosine >= merge_threshold, complete linkage, at most MERGE_MAX each, never two
+            speakers) written as one memory by the chat model; the text must pass the extraction
+            grounding gate against the members and hold every content word of each member it
+            keeps, else the proposal is dropped. It keeps the members' speaker and, in meta
+            "sources", each member's id, speaker, source, place and meta.
 - compress  episodic memories older than compress_after_days, grouped by day and then by topic
             (adjacent similarity), summarised by the chat model (grounded) or, when the model is
             unavailable or its summary is not grounded, extractively (members' most informative

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .. import secretscan
 from ..errors import PmemError
@@ -54,14 +54,15 @@ def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
         store.supersede(p.members[0], p.members[1])
     elif p.kind in ("merge", "compress"):
         members = [ms[i] for i in p.members]
-        threads = {m.thread for m in members}
-        place = min(m.thread_pos or 0 for m in members) if len(threads) == 1 and None not in threads else None
+        # It stands where its earliest member stood, as a summary stands for its span.
+        threaded = [m for m in members if m.thread is not None]
+        first = min(threaded, key=lambda m: (m.created_at, m.thread_pos or 0, m.id)) if threaded else None
         new = store.new_memory(
             p.result_text or "", tags=sorted(set().union(*(m.tags for m in members))),
             tier=p.details.get("tier", "archival" if p.kind == "merge" else "episodic"),
             created_at=min(m.created_at for m in members), derived_from=p.members,
-            source="pmem dream", meta={"dream": p.kind, "proposal": p.id},
-            thread=threads.pop() if place is not None else None, thread_pos=place)  # stands for its members' span
+            source="pmem dream", meta=_sources_meta(p, members),
+            thread=first.thread if first else None, thread_pos=first.thread_pos if first else None)
         new = store.insert([new], kind="dream", summary=f"dream {p.kind}", keep_ids=False,
                            allow_secret=_secrets_already_stored(new.text, members))[0]
         for m in members:
@@ -69,6 +70,23 @@ def _apply_one(store: "MemoryStore", p: Proposal, result: ApplyResult) -> None:
         result.created[p.id] = new.id
     else:  # pragma: no cover - guarded by Proposal
         raise ValueError(p.kind)
+
+
+def _sources_meta(p: Proposal, members: list[Memory]) -> dict[str, Any]:
+    """What a merge or summary keeps of its members, for `pmem show`, `pmem why` and the exports:
+    who said it (when they all share one speaker), and each member's id, speaker, source, place
+    and meta."""
+    from .sameness import speaker_of
+
+    said = [speaker_of(m.text, m.meta) for m in members]
+    meta: dict[str, Any] = {"dream": p.kind, "proposal": p.id}
+    if said and said[0] and all(s == said[0] for s in said):
+        meta["speaker"] = said[0]
+    meta["sources"] = [{k: v for k, v in (("id", m.id), ("speaker", s), ("source", m.source), ("thread", m.thread),
+                                          ("thread_pos", m.thread_pos), ("created_at", m.created_at),
+                                          ("meta", m.meta or None)) if v is not None}
+                       for m, s in zip(members, said)]
+    return meta
 
 
 def _secrets_already_stored(text: str, members: list[Memory]) -> bool:

@@ -42,7 +42,8 @@ def _dealt_with(store: "MemoryStore", plan: Plan, result: ApplyResult) -> None:
     skipped = {s["id"] for s in result.skipped}
     revisit = {m for p in plan.proposals if p.id in skipped for m in p.members} | set(plan.revisit)
     waiting = set(plan.waiting)
-    waiting.update(m for d in plan.dropped if not d["reason"].startswith("not grounded") for m in d.get("members", ()))
+    waiting.update(m for d in plan.dropped if not d["reason"].startswith(("not grounded", "would drop"))
+                   for m in d.get("members", ()))
     mark: dict[str, Any] = {"event": plan.mark, "basis": plan.basis, "revisit": sorted(revisit),
                             "waiting": sorted(waiting)}
     if plan.through is not None:

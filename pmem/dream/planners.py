@@ -314,7 +314,8 @@ def _plan_dedup(ctx: Planning) -> None:
         wanted = []
         for i, j, _ in candidates:
             fa, fb = facets[active[i].id], facets[active[j].id]
-            only_a, only_b = fa.stems - fb.stems, fb.stems - fa.stems
+            x, y = sameness.rest(fa, fb)
+            only_a, only_b = x - y, y - x
             if only_a and only_b and max(len(only_a), len(only_b)) <= sameness.ALIGN_MAX:
                 wanted += [fa.forms[x] for x in only_a] + [fb.forms[y] for y in only_b]
         words.want(wanted)
@@ -410,22 +411,32 @@ def _plan_merge(ctx: Planning) -> None:
         return
     result, active, claimed = ctx.result, ctx.active, ctx.claimed
     threshold = ctx.thresholds.merge
-    pool = ctx.pairable(lambda m: m.id not in claimed and m.tier == "archival" and not m.derived_from)
+    # Turns of a conversation (thread members) are left to compress, whose summary stands in
+    # their thread for their span: merging them lost speakers and content (benchmarks/README.md,
+    # "Merges keep who said what").
+    pool = ctx.pairable(lambda m: m.id not in claimed and m.tier == "archival" and not m.derived_from
+                        and m.thread is None)
     if len(pool) < 2:
         return
+    speaker = {i: ctx.facets[active[i].id].speaker for i in pool}
+
+    def one_voice(rows: list[int]) -> bool:  # members said by different people are never merged
+        return len({speaker[x] for x in rows} - {None}) <= 1
+
     cluster_of: dict[int, int] = {}
     clusters: list[list[int]] = []
     for i, j, _ in ctx.pairs(pool, threshold):  # best pair first; complete linkage
         ci, cj = cluster_of.get(i), cluster_of.get(j)
         if ci is None and cj is None:
-            cluster_of[i] = cluster_of[j] = len(clusters)
-            clusters.append([i, j])
+            if one_voice([i, j]):
+                cluster_of[i] = cluster_of[j] = len(clusters)
+                clusters.append([i, j])
             continue
         if ci is not None and cj is not None:
             continue
         c, new = (ci, j) if ci is not None else (cj, i)
         members = clusters[c]
-        if len(members) >= MERGE_MAX:
+        if len(members) >= MERGE_MAX or not one_voice(members + [new]):
             continue
         if all(ctx.cosine(x, new) >= threshold for x in members):
             members.append(new)
@@ -436,7 +447,6 @@ def _plan_merge(ctx: Planning) -> None:
             result.notes.append("time limit reached while planning merges")
             return
         ms = sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
-        score = min(ctx.cosine(a, b) for a in members for b in members if a < b)
         gen = ctx.writer()
         ids = [m.id for m in ms]
         if gen is None:
@@ -446,11 +456,21 @@ def _plan_merge(ctx: Planning) -> None:
         if text is None:
             result.dropped.append({"kind": "merge", "members": ids, "reason": why})
             continue
+        text = _in_their_voice(text, ms, ctx.facets)
+        ms, lost = _keeping_all_of(text, ms)
+        ids = [m.id for m in ms]
+        if len(ms) < 2:
+            result.dropped.append({"kind": "merge", "members": [m.id for m in ms] + sorted(lost),
+                                   "reason": "would drop what its members say: " + _lost_words(lost), "text": text})
+            continue
         ok, why = grounded(ctx.store, text, [m.text for m in ms])
         if not ok:
-            result.dropped.append({"kind": "merge", "members": ids, "reason": f"not grounded: {why}",
+            result.dropped.append({"kind": "merge", "members": ids + sorted(lost), "reason": f"not grounded: {why}",
                                    "text": text})
             continue
+        if lost:
+            result.notes.append(f"a merge keeps out {len(lost)} member(s) whose words it drops: {_lost_words(lost)}")
+        score = min(ctx.cosine(ctx.index[a.id], ctx.index[b.id]) for a in ms for b in ms if a.id < b.id)
         result.proposals.append(Proposal(
             "merge", ids, f"{len(ms)} related memories (cosine >= {score:.3f}) written as one by "
             f"{getattr(gen, 'name', 'the chat model')}; grounded",
@@ -459,6 +479,34 @@ def _plan_merge(ctx: Planning) -> None:
                      "created_at": ms[0].created_at},
             fingerprints={m.id: _fingerprint(m) for m in ms}))
         claimed.update(ids)
+
+
+def _in_their_voice(text: str, members: list[Memory], facets: dict[str, Facets]) -> str:
+    """A merge of memories one speaker said, labelled as theirs were ("Audrey: ...")."""
+    said = {facets[m.id].speaker for m in members}
+    if len(said) != 1 or None in said:
+        return text
+    who = said.pop()
+    labelled = all(m.text.startswith(f"{who}: ") for m in members)
+    return f"{who}: {text}" if labelled and not text.startswith(f"{who}: ") else text
+
+
+def _keeping_all_of(text: str, members: list[Memory]) -> tuple[list[Memory], dict[str, list[str]]]:
+    """The members every content word of which the text still holds, and for the others the words
+    it drops (the grounding gate turned around: a merge never drops what a member says)."""
+    have = sameness.content(text)
+    kept, lost = [], {}
+    for m in members:
+        missing = sameness.content(m.text) - have
+        if missing:
+            lost[m.id] = sorted(missing)
+        else:
+            kept.append(m)
+    return kept, lost
+
+
+def _lost_words(lost: dict[str, list[str]]) -> str:
+    return "; ".join(f"{mid}: {', '.join(words[:5])}" for mid, words in sorted(lost.items()))
 
 
 def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:

@@ -224,7 +224,7 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
     stop = STOP_WORDS | stemming.STOP_WORDS.get(lang, frozenset()) | QUANTIFIERS
     for word in plain:
         if word not in stop and (len(word) > 1 or word.isdigit()):
-            forms.setdefault(_stem(word, lang), word)
+            forms.setdefault(_plain(_stem(word, lang)), word)
     negated = sum(1 for w in _TOKEN.findall(body.lower()) if w in NEGATIONS or w.endswith("n't")) % 2 == 1
     every = {w.split("'")[0] for w in _TOKEN.findall(body.lower())}
     every |= {_plain(_stem(w, lang)) for w in every}
@@ -246,6 +246,16 @@ def _stem(word: str, lang: str) -> str:
     return stem(word)
 
 
+def content(text: str) -> set[str]:
+    """Every content word's stem in the text's language, and its numbers: what a text says."""
+    from ..text import numbers
+
+    lang = stemming.detect_language(text)
+    stop = STOP_WORDS | stemming.STOP_WORDS.get(lang, frozenset())
+    words = [w.split("'")[0] for w in _TOKEN.findall(text.lower())]
+    return {_plain(_stem(w, lang)) for w in words if w not in stop and not w.isdigit() and len(w) > 1} | numbers(text)
+
+
 def differs(a: Facets, b: Facets) -> str | None:
     """Why `a` and `b` are two facts whatever their wording, or None when nothing that makes facts
     different differs: the speakers (when both have one), negation, the keys. A name of one side
@@ -262,18 +272,19 @@ def differs(a: Facets, b: Facets) -> str | None:
     return None
 
 
+def rest(a: Facets, b: Facets) -> tuple[set[str], set[str]]:
+    """The stems of each side outside the keys, less the other side's names: a word capitalised
+    only where a sentence starts ("Printer on third floor" / "The printer on the third floor")
+    is a name on one side and a plain word on the other."""
+    names_a = {k[5:] for k in a.keys if k.startswith("name:")}
+    names_b = {k[5:] for k in b.keys if k.startswith("name:")}
+    return set(a.stems) - names_b, set(b.stems) - names_a
+
+
 def overlap(a: Facets, b: Facets) -> float:
     """Jaccard of the stems outside the keys (1.0 when neither has any)."""
-    if not a.stems and not b.stems:
-        return 1.0
-    return jaccard(set(a.stems), set(b.stems))
-
-
-def swapped(a: Facets, b: Facets) -> bool:
-    """Each side holds exactly one stem the other lacks: "tea / coffee", "cat / dog", or a synonym
-    ("loves / adores"): a frame with another value as often as the same fact, so never applied
-    unseen (pmem.dream.planners.one_word_swapped's rule on stems)."""
-    return len(a.stems - b.stems) == 1 and len(b.stems - a.stems) == 1
+    x, y = rest(a, b)
+    return jaccard(x, y) if x or y else 1.0
 
 
 @dataclass(frozen=True)
@@ -297,7 +308,8 @@ ALIGN_MAX = 6  # stems a side may lack before their words are not compared one b
 def unaligned(a: Facets, b: Facets, word_cosine: WordCosine | None, synonym: float) -> tuple[int, list[str]]:
     """How many stems of either side the other lacks and no word of it stands for (greedy, best
     pair first, each word used once), and the pairs that met ("bought / purchased 0.974")."""
-    only_a, only_b = sorted(a.stems - b.stems), sorted(b.stems - a.stems)
+    x, y = rest(a, b)
+    only_a, only_b = sorted(x - y), sorted(y - x)
     if word_cosine is None or synonym > 1.0 or not only_a or not only_b or max(len(only_a), len(only_b)) > ALIGN_MAX:
         return len(only_a) + len(only_b), []
     scored = sorted(((word_cosine(a.forms[x], b.forms[y]), x, y) for x in only_a for y in only_b), reverse=True)
@@ -327,6 +339,7 @@ def verdict(a: Facets, b: Facets, cosine: float, rule: Rule,
     left, met = unaligned(a, b, word_cosine, rule.synonym) if cosine >= rule.auto else (None, [])
     if left is not None and left <= rule.spare and shared >= rule.lexical:
         return "dedup", "the same names, numbers and dates" + (f"; {', '.join(met)}" if met else "")
-    other = sorted(a.forms[x] for x in a.stems - b.stems) + sorted(b.forms[y] for y in b.stems - a.stems)
+    x, y = rest(a, b)
+    other = sorted(a.forms[w] for w in x - y) + sorted(b.forms[w] for w in y - x)
     return "review", (f"the same names, numbers and dates at cosine {cosine:.3f}; "
                       f"the same in other words? ({', '.join(other[:6]) or 'word order'})")
