@@ -188,7 +188,11 @@ def main() -> int:
     ap.add_argument("--synonym", type=json.loads, default={}, help='--pairs: {"model": swapped-word cosine}')
     ap.add_argument("--spare", type=json.loads, default={}, help='--pairs: {"model": stems left unmatched}')
     ap.add_argument("--chat-model", default="", help="--pairs --chat: the chat model asked yes/no")
+    ap.add_argument("--turn-merges", action="store_true", help="merges of one conversation's turns (chat model)")
+    ap.add_argument("--max-seconds", type=float, default=600, help="--turn-merges: planning time")
     args = ap.parse_args()
+    if args.turn_merges:
+        return turn_merges_main(args)
     if args.pairs:
         return pairs_main(args)
     dream.COMPRESS_KEEP = args.keep
@@ -298,13 +302,15 @@ SAME_SCHEMA = {"type": "object", "properties": {"same": {"type": "boolean"}}, "r
 
 
 def today(a: str, b: str, cos: float, threshold: float, lexical: float = 0.5) -> bool:
-    """dream's dedup rule before meaning: cosine, the same numbers, Jaccard of content stems, no swap."""
+    """dream's dedup rule before dedup by meaning: cosine, the same numbers, Jaccard of content
+    stems ("every" and "always" aside) of at least 0.5, and not one content word swapped."""
     from pmem.text import content_stems, jaccard, numbers
 
     if cos < threshold or numbers(a) != numbers(b):
         return False
-    wa, wb = content_stems(a) - dream.QUANTIFIERS, content_stems(b) - dream.QUANTIFIERS
-    return jaccard(wa, wb) >= lexical and not dream.one_word_swapped(wa, wb)
+    wa, wb = content_stems(a) - {"every", "alway"}, content_stems(b) - {"every", "alway"}
+    swapped = len(wa - wb) == 1 and len(wb - wa) == 1
+    return jaccard(wa, wb) >= lexical and not swapped
 
 
 def cosines(model: str, texts: list[str]):
@@ -476,6 +482,42 @@ def chat_judge(rows: list[dict], args) -> dict:
     return {"model": getattr(gen, "name", "?"), "accuracy": round(right / n, 3), "said_yes": yes, "pairs": n,
             "majority_baseline": round(base, 3), "p_better_than_majority": round(p, 4),
             "seconds_per_pair": round((time.perf_counter() - t0) / n, 2)}
+
+
+# -- merging turns (--turn-merges) ----------------------------------------------------------------
+
+def turn_merges_main(args) -> int:
+    """Are turns of one conversation worth merging? One conversation's turns stored as archival
+    notes outside a thread (so that merge may take them), merged by the configured chat model
+    within --max-seconds: how many clusters form, how many merges the model writes that pass
+    the grounding gate, and how many of those keep every content word of their members."""
+    from pmem.records import Memory
+
+    tmp = Path(tempfile.mkdtemp(prefix="pmem-dream-turns-"))
+    os.environ["PMEM_HOME"] = str(tmp)
+    os.environ["PMEM_EMBED_MODEL"] = args.embed
+    conv = locomo.load()[0]
+    with MemoryStore(tmp / "turns.db", config=load_config()) as store:
+        turns = locomo.turn_records(conv)
+        store.insert([Memory(id="", text=t["text"], tier="archival", created_at=t["created_at"], meta=t["meta"])
+                      for t in turns], kind="import", keep_ids=False)
+        t0 = time.perf_counter()
+        plan = dream.plan(store, only={"merge"}, now=NOW, max_seconds=args.max_seconds)
+        reasons: dict[str, int] = {}
+        for d in plan.dropped:
+            key = d["reason"].split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        before = sum(estimate_tokens(store.get(i).text) for p in plan.proposals for i in p.members)
+        after = sum(estimate_tokens(p.result_text or "") for p in plan.proposals)
+        figures = {"turns": len(turns), "tokens": sum(estimate_tokens(t["text"]) for t in turns),
+                   "model": plan.generator, "seconds": round(time.perf_counter() - t0, 1), "complete": plan.complete,
+                   "clusters_tried": len(plan.proposals) + len(plan.dropped), "merges": len(plan.proposals),
+                   "dropped": reasons, "tokens_saved": before - after,
+                   "examples": [{"members": [store.get(i).text for i in p.members], "merged": p.result_text}
+                                for p in plan.proposals[:3]],
+                   "refused": [d.get("text") for d in plan.dropped if d["reason"].startswith("would drop")][:3]}
+    print(json.dumps(figures, indent=1, ensure_ascii=False))
+    return 0
 
 
 if __name__ == "__main__":

@@ -74,13 +74,11 @@ from .planners import (
     COMPRESS_TOPIC,
     MERGE_MAX,
     PLANNERS,
-    QUANTIFIERS,
     SUPERSEDE_COSINE,
     Planning,
     extractive_summary,
     grounded,
     load_generator_quietly,
-    one_word_swapped,
     subject_value,
 )
 from .planning import COMPARED_FIELDS, INCREMENTAL_FROM, READ_MAX, SLICE, _Planner, plan
@@ -104,8 +102,8 @@ __all__ = [
     "APPLY_ORDER", "ASKED", "PROPOSAL_KINDS", "COMPARED_FIELDS", "COMPRESS_KEEP", "COMPRESS_MAX", "COMPRESS_TOPIC",
     "DEFAULT_KINDS",
     "INCREMENTAL_FROM", "KINDS", "LSH_LAST", "LSH_LOW", "MERGE_MAX", "PAIRS_EXACT_MAX", "PAIR_KINDS",
-    "PARTNER_BLOCK", "PLANNERS", "QUANTIFIERS", "READ_MAX", "SLICE", "SUPERSEDE_COSINE", "ApplyResult", "Plan",
+    "PARTNER_BLOCK", "PLANNERS", "READ_MAX", "SLICE", "SUPERSEDE_COSINE", "ApplyResult", "Plan",
     "Planning", "Progress", "Proposal", "apply", "extractive_summary", "grounded", "load_generator_quietly",
-    "one_word_swapped", "plan", "subject_value",
+    "plan", "subject_value",
     "_Budget", "_Planner", "_basis", "_hits", "_neighbours", "_pairs", "_pairs_exact", "_pairs_lsh", "_vectors",
 ]

@@ -228,21 +228,6 @@ def _plan_purge(ctx: Planning) -> None:
                 fingerprints={m.id: _fingerprint(m)}))
 
 
-# Universal quantifiers ("in every editor" / "always in editors") say the same thing in other
-# words: they do not make two memories different. Stems, as text.content_stems gives them ("all",
-# "each", "any" are stop words there already).
-QUANTIFIERS = frozenset({"every", "alway"})
-
-
-def one_word_swapped(a: set[str], b: set[str]) -> bool:
-    """Does each side hold exactly one content word the other lacks? "My sister lives in Porto" /
-    "My brother lives in Porto", Monday / Tuesday, Caroline / Melanie: the same frame with another
-    value, a different fact however close the vectors (MiniLM put the meeting pair at 0.983,
-    multilingual-e5-small the sister pair at 0.973). A missed duplicate costs a line of
-    redundancy; a wrong one loses a fact, so dedup leaves such pairs alone."""
-    return len(a - b) == 1 and len(b - a) == 1
-
-
 class FacetsOf(dict):
     """Memory id -> sameness.facets of its text and meta, each computed when first asked (as _Stems)."""
 

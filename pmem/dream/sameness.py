@@ -3,7 +3,7 @@
 Two memories are one fact said twice only if the things that make facts different are equal:
 the speaker, names, numbers, dates and times (however written: "14 June 2025", "June 14, 2025",
 "2025-06-14"), identifiers ("eu-west-1"), values of a closed class (weekdays, months, kin: "sister"
-/ "brother"), and whether it is negated ("not", "never", "кein", "не"). Those are the `keys`. The
+/ "brother"), and whether it is negated ("not", "never", "kein", "не"). Those are the `keys`. The
 rest is compared as stems in the text's own language (Snowball, pmem.stemming, when the
 `multilingual` extra is installed), so that "approval" meets "approved" and "Отчёт пишет Сергей"
 meets "Отчёт написан Сергеем". First person is read as the speaker ("Dana: I moved to Porto" is
