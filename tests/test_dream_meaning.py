@@ -14,7 +14,9 @@ import pytest
 
 from pmem import dream
 from pmem.dream import sameness
+from pmem.extract import why
 from pmem.store import Filter, MemoryStore
+from pmem.transfer import export_jsonl
 
 from fakes import FakeGenerator
 
@@ -193,6 +195,10 @@ def test_a_merge_keeps_its_members_speaker_and_their_meta(merging):
     sources = {s["id"]: s for s in new.meta["sources"]}
     assert sources[a.id]["meta"]["dia_id"] == "D1:3" and sources[a.id]["source"] == "locomo:conv-1"
     assert sources[b.id]["speaker"] == "Audrey" and sources[b.id]["meta"]["dia_id"] == "D9:2"
+    exported = json.loads(next(iter(export_jsonl([merging.get(new.id)]))))  # what `pmem export` writes
+    assert [s["meta"]["dia_id"] for s in exported["meta"]["sources"]] == ["D1:3", "D9:2"]
+    told = why(merging, new.id)  # `pmem why`: the memory with its meta, and its sources
+    assert told["memory"]["meta"]["speaker"] == "Audrey" and {s["id"] for s in told["sources"]} == {a.id, b.id}
 
 
 def test_members_said_by_different_people_are_never_merged(merging):
