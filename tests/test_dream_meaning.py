@@ -285,3 +285,18 @@ def test_real_model_keeps_every_hard_negative_and_dedups_paraphrases(tmp_path, m
         plan = dream.plan(s, only={"dedup"}, now=NOW, generator=False)
         assert {frozenset(p.members) for p in plan.proposals if p.kind == "dedup"} == \
             {frozenset((a.id, b.id)), frozenset((c.id, d.id))}
+
+
+def test_pmem_dream_apply_yes_leaves_a_review_and_says_so(loose, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    a, _ = loose.add("Anna loves hiking in the Alps", allow_duplicate=True)
+    b, _ = loose.add("Anna adores hiking in the Alps", allow_duplicate=True)
+    monkeypatch.setenv("PMEM_DB", str(loose.path))
+    monkeypatch.setenv("PMEM_DEDUP_THRESHOLD", "-1")
+    r = CliRunner().invoke(app, ["dream", "--apply", "--yes", "--no-model", "--no-upkeep"])
+    assert r.exit_code == 0, r.output
+    assert "--apply never applies a review" in r.output
+    assert loose.get(a.id).merged_into is None and loose.get(b.id).merged_into is None

@@ -126,9 +126,6 @@ def dream(
             _render_plan(plan, store)
             _notes(plan)
         asked = [p for p in plan.proposals if p.kind in dreaming.ASKED]
-        if asked and not as_json:
-            out.note(f"{len(asked)} pairs may be one fact each, and are left for you to say: "
-                     "`pmem tui`, then D (dream review); --apply never applies them")
         if len(asked) == len(plan.proposals):
             # A nightly `dream --apply --yes` with nothing to consolidate still records that it
             # looked (dream.apply), and does its upkeep.
@@ -198,6 +195,10 @@ def _notes(plan) -> None:
         changed = f"{plan.changed} {'memory' if plan.changed == 1 else 'memories'}"
         out.note(f"compared only what changed since the last dream: {changed}, with those like them "
                  f"({plan.considered} in all); --full compares every memory")
+    asked = sum(1 for p in plan.proposals if p.kind == "review")
+    if asked:
+        out.note(f"{asked} {'pair' if asked == 1 else 'pairs'} may be one fact said twice, left for you to say: "
+                 "`pmem tui`, then D (dream review); --apply never applies a review")
     for note in plan.notes:
         out.note(note)
     if plan.dropped:
