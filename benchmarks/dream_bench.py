@@ -403,7 +403,8 @@ def pairs_main(args) -> int:
         lib = dream.planners.dedup_rule(th, Settings())  # the rule dream uses, unless told otherwise
         chosen = sameness.Rule(auto=args.auto.get(m, lib.auto), review=args.review.get(m, lib.review),
                                lexical=args.lexical if args.lexical is not None else lib.lexical,
-                               synonym=args.synonym.get(m, lib.synonym), spare=args.spare.get(m, lib.spare))
+                               synonym=args.synonym.get(m, lib.synonym), spare=args.spare.get(m, lib.spare),
+                               close=lib.close)
         mine["rule"] = {"auto": chosen.auto, "review": chosen.review, "lexical": chosen.lexical,
                         "synonym": chosen.synonym, "spare": chosen.spare}
         verdicts = {id(r): sameness.verdict(facets[r["a"]], facets[r["b"]], r["cos"][m], chosen, wcos[m])[0]

@@ -38,6 +38,7 @@ class Thresholds:
     # dream: two words a near-duplicate pair does not share are one word said otherwise from this
     # cosine ("bought" / "purchased"); above 1, never (benchmarks/README.md, "Dedup by meaning")
     synonym: float = 2.0
+    dedup_close: float = 2.0  # dream: from here the older word test (half the stems shared) also dedups
 
     @property
     def score_floor(self) -> float:
@@ -57,7 +58,7 @@ class Thresholds:
 # the lexical test was a Jaccard of all content words).
 MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35, grounding=0.5,
                     noop=0.95, contained=0.85, change=0.6, judge=0.75, recall_cutoff=0.2,
-                    hook=0.3, hook_words=0.15, synonym=0.75)
+                    hook=0.3, hook_words=0.15, synonym=0.75, dedup_close=0.92)
 
 # Each MiniLM value moved to the e5 cosine that the same share of LoCoMo turn pairs reaches
 # (benchmarks/multilingual.py `map_thresholds`, 300 turns of the dev conversations); noop: no MiniLM
@@ -69,7 +70,7 @@ MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35,
 # and synonym set, on the paraphrase set (as MiniLM's).
 E5_SMALL = Thresholds(dedup=0.94, merge=0.946, supersede=0.955, compress_topic=0.87, grounding=0.876,
                       noop=0.975, contained=0.955, change=0.9, judge=0.933, recall_cutoff=0.806,
-                      hook=0.829, hook_words=0.794, synonym=0.95)
+                      hook=0.829, hook_words=0.794, synonym=0.95, dedup_close=0.97)
 
 # By model name, lower case. A stored model name is the embedder's: a known model's name, or the
 # stem of its file ("all-MiniLM-L6-v2.f16", "multilingual-e5-small.q4"), matched up to the first dot.

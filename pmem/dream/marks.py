@@ -23,7 +23,7 @@ def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:
     used: every pair is compared again."""
     return json.dumps([*store.vector_model(), thresholds.dedup, thresholds.supersede, thresholds.merge,
                        float(store.config.dedup_lexical), thresholds.grounding,
-                       float(store.config.extract_min_support), thresholds.synonym, DEDUP_RULE])
+                       float(store.config.extract_min_support), thresholds.synonym, thresholds.dedup_close, DEDUP_RULE])
 
 
 

@@ -275,7 +275,7 @@ def dedup_rule(thresholds: Thresholds, settings) -> sameness.Rule:
     """The dedup rule of a model's thresholds and the user's settings (benchmarks/README.md,
     "Dedup by meaning")."""
     return sameness.Rule(auto=thresholds.dedup, review=thresholds.dedup, lexical=float(settings.dedup_lexical),
-                         synonym=thresholds.synonym, spare=DEDUP_SPARE)
+                         synonym=thresholds.synonym, spare=DEDUP_SPARE, close=thresholds.dedup_close)
 
 
 DEDUP_SPARE = 1  # stems of a near-duplicate pair that may stay unmatched ("a" new laptop / "the" laptop)
