@@ -14,7 +14,8 @@ Proposal kinds, in the order they are planned and applied:
 - dedup     near-duplicates of the same tier: cosine >= dedup_threshold, and what makes two facts
             different equal (speaker, names, numbers, dates and times however written, places,
             weekdays, kin, negation: pmem.dream.sameness), and the rest the same words, or words
-            the model puts close by themselves (bought / purchased), but for one. One canonical
+            the model puts close by themselves (bought / purchased), but for one; or, from the
+            model's dedup_close, half the stems shared and not one swapped. One canonical
             memory stays (most distinct content words, then longest, then newest), gaining the
             union of tags and the earliest created_at; the others get merged_into it.
 - review    a pair dedup could not decide (the same keys, other words: loves / adores, tea /
