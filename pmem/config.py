@@ -72,10 +72,11 @@ class Settings:
               "(server = auto)", low=0.01, high=10_000_000.0)
     threads: int = _setting(0, "CPU threads for models (0: the idle cores, from the load average; "
                                "at least half, at most 8)", low=0, high=1024)
-    dedup_threshold: float = _setting(0.92, "cosine similarity above which dream treats two memories as "
-                                            "duplicates (unset: the embedding model's own, 0.92 for MiniLM, "
-                                            "0.97 for e5)", low=-1.0, high=1.0)
-    dedup_lexical: float = _setting(0.5, "word-overlap (Jaccard) also required for a duplicate", low=0.0, high=1.0)
+    dedup_threshold: float = _setting(0.86, "cosine similarity above which dream treats two memories as "
+                                            "duplicates (unset: the embedding model's own, 0.86 for MiniLM, "
+                                            "0.94 for e5)", low=-1.0, high=1.0)
+    dedup_lexical: float = _setting(0.3, "word-overlap (Jaccard of stems, names and numbers aside) also "
+                                         "required for a duplicate", low=0.0, high=1.0)
     merge_threshold: float = _setting(0.80, "cosine similarity above which dream proposes merging related "
                                             "memories (unset: the embedding model's own, 0.80 for MiniLM, "
                                             "0.946 for e5)", low=-1.0, high=1.0)

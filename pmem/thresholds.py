@@ -35,6 +35,10 @@ class Thresholds:
     recall_cutoff: float   # recall: meaning-only matches below this are noise
     hook: float            # agent hooks: a memory this close to the prompt is relevant
     hook_words: float      # agent hooks: one of the best keyword matches is relevant from this cosine
+    # dream: two words a near-duplicate pair does not share are one word said otherwise from this
+    # cosine ("bought" / "purchased"); above 1, never (benchmarks/README.md, "Dedup by meaning")
+    synonym: float = 2.0
+    dedup_close: float = 2.0  # dream: from here the older word test (half the stems shared) also dedups
 
     @property
     def score_floor(self) -> float:
@@ -49,9 +53,12 @@ class Thresholds:
 
 
 # The values every cosine rule was tuned with (dream_bench.py, extract_bench.py on LoCoMo).
-MINILM = Thresholds(dedup=0.92, merge=0.80, supersede=0.85, compress_topic=0.35, grounding=0.5,
+# dedup and synonym: dream's dedup by meaning (pmem.dream.sameness), set on the paraphrase set
+# benchmarks/data/dedup_pairs.json (benchmarks/README.md, "Dedup by meaning"; it was 0.92 when
+# the lexical test was a Jaccard of all content words).
+MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35, grounding=0.5,
                     noop=0.95, contained=0.85, change=0.6, judge=0.75, recall_cutoff=0.2,
-                    hook=0.3, hook_words=0.15)
+                    hook=0.3, hook_words=0.15, synonym=0.75, dedup_close=0.92)
 
 # Each MiniLM value moved to the e5 cosine that the same share of LoCoMo turn pairs reaches
 # (benchmarks/multilingual.py `map_thresholds`, 300 turns of the dev conversations); noop: no MiniLM
@@ -59,10 +66,11 @@ MINILM = Thresholds(dedup=0.92, merge=0.80, supersede=0.85, compress_topic=0.35,
 # then set with dream_bench.py (2 conversations, benchmarks/README.md): dedup 0.95 paired chatter
 # ("Thanks, Melanie!" twice: planted-pair precision 0.62), 0.96 gave 0.75, 0.97 gives 0.888 (MiniLM
 # at 0.92: 0.894) with recall 0.978 (MiniLM 0.944); compress_topic 0.87 against the mapped 0.841:
-# evidence R@10 after the dream 0.892 against 0.879.
-E5_SMALL = Thresholds(dedup=0.97, merge=0.946, supersede=0.955, compress_topic=0.87, grounding=0.876,
+# evidence R@10 after the dream 0.892 against 0.879. dedup then moved to 0.94 with dedup by meaning,
+# and synonym set, on the paraphrase set (as MiniLM's).
+E5_SMALL = Thresholds(dedup=0.94, merge=0.946, supersede=0.955, compress_topic=0.87, grounding=0.876,
                       noop=0.975, contained=0.955, change=0.9, judge=0.933, recall_cutoff=0.806,
-                      hook=0.829, hook_words=0.794)
+                      hook=0.829, hook_words=0.794, synonym=0.95, dedup_close=0.97)
 
 # By model name, lower case. A stored model name is the embedder's: a known model's name, or the
 # stem of its file ("all-MiniLM-L6-v2.f16", "multilingual-e5-small.q4"), matched up to the first dot.

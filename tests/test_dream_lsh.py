@@ -38,7 +38,7 @@ def test_dream_pairs_by_lsh_on_vectors_that_all_lean_one_way(monkeypatch):
     vecs = np.vstack([base, near])
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     assert 0.8 < float(np.median(np.sum(vecs[:1000] * vecs[1000:2000], axis=1))) < 0.9
-    monkeypatch.setattr(dream, "LSH_LOW", 100)
+    monkeypatch.setattr(dream.pairs, "LSH_LOW", 100)
     for threshold in (0.97, 0.955):
         exact = {(i, j) for i, j, _ in dream._pairs_exact(vecs, threshold)}
         assert len(exact) >= 250

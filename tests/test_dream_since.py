@@ -33,7 +33,7 @@ def mark(store):
 def large(store, monkeypatch):
     """A store the dream treats as large (INCREMENTAL_FROM lowered), of distinct notes, one old
     near-duplicate pair, and a dream applied in which the person turned everything down."""
-    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 20)
+    monkeypatch.setattr(dream.planning, "INCREMENTAL_FROM", 20)
     rng = random.Random(7)
     background = [add(store, f"{' '.join(rng.sample(WORDS, 5))} number {i}") for i in range(60)]
     old_a = add(store, "The boat shed key hangs behind the blue door")
@@ -155,7 +155,7 @@ def test_a_quarter_of_the_store_changed_reads_everything(store, large, monkeypat
 
 
 def test_a_small_store_always_compares_everything(store, large, monkeypatch):
-    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 10_000)
+    monkeypatch.setattr(dream.planning, "INCREMENTAL_FROM", 10_000)
     plan = dream.plan(store, now=NOW, generator=False)
     assert plan.since is None and plan.considered == 63
 
@@ -163,7 +163,7 @@ def test_a_small_store_always_compares_everything(store, large, monkeypatch):
 def test_neighbours_are_every_stored_vector_at_the_threshold(store, large, monkeypatch):
     """_neighbours reads the vectors a block at a time: the same pairs as comparing each stored
     vector (up to `upto`) with each of the chunk's, two of the chunk once, none with itself."""
-    monkeypatch.setattr(dream, "PARTNER_BLOCK", 7)
+    monkeypatch.setattr(dream.pairs, "PARTNER_BLOCK", 7)
     everyone = store.list_memories(Filter.live(), limit=None)
     seq = store.storage_order(m.id for m in everyone)
     vec = {seq[m.id]: v for m, v in zip(everyone, dream._vectors(store, everyone))}
@@ -362,8 +362,8 @@ def _pair_keys(plan):
 def sliced(store, monkeypatch):
     """A store the dream treats as large, compared 8 memories a slice: distinct notes with a
     near-duplicate pair and a changed fact each stored slices apart."""
-    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 20)
-    monkeypatch.setattr(dream, "SLICE", 8)
+    monkeypatch.setattr(dream.planning, "INCREMENTAL_FROM", 20)
+    monkeypatch.setattr(dream.planning, "SLICE", 8)
     rng = random.Random(11)
     notes = [add(store, f"{' '.join(rng.sample(WORDS, 5))} number {i}") for i in range(50)]
     early = add(store, "The boat shed key hangs behind the blue door", created_at="2024-01-01T00:00:00Z")
@@ -380,7 +380,7 @@ def sliced(store, monkeypatch):
 def test_a_first_dream_of_a_large_store_goes_a_slice_at_a_time_and_finds_what_a_whole_plan_finds(
         store, sliced, monkeypatch, read_max):
     if read_max:  # a slice planned in pieces that read at most 6 memories (with their subjects' facts)
-        monkeypatch.setattr(dream, "READ_MAX", read_max)
+        monkeypatch.setattr(dream.planning, "READ_MAX", read_max)
     sizes = []  # memories each run of the planners read
     run = dream._Planner.run
     monkeypatch.setattr(dream._Planner, "run", lambda self, ms, *a, **k: sizes.append(len(ms := list(ms)))
@@ -393,7 +393,7 @@ def test_a_first_dream_of_a_large_store_goes_a_slice_at_a_time_and_finds_what_a_
     assert max(sizes) < live / 2  # a slice and what it resembles, never the store
     if read_max:
         assert max(sizes) <= read_max + 1 and len(sizes) > 2 * len(seen)
-    monkeypatch.setattr(dream, "INCREMENTAL_FROM", 10_000)  # the same store compared whole
+    monkeypatch.setattr(dream.planning, "INCREMENTAL_FROM", 10_000)  # the same store compared whole
     whole = dream.plan(store, now=NOW, generator=False)
     assert _pair_keys(plan) == _pair_keys(whole)
     early, late = sliced["dup"]
@@ -443,7 +443,7 @@ def test_between_nights_what_changed_is_scanned_only_against_what_was_compared(s
     store.edit(inside.id, text=early.text + "?")  # now a near-duplicate of `early`
     scans = []
     neighbours = dream._neighbours
-    monkeypatch.setattr(dream, "_neighbours", lambda st, chunk, threshold, upto=None, budget=None:
+    monkeypatch.setattr(dream.planning, "_neighbours", lambda st, chunk, threshold, upto=None, budget=None:
                         scans.append((sorted(chunk), upto)) or neighbours(st, chunk, threshold, upto, budget))
     over["after"] = 10 ** 9
     nxt = dream.plan(store, now=NOW, generator=False)
@@ -491,7 +491,7 @@ def test_what_changed_and_the_time_limit_left_is_compared_next_time(store, slice
     is looked at next time."""
     dream.apply(store, dream.plan(store, now=NOW, generator=False), accept=set(), backup=False)
     before = mark(store)
-    monkeypatch.setattr(dream, "SLICE", 2)
+    monkeypatch.setattr(dream.planning, "SLICE", 2)
     twins = [add(store, f"{m.text}!") for m in sliced["notes"][:5]]  # five near-duplicates, two a slice
     calls = []
     with monkeypatch.context() as m:  # out of time when comparing the second two

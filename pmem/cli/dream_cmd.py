@@ -125,7 +125,8 @@ def dream(
         if not as_json:
             _render_plan(plan, store)
             _notes(plan)
-        if not plan.proposals:
+        asked = [p for p in plan.proposals if p.kind in dreaming.ASKED]
+        if len(asked) == len(plan.proposals):
             # A nightly `dream --apply --yes` with nothing to consolidate still records that it
             # looked (dream.apply), and does its upkeep.
             result = dreaming.apply(store, plan)
@@ -139,7 +140,7 @@ def dream(
         if not yes:
             if sys.stdin is None or not sys.stdin.isatty():
                 raise UsageError("refusing to apply without asking: add --yes (stdin is not a terminal)")
-            if not typer.confirm(f"Apply {len(plan.proposals)} proposals?", default=False, err=True):
+            if not typer.confirm(f"Apply {len(plan.proposals) - len(asked)} proposals?", default=False, err=True):
                 out.note("nothing applied")
                 raise typer.Exit(1)
         left = None if max_seconds is None else max(0.001, max_seconds - (time.monotonic() - started))
@@ -150,7 +151,7 @@ def dream(
         out.print_json({"plan": plan.to_dict(), "result": result.to_dict(), "upkeep": upkeep})
         _upkeep_notes(upkeep, as_json)
         return
-    out.note(f"applied {len(result.applied)} of {len(plan.proposals)} proposals"
+    out.note(f"applied {len(result.applied)} of {len(plan.proposals) - len(asked)} proposals"
              + (f" as operation {result.op_id}; `pmem undo` takes them back" if result.op_id else ""))
     for s in result.skipped:
         out.note(f"skipped {s['id']}: {s['reason']}")
@@ -194,6 +195,10 @@ def _notes(plan) -> None:
         changed = f"{plan.changed} {'memory' if plan.changed == 1 else 'memories'}"
         out.note(f"compared only what changed since the last dream: {changed}, with those like them "
                  f"({plan.considered} in all); --full compares every memory")
+    asked = sum(1 for p in plan.proposals if p.kind == "review")
+    if asked:
+        out.note(f"{asked} {'pair' if asked == 1 else 'pairs'} may be one fact said twice, left for you to say: "
+                 "`pmem tui`, then D (dream review); --apply never applies a review")
     for note in plan.notes:
         out.note(note)
     if plan.dropped:

@@ -101,8 +101,11 @@ class DreamScreen(Screen[bool]):
         since = (" Only what changed since the last dream was compared (f compares every memory); "
                  "what you leave unaccepted stays turned down until a memory like it changes.") \
             if plan.since is not None else ""
+        asked = sum(1 for p in plan.proposals if p.kind == "review")
+        ask = (f" {asked} review{'s' if asked != 1 else ''}: one fact said twice? Only space says yes to "
+               "one." if asked else "")
         self._status((f"Dream: {n} proposal{'s' if n != 1 else ''}. space accepts or rejects, y applies "
-                      "the accepted ones." if n else "Dream: nothing to do.") + since)
+                      "the accepted ones." if n else "Dream: nothing to do.") + ask + since)
         if n:
             table.focus()
             self._show_proposal(plan.proposals[0])
@@ -166,8 +169,9 @@ class DreamScreen(Screen[bool]):
             table.move_cursor(row=table.cursor_row + 1)
 
     def action_accept_all(self) -> None:
+        """Every proposal but the reviews: a pair dream could not decide needs its own yes (space)."""
         if self.plan is not None and not self.applying:
-            self.accepted = {p.id for p in self.plan.proposals}
+            self.accepted = {p.id for p in self.plan.proposals if p.kind != "review"}
             self._refresh_marks()
 
     def action_reject_all(self) -> None:
