@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERY = "[bold]x\x1b]0;PWNED-TITLE\x07 \x1b[2J\u202e"
 
 
