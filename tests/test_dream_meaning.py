@@ -125,19 +125,20 @@ def test_dream_dedups_a_paraphrase_and_asks_about_a_swap(loose):
 def test_a_review_is_applied_only_when_a_person_accepts_it_and_undone_exactly(loose):
     a, _ = loose.add("Anna loves hiking in the Alps", allow_duplicate=True, created_at="2024-01-01T00:00:00Z")
     b, _ = loose.add("Anna adores hiking in the Alps", allow_duplicate=True, tags=["alps"])
-    before = [m.to_dict() for m in loose.list(Filter.everything(), sort="id", limit=None)]
+    before = [m.to_dict() for m in loose.list_memories(Filter.everything(), sort="id", limit=None)]
     plan, _, (review,) = _dedups(loose)
     result = dream.apply(loose, plan, backup=False)  # everything, as `pmem dream --apply --yes` does
     assert result.applied == [] and loose.get(a.id).merged_into is None and loose.get(b.id).merged_into is None
-    again, _, reviews = _dedups(loose)
-    assert [p.id for p in reviews] == [review.id]  # nothing new: the same question again
+    assert _dedups(loose)[2] == []  # left by a person: not asked again while both stay as they are
+    again = dream.plan(loose, only={"dedup"}, now=NOW, generator=False, full=True)
+    assert [p.id for p in again.proposals] == [review.id]  # --full (the TUI's "plan again"): the same question
     result = dream.apply(loose, again, accept={review.id}, backup=False)  # a person's yes
     assert result.applied == [review.id]
     kept, gone = loose.get(review.target), loose.get(review.members[1])
     assert gone.merged_into == kept.id and kept.tags == ["alps"] and kept.created_at == "2024-01-01T00:00:00Z"
     assert _dedups(loose)[0].proposals == []
     loose.undo()
-    assert [m.to_dict() for m in loose.list(Filter.everything(), sort="id", limit=None)] == before
+    assert [m.to_dict() for m in loose.list_memories(Filter.everything(), sort="id", limit=None)] == before
 
 
 def test_a_group_never_joins_two_speakers_through_a_third(loose):
