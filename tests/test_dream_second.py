@@ -38,6 +38,7 @@ def _deploys(store):
 
 def test_a_second_dream_proposes_nothing_new_after_a_dedup(loose):
     a, b, c = _deploys(loose)
+    pinned, _ = loose.add("Deploys to production need approval from Dana", allow_duplicate=True, pinned=True)
     before = _everything(loose)
     plan = _plan(loose)
     (dedup,) = [p for p in plan.proposals if p.kind == "dedup"]
@@ -48,6 +49,7 @@ def test_a_second_dream_proposes_nothing_new_after_a_dedup(loose):
     assert result.applied == [dedup.id]
     again = _plan(loose)
     assert again.proposals == [], [(p.kind, p.members, p.reason) for p in again.proposals]
+    assert all(pinned.id not in p.members for p in plan.proposals) and loose.get(pinned.id).merged_into is None
     loose.undo()
     assert _everything(loose) == before
 
