@@ -72,4 +72,3 @@ def _declined(plan: Plan, result: ApplyResult) -> list[list[str]]:
         if p.kind in ASKED and p.id not in done and all(m in p.fingerprints for m in p.members):
             left.add(tuple(x for m in sorted(p.members) for x in (m, p.fingerprints[m])))
     return [list(e) for e in sorted(left)]
-
