@@ -206,6 +206,7 @@ def main() -> int:
                              "considered")}
     kinds: dict[str, int] = {}
     second: dict[str, int] = {}  # proposals a second dream made that the first had not
+    asked_again = 0  # the first dream's reviews, left by its --apply, that the second asks again
     dropped = 0
     t_plan = t_apply = t_load = 0.0
     examples = []
@@ -260,10 +261,12 @@ def main() -> int:
         totals["strict_after"] += hs
         again = dream.plan(store, now=NOW, generator=False, only={"dedup", "supersede", "compress", "expire"})
         asked = {p.id for p in plan.proposals if p.kind in dream.ASKED}
-        # nothing new should come back (the reviews a person left come back as they were)
+        # nothing new should come back, nor the reviews --apply left (asked again only by --full)
         for p in again.proposals:
             if p.id not in asked:
                 second[p.kind] = second.get(p.kind, 0) + 1
+            else:
+                asked_again += 1
         store.close()
 
     t = totals
@@ -273,7 +276,7 @@ def main() -> int:
         "memories_before": t["mem_before"], "memories_after": t["mem_after"],
         "shrink": round(1 - t["mem_after"] / t["mem_before"], 3),
         "tokens_before": t["tok_before"], "tokens_after": t["tok_after"],
-        "proposals": kinds, "dropped": dropped, "second_dream_new": second,
+        "proposals": kinds, "dropped": dropped, "second_dream_new": second, "second_dream_asked_again": asked_again,
         "planted_pairs": t["planted"],
         "dedup_precision": round(t["correct_pairs"] / t["predicted_pairs"], 3) if t["predicted_pairs"] else None,
         "dedup_recall": round(t["found_planted"] / t["planted"], 3) if t["planted"] else None,

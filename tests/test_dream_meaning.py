@@ -129,8 +129,9 @@ def test_a_review_is_applied_only_when_a_person_accepts_it_and_undone_exactly(lo
     plan, _, (review,) = _dedups(loose)
     result = dream.apply(loose, plan, backup=False)  # everything, as `pmem dream --apply --yes` does
     assert result.applied == [] and loose.get(a.id).merged_into is None and loose.get(b.id).merged_into is None
-    again, _, reviews = _dedups(loose)
-    assert [p.id for p in reviews] == [review.id]  # nothing new: the same question again
+    assert _dedups(loose)[2] == []  # left by a person: not asked again while both stay as they are
+    again = dream.plan(loose, only={"dedup"}, now=NOW, generator=False, full=True)
+    assert [p.id for p in again.proposals] == [review.id]  # --full (the TUI's "plan again"): the same question
     result = dream.apply(loose, again, accept={review.id}, backup=False)  # a person's yes
     assert result.applied == [review.id]
     kept, gone = loose.get(review.target), loose.get(review.members[1])

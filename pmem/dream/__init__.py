@@ -20,7 +20,9 @@ Proposal kinds, in the order they are planned and applied:
             union of tags and the earliest created_at; the others get merged_into it.
 - review    a pair dedup could not decide (the same keys, other words: loves / adores, tea /
             coffee): applied as a dedup only when a person accepts it by its id (the TUI's dream
-            review), never by an apply of the whole plan.
+            review), never by an apply of the whole plan. One with a memory a dedup keeps is
+            asked against it; one a person left in an applied dream is not asked again while
+            both memories stay as they were (the dream mark's "declined"; --full asks again).
 - supersede two rules over non-episodic memories, the older fact getting valid_to / superseded_by
             the newer (MemoryStore.supersede): (1) the extraction's rule (pmem.extract.decide, no
             model judge) for pairs at cosine >= SUPERSEDE_COSINE, e.g. the same statement with a

@@ -16,7 +16,7 @@ from ..text import WORD, content_stems, numbers, speaker_sentences
 from ..thresholds import MINILM, Thresholds
 from . import sameness
 from .pairs import _pairs
-from .records import Plan, Proposal, _Budget, _fingerprint, _parse
+from .records import Plan, Proposal, _Budget, _fingerprint, _parse, declined_key
 from .sameness import Facets
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ def _plan_dedup(ctx: Planning) -> None:
         best[keep] = max(best.pop(gone, s), best.get(keep, s), s)
         for x in groups[keep]:
             root[x] = keep
-    grouped: set[str] = set()
+    kept: set[str] = set()
     for first, group in sorted(groups.items(), key=lambda g: min(active[i].id for i in g[1])):
         members = [active[i] for i in group]
         canon = max(members, key=lambda m: _informative_key(m, ctx.words[m.id]))
@@ -340,13 +340,18 @@ def _plan_dedup(ctx: Planning) -> None:
                      "created_at": min(m.created_at for m in members)},
             fingerprints={m.id: _fingerprint(m) for m in members}))
         ctx.claimed.update(m.id for m in others)
-        grouped.update(m.id for m in members)
-    # Asked, not applied: a pair left unanswered keeps both memories, and claims neither.
+        kept.add(canon.id)
+    # Asked, not applied: a pair left unanswered keeps both memories, and claims neither. A pair
+    # with the memory a dedup keeps is asked now, against it (the next dream would ask it anyway);
+    # one with a memory a dedup takes is not (its question is the kept one's). A pair a person
+    # left unaccepted in an applied dream is not asked again while both stay as they were.
+    declined = {tuple(e) for e in ctx.result.declined}
     for i, j, s, why in asks:
         pair = [active[i], active[j]]
-        if any(m.id in grouped or m.id in ctx.claimed for m in pair):
+        if any(m.id in ctx.claimed for m in pair) or tuple(declined_key(pair)) in declined:
             continue
-        canon = max(pair, key=lambda m: _informative_key(m, ctx.words[m.id]))
+        canon = next((m for m in pair if m.id in kept), None) or \
+            max(pair, key=lambda m: _informative_key(m, ctx.words[m.id]))
         other = pair[1] if canon is pair[0] else pair[0]
         ctx.result.proposals.append(Proposal(
             "review", [canon.id, other.id], f"one fact twice? {why}", result_text=canon.text, target=canon.id,

@@ -13,7 +13,7 @@ from ..thresholds import Thresholds
 from .marks import _basis
 from .pairs import PAIRS_EXACT_MAX, _neighbours, _vectors
 from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors, _Stems, subject_value
-from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Plan, Progress, _Budget, _parse
+from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Plan, Progress, _Budget, _parse, declined_key
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -214,6 +214,17 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
                             f"at a time, and the next dream goes on from where this one stopped")
 
 
+def _still_declined(store: "MemoryStore", entries: Any) -> list[list[str]]:
+    """The reviews a person left (the dream mark's "declined") whose members are as they were
+    then: those a dream does not ask again (marks._declined)."""
+    if not isinstance(entries, list):
+        return []
+    pairs = [e for e in entries if isinstance(e, list) and len(e) == 4 and all(isinstance(x, str) for x in e)]
+    current = {m.id: m for m in store.get_many(sorted({e[k] for e in pairs for k in (0, 2)}))}
+    return [e for e in pairs if e[0] in current and e[2] in current
+            and declined_key([current[e[0]], current[e[2]]]) == e]
+
+
 def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None = None, generator=None,
          max_seconds: float | None = None, include: Iterable[str] = (), full: bool = False,
          progress: Progress | None = None) -> Plan:
@@ -258,6 +269,8 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     from ..store import Filter
 
     result.mark, result.basis, result.undone = store.event_mark(), _basis(store, thresholds), store.undone_count()
+    if not full:
+        result.declined = _still_declined(store, (store.dream_mark() or {}).get("declined"))
     planner = _Planner(store, result, kinds, now, budget, generator, thresholds, included)
     live = store.count(Filter.live())
     if live < INCREMENTAL_FROM:

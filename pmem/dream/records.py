@@ -75,6 +75,9 @@ class Plan:
     through: int | None = None  # stopped before comparing the memories stored after this row
     left: int = 0  # how many memories it had not compared then
     resume: bool = False  # the pair kinds stopped where the next dream can go on (through, revisit)
+    # reviews a person left unaccepted in an applied dream, as declined_key()s: not asked again
+    # while both members stay as they were (the dream mark keeps them; `full` asks them all again)
+    declined: list[list[str]] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out = {k: 0 for k in PROPOSAL_KINDS}
@@ -129,6 +132,12 @@ def _fingerprint(m: Memory) -> str:
     key = json.dumps([m.text, m.merged_into, m.forgotten_at, m.valid_to, m.expires_at, m.pinned],
                      ensure_ascii=False)
     return hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+
+def declined_key(members: list[Memory]) -> list[str]:
+    """A review's pair as the dream mark remembers it: each member's id and _fingerprint, in id
+    order, so that either member changing (text, merged, forgotten, pinned) asks it again."""
+    return [x for m in sorted(members, key=lambda m: m.id) for x in (m.id, _fingerprint(m))]
 
 
 def _parse(stamp: str) -> datetime:
