@@ -198,7 +198,8 @@ def _notes(plan) -> None:
     asked = sum(1 for p in plan.proposals if p.kind == "review")
     if asked:
         out.note(f"{asked} {'pair' if asked == 1 else 'pairs'} may be one fact said twice, left for you to say: "
-                 "`pmem tui`, then D (dream review); --apply never applies a review")
+                 "`pmem tui`, then D (dream review); --apply never applies a review, and the next "
+                 "dream asks again only about pairs that changed (`f` in the review, or --full, asks all)")
     for note in plan.notes:
         out.note(note)
     if plan.dropped:
