@@ -7,6 +7,7 @@ PMEM_DB overrides only the database file. Without either, platformdirs decides.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 APP = "pmem"
@@ -78,3 +79,20 @@ def ensure_private_dir(path: Path) -> Path:
     """Create a directory readable by its owner only (memories are personal data)."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int | None = None, prefix: str | None = None) -> None:
+    """Replace `path` with `data` at once: a reader or a file syncer never sees half a file (a
+    temporary beside it, fsynced, then renamed). `mode` sets the new file's permissions."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -9,10 +9,10 @@ dangling link's target), through a temporary file beside it and one rename.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import UsageError
+from ..paths import write_atomic
 
 MAX_LINKS = 40  # what Linux's own path resolution follows before ELOOP
 
@@ -39,15 +39,5 @@ def write_through(path: Path, data: bytes, *, new_mode: int = 0o600) -> Path:
         raise UsageError(f"{path} is not a file")
     target.parent.mkdir(parents=True, exist_ok=True)
     mode = target.stat().st_mode & 0o777 if target.exists() else new_mode
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, data, mode=mode, prefix=target.name + ".")
     return target

@@ -12,9 +12,9 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+from ..paths import write_atomic
 from .keys import SyncError
 
 SEGMENTS = "segments"
@@ -84,18 +84,7 @@ class Folder:
 
     @staticmethod
     def _atomic(path: Path, blob: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pmem-tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-
+        write_atomic(path, blob, prefix=".pmem-tmp-")
 
 class Git(Folder):
     """A clone of any remote `git clone` takes; changesets are committed and pushed, and a push
