@@ -295,31 +295,36 @@ def test_kill_9_in_the_middle_of_a_sync_leaves_nothing_half_applied(tmp_path, fa
     from pmem.store import MemoryStore
 
     folder, key = tmp_path / "Sync", tmp_path / "k"
-    a, b = Device(tmp_path, "ka", key), Device(tmp_path, "kb", key)
+    a = Device(tmp_path, "ka", key)
     a.home.mkdir()
     with MemoryStore(a.home / "pmem.db", config=fake_config) as store:
         store.insert([Memory(id="", text=f"memory number {i} of the kill test") for i in range(1500)])
         sync.init(store, str(folder), key_file=str(key))
-    b.add("b's own, from before")
+    join = ["sync", "join", str(folder), "--key-file", str(key)]
+    started = time.monotonic()
+    whole = Device(tmp_path, "kw", key)  # one join left alone: how long a join takes here
+    whole.json(*join)
+    took = time.monotonic() - started
+    assert len(whole.memories()) == 1500
     rng = random.Random(9)
     kills = 0
-    for _ in range(6):  # a join may end before its kill on an idle machine: try until three kills landed
-        if kills == 3:
-            break
-        joined = b.run("sync", "status", ok=False).returncode == 0
-        args = ["sync"] if joined else ["sync", "join", str(folder), "--key-file", str(key)]
-        p = subprocess.Popen([sys.executable, "-m", "pmem", *args], env=b.env(), stdout=subprocess.DEVNULL,
+    for attempt in range(3):  # each a new device, killed at a random moment of its join
+        b = Device(tmp_path, f"kb{attempt}", key)
+        b.add("b's own, from before")
+        p = subprocess.Popen([sys.executable, "-m", "pmem", *join], env=b.env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.5, 2.5))
+        time.sleep(rng.uniform(0.4, 0.9) * took)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
         p.wait()
         held = len(b.memories())
-        assert held in (1, 1501)  # the 1,500 came in one transaction, or not at all
-    if b.run("sync", "status", ok=False).returncode != 0:
-        b.json("sync", "join", str(folder), "--key-file", str(key))
-    b.sync()
+        # what the remote held (1,500 and each earlier device's own) came in one transaction, or not at all
+        assert held in (1, 1501 + attempt)
+        if b.run("sync", "status", ok=False).returncode != 0:
+            b.json(*join)
+        b.sync()
+        assert len(b.memories()) == 1501 + attempt
     a.sync()
     assert kills >= 1
-    assert len(b.memories()) == 1501 and a.memories() == b.memories()
+    assert len(a.memories()) == 1503 and a.memories() == b.memories()
