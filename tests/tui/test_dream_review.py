@@ -8,7 +8,7 @@ pytest.importorskip("textual")
 
 
 from .pilot import make, running, screen_text, select, settle  # noqa: E402
-from fakes import FakeDream  # noqa: E402
+from fakes import FakeDream, FakePlan, FakeProposal  # noqa: E402
 
 
 async def open_review(app, pilot) -> None:
@@ -78,3 +78,33 @@ async def test_dream_plan_failure_is_shown(tstore):
         await pilot.pause()
         assert app.table.row_count == 5
 
+
+
+class AskingDream(FakeDream):
+    """A plan of one dedup and one review ("review" proposals: a person's yes is the only way one
+    is applied)."""
+
+    def plan(self, store, *, only=None, now=None, generator=None, max_seconds=None, full=False):
+        return FakePlan([FakeProposal("p1", "dedup", ["a2", "a5"], None, "the same cabin fact"),
+                         FakeProposal("r1", "review", ["a3", "a4"], None, "one fact twice? loves / adores")])
+
+
+async def test_accept_all_leaves_the_reviews_to_a_persons_own_yes(tstore):
+    fake = AskingDream()
+    app = make(tstore, dream=fake)
+    async with running(app, size=(100, 30)) as pilot:
+        await open_review(app, pilot)
+        assert "1 review" in screen_text(app)
+        await pilot.press("a", "y")  # accept all, then apply
+        await settle(app, pilot)
+    assert fake.applied == {"p1"}
+
+
+async def test_space_on_a_review_says_yes_to_it(tstore):
+    fake = AskingDream()
+    app = make(tstore, dream=fake)
+    async with running(app, size=(100, 30)) as pilot:
+        await open_review(app, pilot)
+        await pilot.press("down", "space", "y")  # the review: yes, then apply
+        await settle(app, pilot)
+    assert fake.applied == {"r1"}
