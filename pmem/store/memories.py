@@ -733,6 +733,11 @@ class MemoryStore:
             raise UsageError("a memory cannot supersede itself")
         with self.operation("supersede", f"{new_full} supersedes {old_full}"):
             old, new = self._fresh(old_full), self._fresh(new_full)
+            # Two current versions of one fact would be a fork: only a live head is replaced.
+            for m in (old, new):
+                if (m.superseded_by and m.superseded_by != new.id) or m.forgotten_at or m.merged_into:
+                    raise UsageError(f"memory {m.id} is not current (superseded, merged or forgotten): "
+                                     f"see `pmem why {m.id}`")
             at = at or new.valid_from or new.created_at
             if new.valid_from is None:
                 self._write(new, replace(new, valid_from=at, updated_at=self.clock()), "supersede")

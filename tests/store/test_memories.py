@@ -154,6 +154,26 @@ def test_supersede_and_as_of(store):
         store.supersede(new.id, new.id)
 
 
+def test_supersede_never_forks_a_fact(store):
+    """Only the live head of a chain is replaced: superseding a memory that already has a
+    successor (or with a replacement that is itself replaced, merged or forgotten) would leave
+    two current versions of one fact."""
+    old, _ = store.add("I live in Berlin", created_at="2020-01-01T00:00:00Z")
+    new, _ = store.add("I live in Lisbon", created_at="2024-03-01T00:00:00Z")
+    other, _ = store.add("I live in Porto", created_at="2024-06-01T00:00:00Z")
+    store.supersede(old.id, new.id)
+    store.supersede(old.id, new.id)  # the same link again is no fork
+    with pytest.raises(UsageError, match=f"{old.id} is not current"):
+        store.supersede(old.id, other.id)
+    with pytest.raises(UsageError, match=f"{old.id} is not current"):
+        store.supersede(other.id, old.id)
+    store.forget(other.id)
+    with pytest.raises(UsageError, match=f"{other.id} is not current"):
+        store.supersede(new.id, other.id)
+    assert store.get(old.id).superseded_by == new.id and store.get(new.id).superseded_by is None
+    assert {m.id for m in store.list_memories()} == {new.id}
+
+
 def test_import_is_one_operation_and_undo_removes_all(store):
     items = [Memory(id="", text=f"imported fact number {i}") for i in range(1000)]
     stored = store.insert(items, kind="import")
