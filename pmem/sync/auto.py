@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-DELAY = 2.0  # seconds a background sync waits for more writes (debounce)
+DELAY = 2.0  # seconds a background sync waits for more writes (debounce); PMEM_SYNC_AUTO_DELAY changes it
 STALE = 120.0  # seconds after which a marker left by a killed background sync is ignored
 BACKOFF = 60.0  # seconds after a failed background sync (offline) before a command starts another
 LOCK_WAIT = 120.0  # seconds a background sync waits for a sync already running
@@ -118,7 +118,11 @@ def main(argv: list[str]) -> int:
     from . import run
 
     db_path = argv[0]
-    time.sleep(DELAY)
+    try:
+        delay = min(max(float(os.environ.get("PMEM_SYNC_AUTO_DELAY") or DELAY), 0.0), 600.0)
+    except ValueError:
+        delay = DELAY
+    time.sleep(delay)
     _marker(db_path).unlink(missing_ok=True)
     outcome: dict[str, Any] = {"ok": False}
     try:
