@@ -484,6 +484,9 @@ def compact(store: "MemoryStore", *, progress: Progress | None = None, passphras
         return {**result, "note": FOLDER_COMPACT}
     with _lock(store):
         before = t.size()
+        if t.commits() <= 1:
+            return {**result, "size_before": before, "size_after": before,
+                    "note": "the history is one commit already: nothing to squash"}
         retries = 0
         for retries in range(PUSH_TRIES):  # noqa: B007 - how many lost the race, reported
             _pull(j, t, key, progress)

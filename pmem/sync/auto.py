@@ -68,7 +68,15 @@ def _changes_to_send(db_path: str | os.PathLike) -> bool:
 
 def kick(db_path: str | os.PathLike) -> bool:
     """Start a background `pmem sync` of this database when it syncs and holds changes to send,
-    unless one is already waiting or the last one failed moments ago. True when one started."""
+    unless one is already waiting or the last one failed moments ago. True when one started.
+    Never raises: the command it follows has done its work and must not fail for this."""
+    try:
+        return _kick(db_path)
+    except Exception:  # noqa: BLE001 - a sync not started is caught up at the next one
+        return False
+
+
+def _kick(db_path: str | os.PathLike) -> bool:
     if not _folder(db_path).is_dir() or not _changes_to_send(db_path):
         return False
     outcome = last(db_path)

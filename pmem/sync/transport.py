@@ -23,6 +23,7 @@ SEGMENTS = "segments"
 KEYCHECK = "keycheck"
 RETIRED = "retired"
 EPOCH = "epoch"
+MAX_NOTE = 64 * 1024  # bytes; a retirement note is a few hundred
 _DEVICE = re.compile(r"^[0-9a-f]{16}$")
 _SEQ = re.compile(r"^[0-9]{10}$")
 BRANCH = "main"
@@ -83,7 +84,13 @@ class Folder:
         base = self.root / RETIRED
         if not base.is_dir():
             return {}
-        return {f.name: Path(f.path).read_bytes() for f in os.scandir(base) if _DEVICE.match(f.name) and f.is_file()}
+        notes = {}
+        for f in os.scandir(base):
+            if _DEVICE.match(f.name) and f.is_file():
+                if f.stat().st_size > MAX_NOTE:
+                    raise SyncError(f"the retirement of {f.name} is {f.stat().st_size:,} bytes: not one pmem wrote")
+                notes[f.name] = Path(f.path).read_bytes()
+        return notes
 
     def write_retired(self, device: str, blob: bytes) -> None:
         (self.root / RETIRED).mkdir(parents=True, exist_ok=True)
@@ -163,6 +170,9 @@ class Git(Folder):
         if not self._has("HEAD"):
             self.git("reset", "--quiet", "--hard", f"origin/{BRANCH}")
             return
+        # what a sync killed before its commit left in the tree is this device's own (only it
+        # writes here): commit it, or the rebase refuses a dirty tree
+        self.commit("pmem sync: changesets of an interrupted sync")
         if self._epoch(f"origin/{BRANCH}") != self._epoch("HEAD"):
             # compacted elsewhere: never rebase the old history onto the new root (that would
             # push every old object back); clone afresh, keeping this device's own files
@@ -205,6 +215,9 @@ class Git(Folder):
                     os.replace(self._aside(suffix), self.root)
                     break
         shutil.rmtree(self._aside(".old"), ignore_errors=True)
+
+    def commits(self) -> int:
+        return int(self.git("rev-list", "--count", "HEAD").stdout.strip() or 0) if self._has("HEAD") else 0
 
     def squash(self, epoch: str, message: str) -> bool:
         """Push the current tree as one new root commit under `epoch`, replacing the remote's

@@ -108,7 +108,8 @@ def test_compact_names_a_device_whose_files_still_hold_the_purged_text(devices, 
     report = a.json("sync", "compact")
     device_c = c.json("sync", "status")["device"]
     assert report["squashed"] and report["holding_purged"] == [{"device": device_c, "changesets": 1}]
-    human = a.run("sync", "compact")
+    human = a.run("sync", "compact")  # nothing new since: one commit already, and c still holds it
+    assert "nothing to compact" in human.stdout and "one commit already" in human.stdout
     assert f"device {device_c} has not synced since a purge" in human.stderr
     c.sync()  # c rewrites its changeset, then a compacts again
     report = a.json("sync", "compact")
@@ -153,3 +154,30 @@ def test_compact_over_a_folder_has_no_history_to_squash(tmp_path):
     assert report["squashed"] is False and report["kind"] == "folder" and "no history" in report["note"]
     p = a.run("sync", "compact")
     assert "nothing to compact" in p.stdout
+
+
+def test_own_files_a_killed_sync_left_uncommitted_are_committed_at_the_next_pull(tmp_path, fake_config):
+    """After a reclone (or a kill between writing changesets and committing them) the clone holds
+    this device's files uncommitted: the next pull commits them rather than refusing to rebase."""
+    bare = tmp_path / "r.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    a, b = (MemoryStore(tmp_path / n / "pmem.db", config=fake_config) for n in "ab")
+    key_file = tmp_path / "k"
+    a.add("from a")
+    sync.init(a, str(bare), key_file=str(key_file))
+    b.add("from b")
+    sync.join(b, str(bare), key_file=str(key_file))
+    key = keys.read_key_file(key_file)
+    device = sync.SyncLog(b).device
+    t = sync.transport.Git(str(bare), sync.sync_dir(b) / "git", device)
+    rewritten = keys.seal(key, device, 1, {"device": device, "seq": 1, "ops": []})
+    t.write(device, 1, rewritten)  # a rewrite, then killed before its commit
+    a.add("from a, later")
+    sync.run(a)
+    t.pull()
+    assert t.read(device, 1) == rewritten
+    sync.run(b)
+    assert "from a, later" in {m.text for m in b.iter_all()}
+    shown = subprocess.run(["git", "-C", str(bare), "show", f"main:segments/{device}/0000000001"],
+                           capture_output=True, check=True).stdout
+    assert shown == rewritten
