@@ -73,9 +73,9 @@ def _sync_after(ctx: Optional[typer.Context], db: Path) -> None:
     it left changes to send (pmem/sync/auto.py)."""
     ctx = ctx or _current_context()
     if ctx is not None:
-        from ..sync import auto
+        from .. import autosync
 
-        ctx.find_root().call_on_close(lambda: auto.kick(db))
+        ctx.find_root().call_on_close(lambda: autosync.kick(db))
 
 
 def store_embed_model(cfg) -> str:

@@ -418,7 +418,7 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
 def status(store: "MemoryStore") -> dict[str, Any]:
     """Devices, cursors, retirements, conflicts and the last background sync, from what was last
     pulled (no network)."""
-    from . import auto
+    from .. import autosync
 
     j = _journal(store)
     t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
@@ -441,7 +441,7 @@ def status(store: "MemoryStore") -> dict[str, Any]:
         devices.append(entry)
     return {"device": j.device, "kind": j.get("kind"), "remote": t.describe(), "key_id": j.get("key_id"),
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
-            "recent_conflicts": j.conflicts(20), "background": auto.last(store.path)}
+            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path)}
 
 
 # -- compact, retire, rejoin ----------------------------------------------------------------
