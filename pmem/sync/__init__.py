@@ -311,21 +311,30 @@ def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], 
     return out, gaps
 
 
-def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str], seqs: list[int]) -> int:
-    """Rewrite this device's changesets that hold operations on purged memories: the operations
-    keep their ids and clocks (numbering stays whole), their values go."""
+def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str, seqs: list[int]) -> int:
+    """Rewrite `device`'s changesets that hold operations on purged memories (`ids`; None: every
+    memory purged here): the operations keep their ids and clocks (numbering stays whole), their
+    values go. `device` is this one, or a retired one this device retired (its steward: the
+    only one that rewrites its files, so they still have one writer)."""
     rewritten = 0
     for seq in seqs:
-        what = f"changeset {j.device}/{seq}"
-        payload = keyring.open_sealed(key, t.read(j.device, seq), j.device, seq, what)
+        what = f"changeset {device}/{seq}"
+        payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
         ops = payload["ops"]
-        if not any(op["m"] in ids and op["k"] not in ("purge", "redacted") for op in ops):
+        live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
+        gone = live & ids if ids is not None else j.tombstoned(live)
+        if not gone:
             continue
-        payload["ops"] = [op if op["m"] not in ids or op["k"] in ("purge", "redacted") else
+        payload["ops"] = [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
                           {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
-        t.write(j.device, seq, keyring.seal(key, j.device, seq, payload))
+        t.write(device, seq, keyring.seal(key, device, seq, payload))
         rewritten += 1
     return rewritten
+
+
+def _stewarded(j: SyncLog, retired: dict[str, dict[str, Any]]) -> list[str]:
+    """The retired devices whose files this device rewrites after a purge: those it retired."""
+    return sorted(d for d, note in retired.items() if note.get("by") == j.device and d != j.device)
 
 
 def _open(store: "MemoryStore", passphrase: str | None, key: bytes | None) -> tuple[SyncLog, Folder, bytes]:
@@ -401,7 +410,9 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
                 pass  # never held here
         redacted = 0
         if stats["purge"] or purged:
-            redacted = _redact(j, t, key, set(stats["purge"]) | set(purged), t.listing().get(j.device, []))
+            listing = t.listing()
+            for device in [j.device, *_stewarded(j, retired)]:
+                redacted += _redact(j, t, key, set(stats["purge"]) | set(purged), device, listing.get(device, []))
         retries = 0
         if isinstance(t, Git):
             message = f"pmem sync: {j.device} {j.number('seq')}"
@@ -534,12 +545,15 @@ def retire(store: "MemoryStore", device: str, *, progress: Progress | None = Non
         t.write_retired(target, keyring.seal(key, RETIRE_PREFIX + target, 0, note))
         with store.transaction():
             j.mark_retired(target, note)
+        # it will never rewrite its files again: this device does, from now on (a memory purged
+        # before it was lost may still be in them)
+        redacted = _redact(j, t, key, None, target, seqs)
         retries = 0
         if isinstance(t, Git):
             message = f"pmem sync: {j.device} retired {target}"
             t.commit(message)
             retries = t.push(message)
-        return {**base, "already": False, "note": note, "push_retries": retries}
+        return {**base, "already": False, "note": note, "rewritten": redacted, "push_retries": retries}
 
 
 def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,

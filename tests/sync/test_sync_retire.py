@@ -98,3 +98,31 @@ def test_a_retirement_note_the_remote_forged_is_refused(tmp_path):
     (folder / "retired" / device_id(b)).write_bytes(b"pmem-sync 1\n{}\nnot sealed")  # no key: no retirement
     one_line_error(b.run("sync", ok=False), "retirement of")
     assert entry(b, device_id(b))["retired"] is None
+
+
+def test_the_device_that_retired_one_rewrites_its_files_after_a_purge(devices, remote):  # noqa: F811
+    from test_sync_compact import clone, gc, opened_objects
+
+    from pmem.sync import keys
+
+    a, b, c = devices
+    key = keys.read_key_file(a.key)
+    lost = device_id(c)
+    mid = c.add("The safe's combination is 31-41-59")
+    early = c.add("The shed key is under the third pot")
+    everyone(c, a, b)
+    a.run("forget", early, "--purge", "--yes")  # purged while c is already gone: c never rewrites it
+    a.sync()
+    report = a.json("sync", "retire", lost)
+    assert report["rewritten"] == 1  # a rewrites c's file, as c would have
+    a.run("forget", mid, "--purge", "--yes")  # and after: a, its steward, rewrites it again
+    a.sync()
+    b.sync()
+    compacted = a.json("sync", "compact")
+    assert compacted["squashed"] and compacted["holding_purged"] == []
+    gc(remote)
+    b.sync()
+    for repo in (remote, clone(a), clone(b)):
+        text = opened_objects(repo, key)
+        assert "31-41-59" not in text and "third pot" not in text
+    assert mid not in b.memories() and early not in b.memories()
