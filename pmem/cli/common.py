@@ -70,7 +70,7 @@ def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
 
 def _sync_after(ctx: Optional[typer.Context], db: Path) -> None:
     """sync_auto: when the command ends (its store closed), start a background `pmem sync` if
-    it left changes to send (pmem/sync/auto.py)."""
+    it left changes to send (pmem/autosync.py)."""
     ctx = ctx or _current_context()
     if ctx is not None:
         from .. import autosync
