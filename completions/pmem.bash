@@ -55,10 +55,13 @@ _pmem_words() {
         "config") words="get set --json --help" ;;
         "config get") words="--help" ;;
         "config set") words="--help" ;;
-        "sync") words="init join status key --json --help" ;;
+        "sync") words="init join status compact retire rejoin key --json --help" ;;
         "sync init") words="--key-file --kind --passphrase --json --help" ;;
         "sync join") words="--key-file --kind --passphrase --json --help" ;;
         "sync status") words="--json --help" ;;
+        "sync compact") words="--json --help" ;;
+        "sync retire") words="--json --help" ;;
+        "sync rejoin") words="--json --help" ;;
         "sync key") words="--passphrase --help" ;;
     esac
     echo "$words"

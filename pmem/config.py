@@ -92,6 +92,9 @@ class Settings:
                                 low=200, high=HOOK_BUDGET_MAX)
     hook_timeout: float = _setting(4.0, "seconds an agent hook may take; past them it prints nothing",
                                    low=0.1, high=600.0)
+    sync_auto: str = _setting("off", "after a command that changed memories, run `pmem sync` in the background "
+                                     "(detached, a few seconds later, one for a run of commands; its errors show "
+                                     "in `pmem sync status`): on or off", choices=("off", "on"))
 
     # Not settings: where they were read from.
     path: Path | None = field(default=None, compare=False, repr=False, metadata={"internal": True})

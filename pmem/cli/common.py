@@ -62,7 +62,20 @@ def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
         path = paths.db_path(override)
         if not path.exists() and not path.parent.is_dir():
             raise NotFound(f"no database at {path} (the folder {path.parent} does not exist)")
-    return MemoryStore(override)
+    store = MemoryStore(override)
+    if store.config.sync_auto == "on" and not read_only:
+        _sync_after(ctx, store.path)
+    return store
+
+
+def _sync_after(ctx: Optional[typer.Context], db: Path) -> None:
+    """sync_auto: when the command ends (its store closed), start a background `pmem sync` if
+    it left changes to send (pmem/autosync.py)."""
+    ctx = ctx or _current_context()
+    if ctx is not None:
+        from .. import autosync
+
+        ctx.find_root().call_on_close(lambda: autosync.kick(db))
 
 
 def store_embed_model(cfg) -> str:

@@ -23,6 +23,9 @@ def register(app: typer.Typer) -> None:
     sync_app.command("init")(sync_init)
     sync_app.command("join")(sync_join)
     sync_app.command("status")(sync_status)
+    sync_app.command("compact")(sync_compact)
+    sync_app.command("retire")(sync_retire)
+    sync_app.command("rejoin")(sync_rejoin)
     sync_app.command("key")(sync_key)
     app.add_typer(sync_app, name="sync")
 
@@ -62,6 +65,8 @@ def _report(data: dict, as_json: bool) -> None:
                  f"(it has up to {gap['present_up_to']}); its later changes wait until it arrives")
     if data["push_retries"]:
         out.note(f"sync: the push lost {data['push_retries']} race(s) with other devices and was retried")
+    if data.get("recloned"):
+        out.note("sync: the remote's history was compacted on another device; this device cloned it afresh")
 
 
 def _sync(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
@@ -79,9 +84,15 @@ def _sync(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     from .. import sync
 
     with open_store() as store:
-        wrapped = sync.SyncLog(store).exists() and sync.SyncLog(store).get("key_wrapped")
-        report = sync.run(store, progress=_progress, passphrase=_passphrase(bool(wrapped)))
+        report = sync.run(store, progress=_progress, passphrase=_store_passphrase(store))
     _report(report, as_json)
+
+
+def _store_passphrase(store) -> Optional[str]:
+    """The passphrase, asked only when this device's key is wrapped by one."""
+    from .. import sync
+
+    return _passphrase(bool(sync.SyncLog(store).exists() and sync.SyncLog(store).get("key_wrapped")))
 
 
 def sync_init(
@@ -166,11 +177,16 @@ def sync_status(as_json: bool = JsonOpt) -> None:
     out.echo(out.visible(f"this device: {data['device']}  remote: {data['remote']} ({data['kind']})"))
     out.echo(f"changes not sent yet: {data['pending_changes']}")
     for d in data["devices"]:
+        retired = (f"  retired by {d['retired'].get('by')} at {d['retired'].get('at')}" if d["retired"] else "")
         if d["this"]:
-            out.echo(f"  {d['device']}  (this device)  wrote {d['written']} changesets")
+            out.echo(f"  {d['device']}  (this device)  wrote {d['written']} changesets{retired}")
         else:
             out.echo(f"  {d['device']}  applied {d['applied_up_to']} of {d['last']} changesets"
-                     + (f" ({d['waiting']} waiting)" if d["waiting"] else ""))
+                     + (f" ({d['waiting']} waiting)" if d["waiting"] and not d["retired"] else "") + retired)
+    background = data.get("background")
+    if background:
+        out.echo(out.visible(f"background sync: {'ok' if background.get('ok') else 'failed'} at {background.get('at')}"
+                             + ("" if background.get("ok") else f": {background.get('error')}")))
     out.echo(f"conflicts: {data['conflicts']}")
     for c in data["recent_conflicts"]:
         out.echo(out.visible(f"  {c['at']}  {c['memory_id']}  {c['field']}: kept {c['kept']}, "
@@ -183,6 +199,91 @@ def _short(value) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def sync_compact(as_json: bool = JsonOpt) -> None:
+    """Squash the git remote's history into one commit, so old versions of files are dropped.
+
+    git keeps every version of every file: after a purge, the changeset that held the memory is
+    rewritten, but its old version (sealed) stays in the history until it is squashed. Run this
+    once every device has synced since the purge (it lists those that have not). Every other
+    device clones afresh at its next `pmem sync`, losing nothing. The remote drops the old
+    objects at its own garbage collection; a copy someone made before keeps them. A folder has no
+    history: there it only syncs and reports.
+
+    \b
+    Example:
+      pmem forget 1a2b3c4d --purge --yes && pmem sync compact
+    """
+    from .. import sync
+
+    with open_store() as store:
+        report = sync.compact(store, progress=_progress, passphrase=_store_passphrase(store))
+    if as_json:
+        out.print_json(report)
+        return
+    if report["squashed"]:
+        out.echo(out.visible(f"compacted {report['remote']}: one commit now (epoch {report['epoch']}); this "
+                             f"clone {_size(report['size_before'])} -> {_size(report['size_after'])}"))
+        out.note("sync: the remote drops the old objects at its own garbage collection (a hosted remote decides "
+                 "when); copies made before keep them")
+    else:
+        out.echo(out.visible(f"nothing to compact in {report['remote']}: {report['note']}"))
+    for d in report["holding_purged"]:
+        out.note(f"sync: device {d['device']} has not synced since a purge: {d['changesets']} of its changesets "
+                 "still hold purged memories; run `pmem sync compact` again after it syncs")
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def sync_retire(
+    device: str = typer.Argument(..., metavar="DEVICE", help="The device's id, or a unique start of it "
+                                 "(`pmem sync status` lists them)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Retire another device (a lost laptop): nobody waits on its missing changesets any more.
+
+    What it had sent stays. If it syncs again it is refused, and `pmem sync rejoin` there brings
+    it back as a new device. Its copy of the key is not revoked: if it may be in someone else's
+    hands, start a new remote with a new key (`pmem sync init`).
+
+    \b
+    Example:
+      pmem sync retire 3f9a1c
+    """
+    from .. import sync
+
+    with open_store() as store:
+        report = sync.retire(store, device, progress=_progress, passphrase=_store_passphrase(store))
+    if as_json:
+        out.print_json(report)
+    elif report["already"]:
+        out.echo(f"device {report['retired']} was already retired (by {report['note'].get('by')})")
+    else:
+        out.echo(f"retired device {report['retired']}: the others stop waiting on it at their next `pmem sync`")
+
+
+def sync_rejoin(as_json: bool = JsonOpt) -> None:
+    """Sync again as a new device after this one was retired elsewhere, keeping this memory.
+
+    What this device sealed before it learnt of its retirement is sent as before; later changes
+    go out under its new id.
+
+    \b
+    Example:
+      pmem sync rejoin
+    """
+    from .. import sync
+
+    with open_store() as store:
+        report = sync.rejoin(store, progress=_progress, passphrase=_store_passphrase(store))
+    if not as_json:
+        out.note(f"sync: this device was {report['previous_device']}; it syncs as {report['device']} now")
+    _report(report, as_json)
 
 
 def sync_key(passphrase: bool = PassOpt) -> None:

@@ -113,6 +113,20 @@ class SyncLog:
     def cursors(self) -> dict[str, tuple[int, int]]:
         return {d: (s, o) for d, s, o in self.conn.execute("SELECT device, seq, op FROM sync_cursors")}
 
+    def set_cursor(self, device: str, seq: int, op: int) -> None:
+        """Mark `device`'s changesets as applied up to `seq` (a rejoined device's own old ones)."""
+        self.conn.execute("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
+                          "DO UPDATE SET seq = excluded.seq, op = excluded.op", (device, seq, op))
+
+    def mark_retired(self, device: str, note: dict[str, Any]) -> None:
+        """Remember a device's retirement note (status reads it without the key or the network)."""
+        self.put(f"retired:{device}", json.dumps(note, sort_keys=True))
+
+    def retired(self) -> dict[str, dict[str, Any]]:
+        """The retired devices seen so far, with their notes (who retired each, when)."""
+        return {k.split(":", 1)[1]: json.loads(v) for k, v in
+                self.conn.execute("SELECT key, value FROM sync_state WHERE key LIKE 'retired:%'")}
+
     def tombstoned(self, ids: Iterable[str]) -> set[str]:
         return {r[0] for r in self.conn.execute(
             "SELECT memory_id FROM sync_tombstones WHERE memory_id IN (SELECT value FROM json_each(?))",

@@ -5,7 +5,9 @@ its own id (`segments/<device>/<seq>`, see transport.py), made from the event lo
 through the store (pmem/store/replication.py); last writer wins per field by hybrid clock
 (pmem/hlc.py), and the
 remote sees only ciphertext (keys.py). `init` starts a remote, `join` adds a device, `run` is
-one `pmem sync`: pull, apply, write, push.
+one `pmem sync`: pull, apply, write, push. `compact` squashes a git remote's history (old
+objects keep purged text), `retire` stops everyone waiting on a lost device and `rejoin` brings
+a retired one back as a new device; auto.py runs `pmem sync` in the background after a change.
 """
 
 from __future__ import annotations
@@ -15,20 +17,22 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator
 
 from ..errors import NotFound, UsageError
 from ..store.replication import SyncLog
 from . import keys as keyring
 from .keys import SyncError, WrongKey
-from .transport import Folder, Git, looks_like_git
+from .transport import PUSH_TRIES, Folder, Git, looks_like_git
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
 
-__all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", "export_key", "sync_dir"]
+__all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", "compact", "retire", "rejoin",
+           "export_key", "sync_dir"]
 
 CHUNK = 5000  # operations per changeset file (a first join of 100,000 memories writes 20 files)
 _OP_ID = re.compile(r"^[0-9a-f]{16}-[0-9]+$")
@@ -108,9 +112,9 @@ def _refuse_db_inside(store: "MemoryStore", folder: Path) -> None:
                          "SQLite file. Keep pmem's home outside it (sync writes only changesets there)")
 
 
-def _transport(store: "MemoryStore", kind: str, remote: str) -> Folder:
+def _transport(store: "MemoryStore", kind: str, remote: str, device: str = "") -> Folder:
     if kind == "git":
-        return Git(remote, sync_dir(store) / "git")
+        return Git(remote, sync_dir(store) / "git", device)
     folder = Folder(Path(remote))
     _refuse_db_inside(store, folder.root)
     return folder
@@ -217,15 +221,23 @@ def _setup(store: "MemoryStore", t: Folder, kind: str, remote: str, key: bytes, 
 # -- one sync -------------------------------------------------------------------------------
 
 @contextmanager
-def _lock(store: "MemoryStore") -> Iterator[None]:
+def _lock(store: "MemoryStore", wait: float = 0.0) -> Iterator[None]:
+    """One sync at a time on a database; `wait`: seconds to wait for the one running (a
+    background sync waits; a person is told at once)."""
     folder = sync_dir(store)
     folder.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SyncError("another `pmem sync` is running on this database; try again when it ends") from None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise SyncError("another `pmem sync` is running on this database; try again when it ends") \
+                        from None
+                time.sleep(0.2)
         yield
     finally:
         os.close(fd)
@@ -273,60 +285,104 @@ def _check_ops(payload: Any, what: str) -> list[dict[str, Any]]:
     return ops
 
 
-def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]],
-              progress: Progress | None) -> tuple[list[tuple[str, int, list[dict[str, Any]]]], list[dict[str, Any]]]:
+def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], progress: Progress | None,
+              retired: Collection[str] = ()) \
+        -> tuple[list[tuple[str, int, list[dict[str, Any]]]], list[dict[str, Any]]]:
     """Other devices' changesets after their cursors, in order; a missing number stops that
-    device there (reported as a gap) until the file arrives."""
+    device there (reported as a gap) until the file arrives. A retired device will never send
+    the missing file: what it left is applied past its gaps, and nobody waits on it."""
     cursors = j.cursors()
     out, gaps = [], []
     for device, seqs in sorted(listing.items()):
         if device == j.device:
             continue
         expected = cursors.get(device, (0, 0))[0] + 1
-        present = set(seqs)
-        while expected in present:
-            what = f"changeset {device}/{expected}"
-            out.append((device, expected, _check_ops(keyring.open_sealed(key, t.read(device, expected), device,
-                                                                         expected, what), what)))
-            expected += 1
-        if seqs and seqs[-1] > expected:
+        for seq in sorted(s for s in seqs if s >= expected):
+            if seq != expected and device not in retired:
+                break
+            what = f"changeset {device}/{seq}"
+            out.append((device, seq, _check_ops(keyring.open_sealed(key, t.read(device, seq), device, seq, what),
+                                                what)))
+            expected = seq + 1
+        if seqs and seqs[-1] > expected and device not in retired:
             gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
     if out:
         _say(progress, f"sync: {len(out)} changesets from {len({d for d, _, _ in out})} devices")
     return out, gaps
 
 
-def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str], seqs: list[int]) -> int:
-    """Rewrite this device's changesets that hold operations on purged memories: the operations
-    keep their ids and clocks (numbering stays whole), their values go."""
+def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str, seqs: list[int]) -> int:
+    """Rewrite `device`'s changesets that hold operations on purged memories (`ids`; None: every
+    memory purged here): the operations keep their ids and clocks (numbering stays whole), their
+    values go. `device` is this one, or a retired one this device retired (its steward: the
+    only one that rewrites its files, so they still have one writer)."""
     rewritten = 0
     for seq in seqs:
-        what = f"changeset {j.device}/{seq}"
-        payload = keyring.open_sealed(key, t.read(j.device, seq), j.device, seq, what)
+        what = f"changeset {device}/{seq}"
+        payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
         ops = payload["ops"]
-        if not any(op["m"] in ids and op["k"] not in ("purge", "redacted") for op in ops):
+        live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
+        gone = live & ids if ids is not None else j.tombstoned(live)
+        if not gone:
             continue
-        payload["ops"] = [op if op["m"] not in ids or op["k"] in ("purge", "redacted") else
+        payload["ops"] = [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
                           {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
-        t.write(j.device, seq, keyring.seal(key, j.device, seq, payload))
+        t.write(device, seq, keyring.seal(key, device, seq, payload))
         rewritten += 1
     return rewritten
 
 
-def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
-        key: bytes | None = None) -> dict[str, Any]:
-    """One `pmem sync`: pull, send this device's changes, apply the others', push."""
+def _stewarded(j: SyncLog, retired: dict[str, dict[str, Any]]) -> list[str]:
+    """The retired devices whose files this device rewrites after a purge: those it retired."""
+    return sorted(d for d, note in retired.items() if note.get("by") == j.device and d != j.device)
+
+
+def _open(store: "MemoryStore", passphrase: str | None, key: bytes | None) -> tuple[SyncLog, Folder, bytes]:
     j = _journal(store)
-    kind, remote = j.get("kind") or "folder", j.get("remote") or ""
-    t = _transport(store, kind, remote)
-    key = key or _load_key(j, passphrase)
-    with _lock(store):
-        _say(progress, f"sync: pulling from {t.describe()}")
-        t.pull()
-        check = t.read_keycheck()
-        if check is None:
-            raise SyncError(f"{t.describe()} holds no pmem key check: the wrong folder, or not synced yet?")
-        keyring.check_key(key, check)
+    t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
+    return j, t, key or _load_key(j, passphrase)
+
+
+def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[str, dict[str, Any]]:
+    """Pull, check the key, and read the retirement notes (each opened with the key: a note the
+    remote forged is refused); returns the retired devices."""
+    _say(progress, f"sync: pulling from {t.describe()}")
+    t.pull()
+    check = t.read_keycheck()
+    if check is None:
+        raise SyncError(f"{t.describe()} holds no pmem key check: the wrong folder, or not synced yet?")
+    keyring.check_key(key, check)
+    known = j.retired()
+    for device, blob in t.retired().items():
+        if device not in known:
+            note = keyring.open_sealed(key, blob, RETIRE_PREFIX + device, 0, f"the retirement of {device}")
+            if not isinstance(note, dict) or note.get("device") != device:
+                raise SyncError(f"the retirement of {device} is damaged")
+            with j.store.transaction():
+                j.mark_retired(device, note)
+            known[device] = note
+    return known
+
+
+RETIRE_PREFIX = "retired:"  # the sealed header's device of a retirement note: never a changeset's
+
+
+def _refuse_retired(j: SyncLog, retired: dict[str, dict[str, Any]]) -> None:
+    note = retired.get(j.device)
+    if note is not None:
+        raise SyncError(f"this device ({j.device}) was retired by {note.get('by')} at {note.get('at')}: it no "
+                        "longer syncs, and nothing was sent. Run `pmem sync rejoin` to sync again as a new device, "
+                        "keeping this memory")
+
+
+def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
+        key: bytes | None = None, lock_wait: float = 0.0) -> dict[str, Any]:
+    """One `pmem sync`: pull, send this device's changes, apply the others', push."""
+    j, t, key = _open(store, passphrase, key)
+    kind = t.kind
+    with _lock(store, lock_wait):
+        retired = _pull(j, t, key, progress)
+        _refuse_retired(j, retired)
         _flush_outbox(j, t)
         listing = t.listing()
         mine = listing.get(j.device, [])
@@ -338,7 +394,7 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
             written = _seal_out(j, key, ops)
             cleared = sum(j.forget_conflicts(mid) for mid in purged)
         _flush_outbox(j, t)
-        changesets, gaps = _incoming(j, t, key, listing, progress)
+        changesets, gaps = _incoming(j, t, key, listing, progress, set(retired))
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
         if changesets:
             stats = j.apply(changesets, clock, progress=lambda i, n: _say(progress, f"sync: applied {i}/{n}"))
@@ -354,33 +410,40 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
                 pass  # never held here
         redacted = 0
         if stats["purge"] or purged:
-            redacted = _redact(j, t, key, set(stats["purge"]) | set(purged), t.listing().get(j.device, []))
+            listing = t.listing()
+            for device in [j.device, *_stewarded(j, retired)]:
+                redacted += _redact(j, t, key, set(stats["purge"]) | set(purged), device, listing.get(device, []))
         retries = 0
         if isinstance(t, Git):
-            t.commit(f"pmem sync: {j.device} {j.number('seq')}")
+            message = f"pmem sync: {j.device} {j.number('seq')}"
+            t.commit(message)
             _say(progress, f"sync: pushing to {t.describe()}")
-            retries = t.push()
+            retries = t.push(message)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
                 written, "received_changesets": len(changesets), "applied": stats["applied"],
                 "dropped": stats["dropped"], "conflicts": stats["conflicts"],
                 "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": gaps,
-                "push_retries": retries}
+                "push_retries": retries, "recloned": bool(getattr(t, "recloned", False))}
 
 
 def status(store: "MemoryStore") -> dict[str, Any]:
-    """Devices, cursors and conflicts, from what was last pulled (no network)."""
+    """Devices, cursors, retirements, conflicts and the last background sync, from what was last
+    pulled (no network)."""
+    from .. import autosync
+
     j = _journal(store)
-    t = _transport(store, j.get("kind") or "folder", j.get("remote") or "")
+    t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
     try:
         listing = t.listing()
     except OSError:
         listing = {}
     cursors = j.cursors()
+    retired = j.retired()
     devices = []
-    for device in sorted(set(listing) | set(cursors) | {j.device}):
+    for device in sorted(set(listing) | set(cursors) | set(retired) | {j.device}):
         seqs = listing.get(device, [])
-        entry = {"device": device, "this": device == j.device, "changesets": len(seqs),
-                 "last": seqs[-1] if seqs else 0}
+        entry: dict[str, Any] = {"device": device, "this": device == j.device, "changesets": len(seqs),
+                                 "last": seqs[-1] if seqs else 0, "retired": retired.get(device)}
         if device == j.device:
             entry["written"] = j.number("seq")
         else:
@@ -389,4 +452,131 @@ def status(store: "MemoryStore") -> dict[str, Any]:
         devices.append(entry)
     return {"device": j.device, "kind": j.get("kind"), "remote": t.describe(), "key_id": j.get("key_id"),
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
-            "recent_conflicts": j.conflicts(20)}
+            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path)}
+
+
+# -- compact, retire, rejoin ----------------------------------------------------------------
+
+def _holding_purged(j: SyncLog, t: Folder, key: bytes) -> list[dict[str, Any]]:
+    """Devices whose changesets on the remote still hold operations on purged memories (they have
+    not synced since the purge, or are retired): a squash now would keep those files' text."""
+    out = []
+    for device, seqs in sorted(t.listing().items()):
+        holding = 0
+        for seq in seqs:
+            what = f"changeset {device}/{seq}"
+            ops = _check_ops(keyring.open_sealed(key, t.read(device, seq), device, seq, what), what)
+            if j.tombstoned({op["m"] for op in ops if op["k"] not in ("purge", "redacted")}):
+                holding += 1
+        if holding:
+            out.append({"device": device, "changesets": holding})
+    return out
+
+
+FOLDER_COMPACT = ("a folder holds only the current files, so there is no history to squash; a file syncer's "
+                  "own old versions (Syncthing's .stversions, Dropbox's or iCloud's version history) are its "
+                  "own to clear")
+
+
+def compact(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
+            key: bytes | None = None) -> dict[str, Any]:
+    """Squash a git remote's history into one new root commit holding the current tree, under a
+    new epoch: git keeps every old version of every file, and so a purged memory's text
+    (sealed) after its changeset was rewritten. Every other device sees the epoch change at its
+    next pull and clones afresh (losing nothing: it keeps its own files, and applying is
+    idempotent). Syncs first, so this device's own rewrites are in the tree."""
+    j, t, key = _open(store, passphrase, key)
+    report = run(store, progress=progress, key=key)
+    holding = _holding_purged(j, t, key)
+    result: dict[str, Any] = {"device": j.device, "remote": t.describe(), "kind": t.kind, "squashed": False,
+                              "epoch": None, "size_before": None, "size_after": None, "holding_purged": holding,
+                              "sync": report}
+    if not isinstance(t, Git):
+        return {**result, "note": FOLDER_COMPACT}
+    with _lock(store):
+        before = t.size()
+        if t.commits() <= 1:
+            return {**result, "size_before": before, "size_after": before,
+                    "note": "the history is one commit already: nothing to squash"}
+        retries = 0
+        for retries in range(PUSH_TRIES):  # noqa: B007 - how many lost the race, reported
+            _pull(j, t, key, progress)
+            epoch = os.urandom(8).hex()
+            _say(progress, f"sync: pushing one new root commit (epoch {epoch}) to {t.describe()}")
+            if t.squash(epoch, f"pmem sync: history compacted by {j.device} (epoch {epoch})"):
+                break
+        else:
+            raise SyncError(f"compacting {t.describe()} lost the race to other devices' pushes {PUSH_TRIES} "
+                            "times; run `pmem sync compact` again")
+        return {**result, "squashed": True, "epoch": epoch, "size_before": before, "size_after": t.size(),
+                "push_retries": retries}
+
+
+def _device_named(j: SyncLog, t: Folder, name: str, retired: dict[str, dict[str, Any]]) -> str:
+    """The one device whose id starts with `name` (ids are 16 hex digits; a prefix will do)."""
+    name = name.strip().lower()
+    known = set(t.listing()) | set(j.cursors()) | set(retired) | {j.device}
+    found = sorted(d for d in known if name and d.startswith(name))
+    if not found:
+        raise NotFound(f"no device {name!r} syncs here (`pmem sync status` lists them)")
+    if len(found) > 1:
+        raise UsageError(f"device {name!r} is ambiguous: {', '.join(found)}")
+    return found[0]
+
+
+def retire(store: "MemoryStore", device: str, *, progress: Progress | None = None,
+           passphrase: str | None = None, key: bytes | None = None) -> dict[str, Any]:
+    """Retire another device (a lost laptop): a sealed note on the remote, so nobody waits on its
+    missing changesets any more, and the device itself is refused if it syncs again (it can
+    `rejoin` as a new device). What it had sent stays applied. Its key is not revoked."""
+    j, t, key = _open(store, passphrase, key)
+    with _lock(store):
+        retired = _pull(j, t, key, progress)
+        _refuse_retired(j, retired)
+        target = _device_named(j, t, device, retired)
+        if target == j.device:
+            raise UsageError(f"{target} is this device: retire it from another one (or stop running `pmem sync` "
+                             "here)")
+        base = {"device": j.device, "remote": t.describe(), "retired": target}
+        if target in retired:
+            return {**base, "already": True, "note": retired[target]}
+        seqs = t.listing().get(target, [])
+        note = {"device": target, "by": j.device, "at": store.clock(), "last": seqs[-1] if seqs else 0}
+        t.write_retired(target, keyring.seal(key, RETIRE_PREFIX + target, 0, note))
+        with store.transaction():
+            j.mark_retired(target, note)
+        # it will never rewrite its files again: this device does, from now on (a memory purged
+        # before it was lost may still be in them)
+        redacted = _redact(j, t, key, None, target, seqs)
+        retries = 0
+        if isinstance(t, Git):
+            message = f"pmem sync: {j.device} retired {target}"
+            t.commit(message)
+            retries = t.push(message)
+        return {**base, "already": False, "note": note, "rewritten": redacted, "push_retries": retries}
+
+
+def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
+           key: bytes | None = None) -> dict[str, Any]:
+    """Bring a retired device back as a new one, keeping its memory: what it had sealed before it
+    learnt of its retirement goes out as its old self (the others apply a retired device's files
+    as they come), then it takes a new id and its changes since go out under that."""
+    j, t, key = _open(store, passphrase, key)
+    with _lock(store):
+        retired = _pull(j, t, key, progress)
+        old = j.device
+        if old not in retired:
+            raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
+        last_words = _flush_outbox(j, t)
+        if isinstance(t, Git):
+            message = f"pmem sync: {old}'s last changesets, before it rejoins"
+            t.commit(message)
+            t.push(message)
+        new = os.urandom(8).hex()
+        with store.transaction():
+            j.set_cursor(old, j.number("seq"), j.number("op"))  # its own old files, never applied again here
+            j.put("device", new)
+            j.put("seq", 0)
+            j.put(f"previous_device:{old}", new)
+    report = run(store, progress=progress, key=key)
+    return {**report, "previous_device": old, "last_changesets": last_words}
