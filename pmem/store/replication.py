@@ -32,6 +32,11 @@ EXISTS = "_exists"
 KINDS_BY_ACTION = {"forget": "forget", "restore": "restore", "supersede": "supersede"}
 _MEMORY_FIELDS = {f.name for f in fields(Memory)}
 
+# New memories stored per `insert` call while applying (one embedding call, one statement per
+# table each): a join of 100,000 holds 2,000 vectors at a time, not all of them, and its progress
+# counts memories stored. Still one transaction: nothing is applied half.
+FLUSH_EVERY = 2000
+
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # per other device: the last changeset applied (seq) and the last operation number in it
@@ -416,6 +421,8 @@ class SyncLog:
                     continue
                 stats["applied"] += 1
                 stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
+                if len(pending) >= FLUSH_EVERY:
+                    self._flush(pending)
             self._flush(pending)
             self._save_keys(cache)
             self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
