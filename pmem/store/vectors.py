@@ -334,7 +334,7 @@ class VectorIndex:
 
     def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]]) -> None:
         """`put` for many (seq, blob, tier, live) at once: a statement per table, not per row
-        (a first sync join of 100,000 stores them in a few statements; benchmarks/README.md, "Sync")."""
+        (a first sync join stores 2,000 at a time; benchmarks/README.md, "Sync at 100,000")."""
         if not rows:
             return
         self.ensure_table()
