@@ -3,6 +3,7 @@
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
+    python benchmarks/sync_bench.py --memories 1000 --embed-share     # fake embedder, then e5
 
 Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
 joins (pulls and applies all N: the first join). Then a adds 1,000 new memories and syncs, b
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -71,6 +73,13 @@ def seg_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.glob("segments/*/*"))
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the child processes that have ended: a process's own cost,
+    which the machine's load does not stretch as it does wall time."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(fn):
     start = time.perf_counter()
     result = fn()
@@ -89,8 +98,7 @@ def bench(kind: str, n: int, repeat: int, tmp: Path) -> dict:
     a = MemoryStore(tmp / f"{kind}-a" / "pmem.db", config=cfg)
     b = MemoryStore(tmp / f"{kind}-b" / "pmem.db", config=cfg)
     key = tmp / f"{kind}.key"
-    for start in range(0, n, 10_000):
-        a.insert(texts(rng, min(10_000, n - start), "old"))
+    t_fill, _ = timed(lambda: [a.insert(texts(rng, min(10_000, n - start), "old")) for start in range(0, n, 10_000)])
     t_init, _ = timed(lambda: sync.init(a, where, key_file=str(key)))
     t_join, rep = timed(lambda: sync.join(b, where, key_file=str(key)))
     assert rep["applied"] == n, rep
@@ -105,18 +113,21 @@ def bench(kind: str, n: int, repeat: int, tmp: Path) -> dict:
     lib = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
     a.close()
     env = {**os.environ, "PMEM_HOME": str(tmp / f"{kind}-b"), "PYTHONPATH": str(ROOT)}
-    procs = []
-    for _ in range(repeat):
-        t, p = timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "sync"], env=env, capture_output=True))
-        assert p.returncode == 0, p.stderr
-        procs.append(t)
-    noop = [timed(lambda: subprocess.run([sys.executable, "-m", "pmem", "--version"], env=env,
-                                         capture_output=True))[0] for _ in range(repeat)]
+    procs, cpu, noop, noop_cpu = [], [], [], []
+    for _ in range(repeat):  # alternating, so both see the same load
+        for args, walls, cpus in ((["sync"], procs, cpu), (["--version"], noop, noop_cpu)):
+            before = children_cpu()
+            t, p = timed(lambda args=args: subprocess.run([sys.executable, "-m", "pmem", *args], env=env,
+                                                           capture_output=True))
+            assert p.returncode == 0, p.stderr
+            walls.append(t)
+            cpus.append(children_cpu() - before)
     b.close()
-    return {"kind": kind, "memories": n, "init_s": t_init, "join_s": t_join, "first_bytes": first_bytes,
+    return {"kind": kind, "memories": n, "fill_s": t_fill, "init_s": t_init, "join_s": t_join, "first_bytes": first_bytes,
             "bytes_per_memory": first_bytes / n, "send_1000_s": t_send, "recv_1000_s": t_recv,
             "bytes_1000": new_bytes, "steady_lib_s": statistics.median(lib),
-            "steady_cli_s": statistics.median(procs), "cli_start_s": statistics.median(noop)}
+            "steady_cli_s": statistics.median(procs), "cli_start_s": statistics.median(noop),
+            "steady_cli_cpu_s": statistics.median(cpu), "cli_start_cpu_s": statistics.median(noop_cpu)}
 
 
 def join_vs_insert(n: int, tmp: Path) -> tuple[float, float]:
@@ -133,6 +144,42 @@ def join_vs_insert(n: int, tmp: Path) -> tuple[float, float]:
     return t_join, t_insert
 
 
+def embed_share(n: int, tmp: Path) -> list[dict]:
+    """A first join of n memories over a folder with the fake embedder, then with the default real
+    model (multilingual-e5-small): the join's time, and the share of it spent embedding."""
+    out = [_join_embedding(n, tmp, model) for model in ("fake-64", None)]
+    os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    return out
+
+
+def _join_embedding(n: int, tmp: Path, model: str | None) -> dict:
+    if model:
+        os.environ["PMEM_EMBED_MODEL"] = model
+    else:
+        os.environ.pop("PMEM_EMBED_MODEL", None)
+    cfg = load()
+    where = tmp / f"es-{cfg.embed_model}"
+    a, b = (MemoryStore(where / x / "pmem.db", config=cfg) for x in "ab")
+    a.insert(texts(random.Random(7), n, "old"))
+    sync.init(a, str(where / "folder"), key_file=str(where / "key"))
+    spent = [0.0]
+    embed = b.embed
+
+    def timed_embed(*args, **kw):
+        start = time.perf_counter()
+        try:
+            return embed(*args, **kw)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    b.embed = timed_embed  # type: ignore[method-assign]
+    t_join, rep = timed(lambda: sync.join(b, str(where / "folder"), key_file=str(where / "key")))
+    assert rep["applied"] == n, rep
+    a.close()
+    b.close()
+    return {"model": cfg.embed_model, "join_s": t_join, "embed_s": spent[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=10_000)
@@ -140,7 +187,15 @@ def main() -> None:
     ap.add_argument("--kind", choices=["folder", "git", "both"], default="both")
     ap.add_argument("--locomo", type=Path, default=None, help="locomo_dev.json (default: ../shared/data/)")
     ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
+    ap.add_argument("--embed-share", action="store_true",
+                    help="only time a first join with the fake embedder and with multilingual-e5-small")
     args = ap.parse_args()
+    if args.embed_share:
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in embed_share(args.memories, Path(tmp)):
+                print(f"first join of {args.memories:,} with {r['model']}: {r['join_s']:.2f} s, embedding "
+                      f"{r['embed_s']:.2f} s ({r['embed_s'] / r['join_s']:.0%}); load {os.getloadavg()[0]:.2f}")
+        return
     os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cpus; embed model {os.environ['PMEM_EMBED_MODEL']}")
     if args.join_vs_insert:
@@ -155,11 +210,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
             r = bench(kind, args.memories, args.repeat, Path(tmp))
-            print(f"{r['kind']:>6} at {r['memories']:,}: init {r['init_s']:.2f} s, first join {r['join_s']:.2f} s "
+            print(f"{r['kind']:>6} at {r['memories']:,}: filling a {r['fill_s']:.1f} s, init {r['init_s']:.2f} s, "
+                  f"first join {r['join_s']:.2f} s "
                   f"({r['first_bytes'] / 1e6:.2f} MB, {r['bytes_per_memory']:.0f} B a memory); 1,000 new: sent "
                   f"{r['send_1000_s']:.2f} s, applied {r['recv_1000_s']:.2f} s, {r['bytes_1000'] / 1e3:.0f} kB; "
                   f"nothing new: {r['steady_lib_s'] * 1000:.0f} ms in process, {r['steady_cli_s'] * 1000:.0f} ms "
-                  f"as `pmem sync` (`pmem --version`: {r['cli_start_s'] * 1000:.0f} ms)")
+                  f"as `pmem sync` (`pmem --version`: {r['cli_start_s'] * 1000:.0f} ms); CPU of the process "
+                  f"{r['steady_cli_cpu_s'] * 1000:.0f} ms (`--version`: {r['cli_start_cpu_s'] * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

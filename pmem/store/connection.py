@@ -170,6 +170,11 @@ class Connection:
         """The row number of the memory with this full id."""
         return self.conn.execute("SELECT seq FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
 
+    def seqs(self, ids: Iterable[str]) -> dict[str, int]:
+        """The row numbers of these full ids (one query)."""
+        return dict(self.conn.execute("SELECT id, seq FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+                                      (json.dumps(list(ids)),)))
+
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         """Which of these exact ids are stored (one query, for imports and id allocation)."""
         rows = self.conn.execute("SELECT id FROM memories WHERE id IN (SELECT value FROM json_each(?))",

@@ -74,6 +74,16 @@ class Journal:
              None if after is None else json.dumps(memory_dict(after), ensure_ascii=False),
              before_vec, self.db.clock()))
 
+    def record_new(self, memories: Sequence[Memory], action: str) -> None:
+        """One event per newly stored memory (`record` with no before), in one statement."""
+        if self.current is None:
+            raise RuntimeError("writes must happen inside MemoryStore.operation()")
+        self.db.conn.executemany(
+            "INSERT INTO events (op_id, memory_id, action, before, after, before_vec, at) "
+            "VALUES (?, ?, ?, NULL, ?, NULL, ?)",
+            [(self.current, m.id, action, json.dumps(memory_dict(m), ensure_ascii=False), self.db.clock())
+             for m in memories])
+
     # -- reading ----------------------------------------------------------------------------
 
     def history(self, full_id: str) -> list[tuple[Event, Operation]]:

@@ -584,15 +584,27 @@ class MemoryStore:
             stored = self.existing_ids(m.id for m in items if m.id) if keep_ids else set()
             taken: set[str] = set()
             ends: dict[str, int] = {}
-            for m, blob in zip(items, blobs):
+            for m in items:
                 mid = m.id
                 if not (keep_ids and mid and ID.match(mid) and mid not in taken and mid not in stored):
                     mid = self._new_id(taken)
                 taken.add(mid)
-                m = replace(m, id=mid, created_at=m.created_at or self.clock(),
-                            updated_at=m.updated_at or self.clock(), thread_pos=self._place(m, ends))
-                out.append(self._insert(m, blob, action=kind if kind in ("import", "extract") else "add"))
+                out.append(replace(m, id=mid, created_at=m.created_at or self.clock(),
+                                   updated_at=m.updated_at or self.clock(), thread_pos=self._place(m, ends)))
+            self._insert_many(out, blobs, action=kind if kind in ("import", "extract") else "add")
         return out
+
+    def _insert_many(self, items: Sequence[Memory], blobs: Sequence[bytes], action: str) -> None:
+        """`_insert` for many, one statement per table: rows, then vectors, then events. A
+        statement between two row inserts triples each insert's cost (its FTS5 and count
+        triggers); benchmarks/README.md, "Sync at 100,000"."""
+        if not items:
+            return
+        self.conn.executemany(_INSERT_SQL, [m.to_row() for m in items])
+        seqs = self.db.seqs([m.id for m in items])
+        self.vectors.put_many([(seqs[m.id], blob, m.tier, is_live(m)) for m, blob in zip(items, blobs)
+                               if blob is not None])
+        self.journal.record_new(items, action)
 
     def edit(self, memory_id: str, *, text: str | None = None, tags: Iterable[str] | None = None,
              add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..errors import NotFound
+from ..errors import NotFound, UsageError
 from ..hlc import Clock, ms, undo_key
 from ..records import MEMORY_COLUMNS, Memory
 
@@ -30,6 +31,11 @@ SYNC_FIELDS = tuple(c for c in MEMORY_COLUMNS if c not in ("id", "access_count",
 EXISTS = "_exists"
 KINDS_BY_ACTION = {"forget": "forget", "restore": "restore", "supersede": "supersede"}
 _MEMORY_FIELDS = {f.name for f in fields(Memory)}
+
+# New memories stored per `insert` call while applying (one embedding call, one statement per
+# table each): a join of 100,000 holds 2,000 vectors at a time, not all of them, and its progress
+# counts memories stored. Still one transaction: nothing is applied half.
+FLUSH_EVERY = 2000
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sync_state (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -55,6 +61,30 @@ def _value(m: Memory | dict[str, Any] | None, field: str) -> Any:
     if isinstance(m, dict):
         return m.get(field)
     return getattr(m, field)
+
+
+def _key_device(key: str) -> str:
+    """The device of a clock key (an undo's key ends with its own clock: pmem/hlc.py)."""
+    parts = key.rsplit("+", 1)[-1].split("-", 2)
+    return parts[2] if len(parts) == 3 else ""
+
+
+def _key_time(key: str) -> str:
+    """The wall time of a clock key, as an ISO time."""
+    try:
+        wall = int(key.rsplit("+", 1)[-1].split("-", 1)[0])
+    except ValueError:
+        return ""
+    return datetime.fromtimestamp(wall / 1000, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _takeable(field: str, m: Memory | None) -> bool:
+    """Whether a losing value can be written back: a field of a memory held here (whether a
+    memory exists is `pmem restore`'s and `pmem undo`'s, not a field to set)."""
+    return m is not None and (field in ("id", "text") or field in _MEMORY_FIELDS and field not in _LOCAL_FIELDS)
+
+
+_LOCAL_FIELDS = ("id", "access_count", "last_accessed_at")
 
 
 class SyncLog:
@@ -137,6 +167,60 @@ class SyncLog:
                                  "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [{"memory_id": m, "field": f, "kept": k, "lost": lk, "lost_value": json.loads(v) if v else None,
                  "at": at, "lost_device": lk.split("+")[0].split("-", 2)[2]} for m, f, k, lk, v, at in rows]
+
+    def conflict_entries(self, limit: int = 500) -> list[dict[str, Any]]:
+        """The conflicts kept here, newest first, each with what the conflicts view shows: the
+        memory as it is now, the field's winning value (its value now) and the losing one, and
+        the device and time of each side."""
+        rows = self.conn.execute("SELECT id, memory_id, field, kept_key, lost_key, lost_value, at FROM sync_conflicts "
+                                 "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        held = {m.id: m for m in self.store.get_many({r[1] for r in rows})} if rows else {}
+        out = []
+        for cid, mid, field, kept, lost, value, at in rows:
+            m = held.get(mid)
+            lost_value = json.loads(value) if value else None
+            if field == EXISTS:
+                now: Any = m is not None
+            elif field == "id":
+                now = m.text if m else None
+            else:
+                now = _value(m, field) if m is not None and field in _MEMORY_FIELDS else None
+            out.append({"id": cid, "memory_id": mid, "memory": m, "field": field, "kept_value": now,
+                        "lost_value": lost_value, "kept_device": _key_device(kept), "kept_at": _key_time(kept),
+                        "lost_device": _key_device(lost), "lost_at": _key_time(lost), "at": at,
+                        "taken_back": m is not None and field not in (EXISTS, "id") and now == lost_value,
+                        "can_take_back": _takeable(field, m)})
+        return out
+
+    def take_back(self, conflict_id: int) -> str:
+        """Make a conflict's losing value the field's value again, as a new local edit: one
+        undoable operation that the next `pmem sync` sends like any edit (and that wins over the
+        value it replaces, being later). For a memory id two devices both made, the losing
+        memory's text is stored as a new memory. Returns the id of the memory written."""
+        row = self.conn.execute("SELECT memory_id, field, lost_value FROM sync_conflicts WHERE id = ?",
+                                (conflict_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no sync conflict {conflict_id}")
+        mid, field, value = row
+        lost = json.loads(value) if value else None
+        store = self.store
+        try:
+            m: Memory | None = store.get(mid)
+        except NotFound:
+            m = None
+        if not _takeable(field, m):
+            raise UsageError(f"the losing value of {field!r} cannot be taken back here"
+                             + (f": memory {mid} is not held on this device" if m is None else
+                                f": `pmem restore {mid}` or `pmem undo` bring a memory back"))
+        assert m is not None
+        with store.operation("edit", f"take back the losing {field} of {mid} (sync conflict {conflict_id})"):
+            if field == "id":
+                return store.add(str(lost or ""), allow_duplicate=True, allow_secret=True)[0].id
+            if field == "text":
+                store.edit(mid, text=str(lost or ""), allow_secret=True, action="edit")
+            else:
+                store.set_fields(mid, "edit", **{field: lost})
+        return mid
 
     def conflict_count(self) -> int:
         return self.conn.execute("SELECT count(*) FROM sync_conflicts").fetchone()[0]
@@ -351,6 +435,8 @@ class SyncLog:
                     continue
                 stats["applied"] += 1
                 stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
+                if len(pending) >= FLUSH_EVERY:
+                    self._flush(pending)
             self._flush(pending)
             self._save_keys(cache)
             self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "

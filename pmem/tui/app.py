@@ -83,6 +83,7 @@ class PmemApp(App[None]):
         Binding("u", "undo", "Undo"),
         Binding("f", "filters", "Filter"),
         Binding("D", "dream", "Dream", show=False),
+        Binding("C", "conflicts", "Sync conflicts", show=False),
         Binding("M", "cycle_mode", "Search mode", show=False),
         Binding("T", "thread", "Thread", show=False),
         Binding("S", "toggle_scope", "Scope", show=False),
@@ -198,8 +199,8 @@ class PmemApp(App[None]):
         return True
 
     _MAIN_ACTIONS = frozenset({"search", "help", "pin", "expire", "edit", "external_edit", "tags", "forget",
-                               "purge", "restore", "undo", "filters", "dream", "cycle_mode", "reload", "clear_search",
-                               "thread", "toggle_scope"})
+                               "purge", "restore", "undo", "filters", "dream", "conflicts", "cycle_mode", "reload",
+                               "clear_search", "thread", "toggle_scope"})
 
     # -- time -----------------------------------------------------------------------------
 
@@ -634,6 +635,15 @@ class PmemApp(App[None]):
                 self.reload()
 
         self.push_screen(DreamScreen(), done)
+
+    def action_conflicts(self) -> None:
+        from .conflicts import ConflictsScreen
+
+        def done(changed: bool | None) -> None:
+            if changed:
+                self.reload()
+
+        self.push_screen(ConflictsScreen(), done)
 
     # -- search ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ KEYS = [
     ("r", "restore a forgotten or expired memory"),
     ("u", "undo the last change (any tool's)"),
     ("D", "dream: review consolidation proposals"),
+    ("C", "sync conflicts: both values, take the losing one back"),
     ("M", "search mode: hybrid, keyword, semantic"),
     ("ctrl+r", "reload from the database"),
     ("j k g G", "down, up, top, bottom"),
