@@ -190,6 +190,9 @@ def main() -> int:
     ap.add_argument("--spare", type=json.loads, default={}, help='--pairs: {"model": stems left unmatched}')
     ap.add_argument("--bilingual", type=json.loads, default={},
                     help='--pairs: {"model": cosine of two texts embedded alike} for a pair in two languages')
+    ap.add_argument("--close", type=json.loads, default={}, help='--pairs: {"model": the older word test from}')
+    ap.add_argument("--stored-as-queries", action="store_true",
+                    help="--pairs: every text and word embedded as a query (the symmetric identity's scale)")
     ap.add_argument("--bilingual-floor", type=json.loads, default={},
                     help='--pairs: {"model": stored cosine} from which a pair in two languages is compared')
     ap.add_argument("--chat-model", default="", help="--pairs --chat: the chat model asked yes/no")
@@ -325,10 +328,11 @@ def today(a: str, b: str, cos: float, threshold: float, lexical: float = 0.5) ->
     return jaccard(wa, wb) >= lexical and not swapped
 
 
-def cosines(model: str, texts: list[str]):
+def cosines(model: str, texts: list[str], as_queries: bool = False):
     """(text -> unit vector, word_cosine(x, y) under the same model, cached, text -> unit vector
     embedded as a query: e5's "query: " on both texts of a pair; the stored vectors for a model
-    that embeds queries and texts alike)."""
+    that embeds queries and texts alike). `as_queries`: every text and word embedded as a query,
+    as a store of the symmetric identity (multilingual-e5-small-symmetric) holds them."""
     import numpy as np
 
     from pmem.embed import load_embedder
@@ -341,13 +345,15 @@ def cosines(model: str, texts: list[str]):
 
     words: dict = {}
 
+    query = as_queries and getattr(emb, "query_aware", False)
+
     def word_cosine(x: str, y: str) -> float:
         for w in (x, y):
             if w not in words:
-                words[w] = unit([w])[0]
+                words[w] = unit([w], query)[0]
         return float(words[x] @ words[y])
 
-    stored = dict(zip(texts, unit(texts)))
+    stored = dict(zip(texts, unit(texts, query)))
     alike = dict(zip(texts, unit(texts, query=True))) if getattr(emb, "query_aware", False) else stored
     return stored, word_cosine, alike
 
@@ -380,7 +386,7 @@ def pairs_main(args) -> int:
     texts = sorted({t for r in rows for t in (r["a"], r["b"])})
     models = list(MODELS)
     t0 = time.perf_counter()
-    both = {m: cosines(m, texts) for m in models}
+    both = {m: cosines(m, texts, args.stored_as_queries) for m in models}
     vec = {m: both[m][0] for m in models}
     wcos = {m: both[m][1] for m in models}
     alike = {m: both[m][2] for m in models}
@@ -422,7 +428,7 @@ def pairs_main(args) -> int:
         chosen = sameness.Rule(auto=args.auto.get(m, lib.auto), review=args.review.get(m, lib.review),
                                lexical=args.lexical if args.lexical is not None else lib.lexical,
                                synonym=args.synonym.get(m, lib.synonym), spare=args.spare.get(m, lib.spare),
-                               close=lib.close, bilingual=args.bilingual.get(m, lib.bilingual),
+                               close=args.close.get(m, lib.close), bilingual=args.bilingual.get(m, lib.bilingual),
                                bilingual_floor=args.bilingual_floor.get(m, lib.bilingual_floor))
         mine["rule"] = {"auto": chosen.auto, "review": chosen.review, "lexical": chosen.lexical,
                         "synonym": chosen.synonym, "spare": chosen.spare, "close": chosen.close,
