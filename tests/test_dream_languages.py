@@ -151,6 +151,8 @@ def test_real_e5_dedups_a_fact_in_two_languages_and_keeps_another_value(tmp_path
         s.add("Lucía toca la guitarra todas las noches", allow_duplicate=True)  # another instrument
         s.add("Ivan lives in Kazan with his wife")
         s.add("Иван живёт в Казани с сестрой", allow_duplicate=True)  # his sister
+        s.add("The Berlin office opens at 9", pinned=True)
+        s.add("Das Büro in Berlin öffnet um 9", pinned=True, allow_duplicate=True)  # pinned: never merged away
         plan = dream.plan(s, only={"dedup"}, now=NOW, generator=False)
         assert {frozenset(p.members) for p in plan.proposals if p.kind == "dedup"} == \
             {frozenset((a.id, b.id)), frozenset((c.id, d.id))}
