@@ -22,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -187,6 +188,13 @@ def main() -> int:
     ap.add_argument("--lexical", type=float, default=None, help="--pairs: the share of the rest a dedup needs")
     ap.add_argument("--synonym", type=json.loads, default={}, help='--pairs: {"model": swapped-word cosine}')
     ap.add_argument("--spare", type=json.loads, default={}, help='--pairs: {"model": stems left unmatched}')
+    ap.add_argument("--bilingual", type=json.loads, default={},
+                    help='--pairs: {"model": cosine of two texts embedded alike} for a pair in two languages')
+    ap.add_argument("--close", type=json.loads, default={}, help='--pairs: {"model": the older word test from}')
+    ap.add_argument("--stored-as-queries", action="store_true",
+                    help="--pairs: every text and word embedded as a query (the symmetric identity's scale)")
+    ap.add_argument("--bilingual-floor", type=json.loads, default={},
+                    help='--pairs: {"model": stored cosine} from which a pair in two languages is compared')
     ap.add_argument("--chat-model", default="", help="--pairs --chat: the chat model asked yes/no")
     ap.add_argument("--turn-merges", action="store_true", help="merges of one conversation's turns (chat model)")
     ap.add_argument("--max-seconds", type=float, default=600, help="--turn-merges: planning time")
@@ -320,27 +328,34 @@ def today(a: str, b: str, cos: float, threshold: float, lexical: float = 0.5) ->
     return jaccard(wa, wb) >= lexical and not swapped
 
 
-def cosines(model: str, texts: list[str]):
-    """(text -> unit vector, word_cosine(x, y) under the same model, cached)."""
+def cosines(model: str, texts: list[str], as_queries: bool = False):
+    """(text -> unit vector, word_cosine(x, y) under the same model, cached, text -> unit vector
+    embedded as a query: e5's "query: " on both texts of a pair; the stored vectors for a model
+    that embeds queries and texts alike). `as_queries`: every text and word embedded as a query,
+    as a store of the symmetric identity (multilingual-e5-small-symmetric) holds them."""
     import numpy as np
 
     from pmem.embed import load_embedder
 
     emb = load_embedder(model, os.environ.get("PMEM_MODELS_DIR"), threads=int(os.environ.get("PMEM_THREADS", "0") or 0))
 
-    def unit(ts: list[str]):
-        v = np.array(emb.embed(ts), dtype=np.float32)
+    def unit(ts: list[str], query: bool = False):
+        v = np.array(emb.embed(ts, query=True) if query else emb.embed(ts), dtype=np.float32)  # type: ignore[call-arg]
         return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
     words: dict = {}
 
+    query = as_queries and getattr(emb, "query_aware", False)
+
     def word_cosine(x: str, y: str) -> float:
         for w in (x, y):
             if w not in words:
-                words[w] = unit([w])[0]
+                words[w] = unit([w], query)[0]
         return float(words[x] @ words[y])
 
-    return dict(zip(texts, unit(texts))), word_cosine
+    stored = dict(zip(texts, unit(texts, query)))
+    alike = dict(zip(texts, unit(texts, query=True))) if getattr(emb, "query_aware", False) else stored
+    return stored, word_cosine, alike
 
 
 def score(rows: list[dict], verdicts: list) -> dict:
@@ -371,13 +386,15 @@ def pairs_main(args) -> int:
     texts = sorted({t for r in rows for t in (r["a"], r["b"])})
     models = list(MODELS)
     t0 = time.perf_counter()
-    both = {m: cosines(m, texts) for m in models}
+    both = {m: cosines(m, texts, args.stored_as_queries) for m in models}
     vec = {m: both[m][0] for m in models}
     wcos = {m: both[m][1] for m in models}
+    alike = {m: both[m][2] for m in models}
     embed_s = time.perf_counter() - t0
     facets = {t: sameness.facets(t) for t in texts}
     for r in rows:
         r["cos"] = {m: float(vec[m][r["a"]] @ vec[m][r["b"]]) for m in models}
+        r["sym"] = {m: float(alike[m][r["a"]] @ alike[m][r["b"]]) for m in models}
     parts = {"dev": [r for r in rows if r["split"] == "dev"], "held": [r for r in rows if r["split"] == "held"],
              "all": rows}
     report: dict = {"pairs": len(rows), "positives": sum(r["same"] for r in rows),
@@ -411,11 +428,33 @@ def pairs_main(args) -> int:
         chosen = sameness.Rule(auto=args.auto.get(m, lib.auto), review=args.review.get(m, lib.review),
                                lexical=args.lexical if args.lexical is not None else lib.lexical,
                                synonym=args.synonym.get(m, lib.synonym), spare=args.spare.get(m, lib.spare),
-                               close=lib.close)
+                               close=args.close.get(m, lib.close), bilingual=args.bilingual.get(m, lib.bilingual),
+                               bilingual_floor=args.bilingual_floor.get(m, lib.bilingual_floor))
         mine["rule"] = {"auto": chosen.auto, "review": chosen.review, "lexical": chosen.lexical,
-                        "synonym": chosen.synonym, "spare": chosen.spare}
-        verdicts = {id(r): sameness.verdict(facets[r["a"]], facets[r["b"]], r["cos"][m], chosen, wcos[m])[0]
-                    for r in rows}
+                        "synonym": chosen.synonym, "spare": chosen.spare, "close": chosen.close,
+                        "bilingual": chosen.bilingual, "bilingual_floor": chosen.bilingual_floor}
+        verdicts = {id(r): sameness.verdict(facets[r["a"]], facets[r["b"]], r["cos"][m], chosen, wcos[m],
+                                            r["sym"][m])[0] for r in rows}
+        # pairs in two languages: which cosine judges them (the stored vectors', or both texts
+        # embedded alike), its threshold swept on the dev part at the chosen floor
+        across = [r for r in rows if sameness.two_languages(facets[r["a"]], facets[r["b"]])]
+        mine["two_languages"] = {}
+        for scale in ("stored", "alike"):
+            judged = []
+            for x in range(170, 200):  # 0.850 to 0.995 by 0.005
+                rule = replace(chosen, bilingual=x / 200,
+                               bilingual_floor=chosen.bilingual_floor if chosen.bilingual_floor <= 1.0 else 0.0)
+                got = {}
+                for p in ("dev", "held"):
+                    part = [r for r in across if r["split"] == p]
+                    got[p] = score(part, [sameness.verdict(facets[r["a"]], facets[r["b"]], r["cos"][m], rule, None,
+                                                           r["cos" if scale == "stored" else "sym"][m])[0]
+                                          for r in part])
+                judged.append((rule.bilingual, got["dev"]["tp"], got["dev"]["fp"], got["held"]["tp"], got["held"]["fp"]))
+            mine["two_languages"][scale] = {
+                "pairs": len(across), "positives": sum(r["same"] for r in across),
+                "dev_positives": sum(r["same"] for r in across if r["split"] == "dev"),
+                "rows (threshold, dev tp, dev fp, held tp, held fp)": [j for j in judged if j[1] or j[3]]}
         for p, rs in parts.items():
             s = score(rs, [verdicts[id(r)] for r in rs])
             mine[p] = brief(s)

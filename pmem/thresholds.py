@@ -39,6 +39,12 @@ class Thresholds:
     # cosine ("bought" / "purchased"); above 1, never (benchmarks/README.md, "Dedup by meaning")
     synonym: float = 2.0
     dedup_close: float = 2.0  # dream: from here the older word test (half the stems shared) also dedups
+    # dream: a pair in two languages with the same names, numbers and dates is one fact from this
+    # cosine of the two texts embedded alike (e5: "query: " on both), and is compared from
+    # dedup_bilingual_floor on the stored vectors' scale; above 1, never (benchmarks/README.md,
+    # "Dedup in two languages")
+    dedup_bilingual: float = 2.0
+    dedup_bilingual_floor: float = 2.0
 
     @property
     def score_floor(self) -> float:
@@ -70,7 +76,8 @@ MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35,
 # and synonym set, on the paraphrase set (as MiniLM's).
 E5_SMALL = Thresholds(dedup=0.94, merge=0.946, supersede=0.955, compress_topic=0.87, grounding=0.876,
                       noop=0.975, contained=0.955, change=0.9, judge=0.933, recall_cutoff=0.806,
-                      hook=0.829, hook_words=0.794, synonym=0.95, dedup_close=0.97)
+                      hook=0.829, hook_words=0.794, synonym=0.95, dedup_close=0.97,
+                      dedup_bilingual=0.925, dedup_bilingual_floor=0.88)
 
 # By model name, lower case. A stored model name is the embedder's: a known model's name, or the
 # stem of its file ("all-MiniLM-L6-v2.f16", "multilingual-e5-small.q4"), matched up to the first dot.

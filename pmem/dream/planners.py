@@ -163,6 +163,7 @@ class Planning:
     near: Any = None
     facets: dict[str, Facets] = field(default_factory=dict)  # memory id -> sameness.facets (FacetsOf)
     word_vectors: "WordVectors | None" = None  # single words under the vectors' model, for dedup
+    texts: "WordVectors | None" = None  # texts embedded alike on both sides (query=True), for dedup
     _gen_tried: bool = False
 
     def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
@@ -181,6 +182,38 @@ class Planning:
         keep[rows] = True
         chosen = (cos >= threshold) & keep[i] & keep[j]
         return list(zip(i[chosen].tolist(), j[chosen].tolist(), cos[chosen].tolist()))
+
+    def pairs_across(self, rows: list[int], langs: list[str], threshold: float) -> list[tuple[int, int, float]]:
+        """`pairs` of two rows whose texts are in two languages (`langs`, one a row of `active`),
+        each row with its ACROSS_NEAREST closest in the other languages only: a translation is a
+        text's nearest, and e5 puts unrelated texts near 0.86, so a low floor would pair most of
+        two languages. Each language's rows against the others': a store in one costs nothing."""
+        if self.near is not None:  # a slice: its pairs were found at the pair kinds' lowest threshold
+            return [(i, j, s) for i, j, s in self.pairs(rows, threshold) if langs[i] != langs[j]]
+        import numpy as np
+
+        by_lang: dict[str, list[int]] = {}
+        for i in rows:
+            by_lang.setdefault(langs[i], []).append(i)
+        if len(by_lang) < 2:
+            return []
+        found: dict[tuple[int, int], float] = {}
+        groups = sorted(by_lang.values(), key=len)
+        for k, group in enumerate(groups[:-1]):  # each smaller language against every larger one
+            theirs = np.array([i for g in groups[k + 1:] for i in g])
+            keep = min(ACROSS_NEAREST, len(theirs))
+            for start in range(0, len(group), 1024):
+                mine = group[start:start + 1024]
+                sims = self.vecs[mine] @ self.vecs[theirs].T
+                top = np.argpartition(-sims, keep - 1, axis=1)[:, :keep]
+                for r, cols in enumerate(top.tolist()):
+                    for c in cols:
+                        s = float(sims[r, c])
+                        if s >= threshold:
+                            found[(min(mine[r], int(theirs[c])), max(mine[r], int(theirs[c])))] = s
+        out = [(i, j, s) for (i, j), s in found.items()]
+        out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
+        return out
 
     def cosine(self, i: int, j: int) -> float:
         return float(self.vecs[i] @ self.vecs[j])
@@ -243,10 +276,12 @@ class FacetsOf(dict):
 
 class WordVectors:
     """Single words as the store's model embeds them, asked for in batches and kept for the plan:
-    dedup compares the words two near-duplicates do not share ("bought" / "purchased")."""
+    dedup compares the words two near-duplicates do not share ("bought" / "purchased"). With
+    `query`, texts embedded alike on both sides (e5's "query: "), for pairs in two languages."""
 
-    def __init__(self, store: "MemoryStore"):
+    def __init__(self, store: "MemoryStore", query: bool = False):
         self.store = store
+        self.query = query
         self.vectors: dict[str, Any] = {}
         self.failed = False
 
@@ -257,7 +292,10 @@ class WordVectors:
         if not missing or self.failed:
             return
         try:
-            found = np.array(self.store.embedder.embed(missing), dtype=np.float32)
+            embedder = self.store.embedder
+            query = self.query and getattr(embedder, "query_aware", False)
+            found = np.array(embedder.embed(missing, query=True) if query else embedder.embed(missing),  # type: ignore[call-arg]
+                             dtype=np.float32)
         except PmemError:  # no model: words meet only by their stems
             self.failed = True
             return
@@ -275,9 +313,11 @@ def dedup_rule(thresholds: Thresholds, settings) -> sameness.Rule:
     """The dedup rule of a model's thresholds and the user's settings (benchmarks/README.md,
     "Dedup by meaning")."""
     return sameness.Rule(auto=thresholds.dedup, review=thresholds.dedup, lexical=float(settings.dedup_lexical),
-                         synonym=thresholds.synonym, spare=DEDUP_SPARE, close=thresholds.dedup_close)
+                         synonym=thresholds.synonym, spare=DEDUP_SPARE, close=thresholds.dedup_close,
+                         bilingual=thresholds.dedup_bilingual, bilingual_floor=thresholds.dedup_bilingual_floor)
 
 
+ACROSS_NEAREST = 3  # texts of other languages a memory is compared with by Rule.bilingual (pairs_across)
 DEDUP_SPARE = 1  # stems of a near-duplicate pair that may stay unmatched ("a" new laptop / "the" laptop)
 
 
@@ -289,16 +329,35 @@ def _plan_dedup(ctx: Planning) -> None:
         return
     active, facets = ctx.active, ctx.facets
     rule = dedup_rule(ctx.thresholds, ctx.settings)
+    rows = list(range(len(active)))
+    found = ctx.pairs(rows, rule.review)
+    symmetric: dict[tuple[int, int], float] = {}
+    if rule.bilingual <= 1.0 and rule.bilingual_floor < rule.review and ctx.texts is not None \
+            and ctx.store.keywords.languages():  # a store in English alone has no pair in two languages
+        from .. import stemming
+
+        langs = [stemming.detect_language(m.text) for m in active]
+        seen = {(i, j) for i, j, _ in found}
+        found += [p for p in ctx.pairs_across(rows, langs, rule.bilingual_floor) if (p[0], p[1]) not in seen]
+        found.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
     candidates = []
-    for i, j, s in ctx.pairs(list(range(len(active))), rule.review):
+    for i, j, s in found:
         a, b = active[i], active[j]
         if a.tier == b.tier and sameness.differs(facets[a.id], facets[b.id]) is None:
             candidates.append((i, j, s))
+    if ctx.texts is not None and rule.bilingual <= 1.0:  # two languages: the texts embedded alike, one batch
+        across = [(i, j) for i, j, _ in candidates
+                  if sameness.two_languages(facets[active[i].id], facets[active[j].id])]
+        if across:
+            ctx.texts.want(active[x].text for pair in across for x in pair)
+            symmetric = {(i, j): ctx.texts.cosine(active[i].text, active[j].text) for i, j in across}
     words = ctx.word_vectors
     if words is not None:  # one batch for the words the candidates do not share
         wanted = []
         for i, j, _ in candidates:
             fa, fb = facets[active[i].id], facets[active[j].id]
+            if (i, j) in symmetric:  # two languages: judged on the texts, not their words
+                continue
             x, y = sameness.rest(fa, fb)
             only_a, only_b = x - y, y - x
             if only_a and only_b and max(len(only_a), len(only_b)) <= sameness.ALIGN_MAX:
@@ -308,7 +367,9 @@ def _plan_dedup(ctx: Planning) -> None:
     asks: list[tuple[int, int, float, str]] = []
     for i, j, s in candidates:
         kind, why = sameness.verdict(facets[active[i].id], facets[active[j].id], s, rule,
-                                     words.cosine if words is not None else None)
+                                     words.cosine if words is not None else None, symmetric.get((i, j)))
+        if kind is None:  # a pair in two languages below the dedup cosine, and not one fact
+            continue
         (edges if kind == "dedup" else asks).append((i, j, s, why))
     # Groups by complete linkage on what must stay equal: A ~ B and B ~ C join A and C only when
     # A and C do not differ too (A said by Dana, C by Ravi, B by nobody).

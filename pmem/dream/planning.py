@@ -44,6 +44,7 @@ class _Planner:
         self.claimed: set[str] = set()  # memories that leave the active set in this plan
         self.considered: set[str] = set()
         self.word_vectors = WordVectors(store)  # kept across slices
+        self.texts = WordVectors(store, query=True)
 
     def usable(self, m: Memory) -> bool:
         """Not forgotten or merged, and not pinned unless `include` names it."""
@@ -71,7 +72,7 @@ class _Planner:
             store=self.store, result=self.result, kinds=self.kinds, now=now, budget=self.budget,
             expired=expired, active=active, vecs=_vectors(self.store, active) if needs_vectors and active else None,
             index={m.id: i for i, m in enumerate(active)}, words=_Stems(active), facets=FacetsOf(active),
-            word_vectors=self.word_vectors,
+            word_vectors=self.word_vectors, texts=self.texts,
             claimed=claimed, generator=self.generator, thresholds=self.thresholds)
         if near is not None:
             import numpy as np

@@ -49,23 +49,23 @@ _WEEKDAYS = {
 }
 # Kin: "my sister" and "my brother" are two people however close the rest (e5: 0.973).
 _KIN = {
-    "mother": "mother mom mum mama mutter madre мама мать матери",
-    "father": "father dad papa vater padre папа отец отца",
-    "sister": "sister sisters schwester hermana сестра сестры сестру",
-    "brother": "brother brothers bruder hermano брат брата брату",
-    "son": "son sons sohn hijo сын сына",
-    "daughter": "daughter daughters tochter hija дочь дочери",
-    "wife": "wife ehefrau esposa жена жены",
-    "husband": "husband ehemann esposo marido муж мужа",
-    "aunt": "aunt tante tía tia тётя тетя",
-    "uncle": "uncle onkel tío tio дядя",
+    "mother": "mother mom mum mama mutter madre мама мать матери мамой матерью маму",
+    "father": "father dad papa vater padre папа отец отца отцом папой",
+    "sister": "sister sisters schwester hermana сестра сестры сестру сестрой сестре",
+    "brother": "brother brothers bruder hermano брат брата брату братом",
+    "son": "son sons sohn hijo сын сына сыном сыну",
+    "daughter": "daughter daughters tochter hija дочь дочери дочерью",
+    "wife": "wife ehefrau esposa жена жены женой жене жену",
+    "husband": "husband ehemann esposo marido муж мужа мужем мужу",
+    "aunt": "aunt tante tía tia тётя тетя тётей тетей",
+    "uncle": "uncle onkel tío tio дядя дядей",
     "cousin": "cousin cousine primo prima",
-    "niece": "niece nichte sobrina племянница",
-    "nephew": "nephew neffe sobrino племянник",
-    "grandmother": "grandmother grandma granny oma großmutter abuela бабушка бабушки",
-    "grandfather": "grandfather grandpa opa großvater abuelo дедушка дедушки",
-    "grandson": "grandson enkel nieto внук",
-    "granddaughter": "granddaughter enkelin nieta внучка",
+    "niece": "niece nichte sobrina племянница племянницей",
+    "nephew": "nephew neffe sobrino племянник племянником",
+    "grandmother": "grandmother grandma granny oma großmutter abuela бабушка бабушки бабушкой бабушке",
+    "grandfather": "grandfather grandpa opa großvater abuelo дедушка дедушки дедушкой",
+    "grandson": "grandson enkel nieto внук внуком",
+    "granddaughter": "granddaughter enkelin nieta внучка внучкой",
     "boyfriend": "boyfriend freund novio парень",
     "girlfriend": "girlfriend freundin novia девушка",
 }
@@ -93,7 +93,8 @@ QUANTIFIERS = frozenset({"every", "always"})
 NEGATIONS = frozenset("""not no never cannot nor neither nobody nothing none nowhere don't doesn't didn't isn't
 aren't wasn't weren't won't can't couldn't shouldn't wouldn't haven't hasn't hadn't n't
 nicht kein keine keinen keinem keiner keines nie niemals nichts niemand
-nunca jamás jamas nada nadie ni не нет никогда ни ничего никто""".split())
+nunca jamás jamas nada nadie ni не нет никогда ни ничего никто
+without ohne sin без""".split())
 
 _TIME = re.compile(r"\b(\d{1,2})(?:[:.](\d{2}))?\s*([ap])\.?\s?m\b\.?", re.I)
 _CLOCK = re.compile(r"\b(\d{1,2}):(\d{2})\b")
@@ -102,6 +103,9 @@ _DOTTED_DATE = re.compile(r"\b(\d{1,2})\.(\d{1,2})(?:\.(\d{2,4}))?(?![\d.,])")
 _IDENT = re.compile(r"\b(?=[\w-]*\d)[^\W_]+(?:[-_/][^\W_]+)+\b|\b(?=\w*\d)(?=\w*[^\W\d_])\w+\b")
 _NUM = re.compile(r"\d+(?:[.,]\d+)*")
 _ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th|er|º|ª)\b", re.I)
+# German writes a day as an ordinal with a dot ("am 12. Mai"): that dot ends no sentence.
+_DAY_DOT = re.compile(r"\b(\d{1,2})\.(?=\s+(?:%s)\b)" % "|".join(
+    sorted({w for n in _MONTHS.values() for w in n.split() if len(w) > 3} | {"mai"}, key=len, reverse=True)), re.I)
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 _SPEAKER = re.compile(r"^([A-Z][\w .'-]{0,30}):\s+")
 _SENTENCE_START = re.compile(r"(?:^|[.!?;:]\s+)$")
@@ -124,6 +128,8 @@ class Facets:
     negated: bool
     stems: frozenset[str]  # content stems of the rest, in the text's language
     forms: dict[str, str] = field(default_factory=dict, compare=False)  # stem -> a word it came from
+    # name key -> the name unstemmed, in Latin letters ("name:серг" -> "sergej"): names across languages
+    name_of: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def speaker_of(text: str, meta: dict[str, Any] | None = None) -> str | None:
@@ -175,6 +181,7 @@ def _dates_and_times(text: str, keys: set[str]) -> str:
     text = _ISO_DATE.sub(iso, text)
     text = _TIME.sub(twelve, text)
     text = _CLOCK.sub(twenty_four, text)
+    text = _DAY_DOT.sub(r"\1", text)
     text = _DOTTED_DATE.sub(dotted, text)
     return _ORDINAL.sub(r"\1", text)
 
@@ -198,8 +205,10 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
         keys.add("n:" + (m.group(0).replace(",", "").lstrip("0") or "0"))
     rest = _NUM.sub(" ", rest)
     names: set[str] = set()
+    name_of: dict[str, str] = {}
     plain: list[str] = []
     tokens = list(_TOKEN.finditer(rest))
+    genitive = False  # the word before was a German name in the genitive ("Annas Geburtstag")
     for k, m in enumerate(tokens):
         raw = m.group(0)
         word = raw.lower()
@@ -212,12 +221,17 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
         if word in NEGATIONS or base in NEGATIONS or word.endswith("n't"):
             continue
         capital = raw[0].isupper() and base not in ("i",)
-        if capital and lang == "de" and not start and k and tokens[k - 1].group(0).lower() in _DE_DETERMINERS:
-            capital = False  # a German noun after its article
+        if capital and lang == "de" and not start and k and (
+                genitive or tokens[k - 1].group(0).lower() in _DE_DETERMINERS):
+            capital = False  # a German noun after its article, or after a name in the genitive
+        genitive = False
         if capital and (not start or (base not in STOP_WORDS and base not in LEAD_INS
                                       and base not in stemming.STOP_WORDS.get(lang, ()))):
             names.add(base)
-            keys.add("name:" + _plain(_stem(base, lang)))
+            key = "name:" + _plain(_stem(base, lang))
+            keys.add(key)
+            name_of.setdefault(key, latin(base))
+            genitive = lang == "de" and base.endswith("s")
             continue
         plain.append(base)
     forms: dict[str, str] = {}
@@ -229,7 +243,29 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
     every = {w.split("'")[0] for w in _TOKEN.findall(body.lower())}
     every |= {_plain(_stem(w, lang)) for w in every}
     return Facets(text=body, speaker=speaker, lang=lang, keys=frozenset(keys), names=frozenset(names),
-                  words=frozenset(every), negated=negated, stems=frozenset(forms), forms=forms)
+                  words=frozenset(every), negated=negated, stems=frozenset(forms), forms=forms, name_of=name_of)
+
+
+_CYRILLIC_LATIN = dict(zip("абвгдеёжзийклмнопрстуфхцчшщъыьэюя", (
+    "a b v g d e e zh z i j k l m n o p r s t u f kh ts ch sh shch  y  e yu ya".split(" "))))
+
+
+def latin(word: str) -> str:
+    """A word in Latin letters without accents, for names across scripts ("Иван" -> "ivan")."""
+    return _plain("".join(_CYRILLIC_LATIN.get(c, c) for c in word.lower()))
+
+
+NAME_ENDING = 2  # letters of inflection a name may carry across languages ("Kazan" / "Казани", "Anna" / "Annas")
+
+
+def same_name(x: str, y: str) -> bool:
+    """Two names (latin()) one person or place in another language's inflection: equal, or one
+    the other with at most NAME_ENDING letters changed at its end, the rest of four letters or
+    more ("sergej" / "sergeem", "kazan" / "kazani"; "anna" / "anne" stay two people)."""
+    if x == y:
+        return True
+    common = len(next((p for p in (x[:i] for i in range(min(len(x), len(y)), 0, -1)) if y.startswith(p)), ""))
+    return common >= 4 and len(x) - common <= NAME_ENDING and len(y) - common <= NAME_ENDING
 
 
 def _plain(word: str) -> str:
@@ -267,9 +303,22 @@ def differs(a: Facets, b: Facets) -> str | None:
         return "one is negated"
     only_a = {k for k in a.keys - b.keys if not (k.startswith("name:") and k[5:] in b.words)}
     only_b = {k for k in b.keys - a.keys if not (k.startswith("name:") and k[5:] in a.words)}
+    if (only_a or only_b) and (a.lang != b.lang or a.lang == "ru"):
+        only_a, only_b = _names_inflected(a, b, only_a, only_b)
     if only_a or only_b:
         return "different " + ", ".join(sorted({k.split(":", 1)[0] for k in only_a | only_b}))
     return None
+
+
+def _names_inflected(a: Facets, b: Facets, only_a: set[str], only_b: set[str]) -> tuple[set[str], set[str]]:
+    """`only_a` and `only_b` less the names the other side holds in another language's form or
+    inflection (same_name): "Carlos" stems to "carlo" in English and "carl" in Spanish, Russian
+    declines names ("Сергей" / "Сергеем"), and "Иван" is "Ivan" in Latin letters."""
+    def held(k: str, x: Facets, y: Facets) -> bool:
+        name = x.name_of.get(k)
+        return bool(name) and any(same_name(name, other) for other in y.name_of.values())
+
+    return {k for k in only_a if not held(k, a, b)}, {k for k in only_b if not held(k, b, a)}
 
 
 def rest(a: Facets, b: Facets) -> tuple[set[str], set[str]]:
@@ -302,6 +351,11 @@ class Rule:
     # From this cosine, the word test before dedup by meaning also makes a dedup (with equal keys):
     # half the stems shared and not one swapped; LoCoMo's reworded facts need it (benchmarks/README.md).
     close: float = 2.0
+    # Two languages: words cannot be compared, so a pair whose keys are equal is one fact from this
+    # cosine of the two texts embedded alike (e5's "query: " on both: `symmetric`), and is compared
+    # at all from `bilingual_floor` on the stored vectors' scale; above 1, never.
+    bilingual: float = 2.0
+    bilingual_floor: float = 2.0
 
 
 WordCosine = Callable[[str, str], float]
@@ -329,15 +383,39 @@ def unaligned(a: Facets, b: Facets, word_cosine: WordCosine | None, synonym: flo
     return len(only_a) + len(only_b) - 2 * len(met), met
 
 
+def two_languages(a: Facets, b: Facets) -> bool:
+    """Whether `a` and `b` are in two languages: guessed so, and sharing under half of their
+    words besides names and numbers, stop words included (an English text guessed as another
+    language still shares its words: "Raj is allergic to peanuts" / "... to shellfish")."""
+    if a.lang == b.lang:
+        return False
+
+    def said(f: Facets) -> set[str]:
+        return {w for w in _TOKEN.findall(f.text.lower()) if not w.isdigit()} - f.names
+
+    return jaccard(said(a), said(b)) < 0.5
+
+
 def verdict(a: Facets, b: Facets, cosine: float, rule: Rule,
-            word_cosine: WordCosine | None = None) -> tuple[str | None, str]:
+            word_cosine: WordCosine | None = None, symmetric: float | None = None) -> tuple[str | None, str]:
     """("dedup" | "review" | None, why) for two memories at `cosine`; `word_cosine` compares two
-    words the sides do not share (None: words meet only by their stems)."""
-    if cosine < rule.review:
+    words the sides do not share (None: words meet only by their stems); `symmetric`: the two
+    texts' cosine embedded alike (Rule.bilingual), for a pair in two languages."""
+    bilingual = rule.bilingual <= 1.0 and two_languages(a, b)
+    if cosine < (min(rule.review, rule.bilingual_floor) if bilingual else rule.review):
         return None, f"cosine {cosine:.3f}"
     why = differs(a, b)
     if why:
         return None, why
+    if bilingual:
+        anchored = any(k.startswith(("name:", "n:", "id:", "time:")) for k in a.keys)
+        if anchored and symmetric is not None and symmetric >= rule.bilingual:
+            return "dedup", (f"one fact in two languages ({a.lang} / {b.lang}): the same names, numbers and dates "
+                             f"at cosine {symmetric:.3f}")
+        if cosine < rule.review:
+            return None, f"in two languages at cosine {symmetric if symmetric is not None else cosine:.3f}"
+        return "review", (f"the same names, numbers and dates in two languages ({a.lang} / {b.lang}) at cosine "
+                          f"{cosine:.3f}; the same fact?")
     shared = overlap(a, b)
     if cosine >= rule.close:
         x, y = rest(a, b)
