@@ -3,21 +3,26 @@
     python benchmarks/fit_fusion.py collect             # candidate lists of every question, pickled
     python benchmarks/fit_fusion.py fit                 # the constants of pmem.search.keyword_share, dev part only
     python benchmarks/fit_fusion.py report              # the shipped fusion, semantic and keyword, every part
+    python benchmarks/fit_fusion.py time                # pmem.search.fuse on every question's lists, ms per query
+    python benchmarks/fit_fusion.py collect --dense e5 e5-symmetric minilm minilm+e5   # dense sides compared
 
 `collect` builds the stores of benchmarks/fusion_sets.py (paraphrase among LoCoMo turns,
 multilingual, LoCoMo, and the mixed store of all of them) and keeps, for every question, what
 pmem.search's fusion sees: the keyword side's (memory, bm25) and the dense side's (memory, cosine)
-candidates, the model's score floor, and the evidence features (pmem.search.evidence). `fit`
-ranks every question at each fixed keyword share 0, 0.05, ..., 1 once, then searches the bias
-and coefficients of pmem.search.keyword_share (a random local search, for share_max 0.6, 0.7,
-0.8) for the best objective on the dev part: paraphrase dev top-1, multilingual top-1, LoCoMo
-R@10 (twice) and R@5, and the paraphrase set's questions decided by a rare name, averaged over
-the own stores and the mixed one. Held-out paraphrase questions are only reported.
+candidates and the side's score floor, for each dense side asked for (fusion_sets.DENSE: e5 with
+"passage: " memories, e5 with "query: " on both sides, MiniLM, and the two models' cosines
+averaged). `fit` ranks every question at each fixed keyword share 0, 0.05, ..., 1 once, then
+searches the bias and coefficients of pmem.search.keyword_share (a coordinate search, `fit`)
+for the best objective on the dev part: paraphrase dev top-1, multilingual top-1, LoCoMo R@10
+(twice) and R@5 (weighted --locomo), and the paraphrase set's questions decided by a rare name,
+less --below for each point an own store's part falls under semantic-only, averaged over the
+own stores and the mixed one. Held-out paraphrase questions are only reported.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -35,31 +40,63 @@ import fusion_sets  # noqa: E402
 CACHE = Path(os.environ.get("PMEM_BENCH_CACHE", Path(tempfile.gettempdir()) / "pmem-bench-cache"))
 
 
-def collect(model: str, sets) -> list[dict]:
+@functools.lru_cache(maxsize=None)
+def _embedder(model: str):
+    return fusion_sets.embedder(model, CACHE)
+
+
+def dense_lists(store, keys: dict, qs, dense: str, n: int) -> tuple[list[list], list[dict], float]:
+    """Each question's dense candidates (key, cosine) under the dense side `dense`
+    (fusion_sets.DENSE), by exact cosine over every memory of `store` (below BITS_FROM vectors
+    the store ranks exactly too), each keyword candidate's cosine, and the side's score floor.
+    A side of two models scores a memory by the mean of their cosines rescaled from each model's
+    floor; its floor is then 0."""
     import numpy as np
 
-    from pmem.search import DEFAULT_TUNING, keyword_ranks, semantic_ranks
+    rows = store.conn.execute("SELECT seq, text FROM memories ORDER BY seq").fetchall()
+    seqs = [s for s, _ in rows]
+    parts = []
+    for model, symmetric in fusion_sets.DENSE[dense]:
+        emb = _embedder(model)
+        m = np.asarray(emb.embed([t for _, t in rows], query=symmetric), np.float32)
+        q = np.asarray(emb.embed([x.text for x in qs], query=True), np.float32)
+        floor = fusion_sets.floor(model, symmetric)
+        parts.append(((q @ m.T), floor))
+        if hasattr(emb, "save"):
+            emb.save()
+    if len(parts) == 1:
+        cos, floor = parts[0]
+    else:
+        cos = sum((c - f) / (1.0 - f) for c, f in parts) / len(parts)
+        floor = 0.0
+    lists, kwcos = [], []
+    for row in cos:
+        top = np.argsort(-row, kind="stable")[:n]
+        lists.append([(keys[seqs[i]], float(row[i])) for i in top])
+        kwcos.append({keys[s]: float(row[i]) for i, s in enumerate(seqs)})
+    return lists, kwcos, floor
+
+
+def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
+    """The candidate lists of every question of `sets`, for each dense side of `dense`: the
+    keyword side from pmem.search's own ranks, the dense side by exact cosine (dense_lists)."""
+    from pmem.search import DEFAULT_TUNING, keyword_ranks
     from pmem.store import Filter
 
-    emb = fusion_sets.embedder(model, CACHE)
-    out = []
+    emb = _embedder("multilingual-e5-small")  # the stores' own vectors: not used here
+    out: dict[str, list[dict]] = {d: [] for d in dense}
     n = DEFAULT_TUNING.candidates
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
         for name, store, keys, qs in fusion_sets.stores(Path(tmp), emb, sets):
-            floor = store.thresholds().score_floor
-            for q in qs:
-                kw = keyword_ranks(store, q.text, Filter(), n, DEFAULT_TUNING.context_weight)
-                sem = semantic_ranks(store, q.text, Filter(), n)
-                # the cosine of every keyword candidate too (most are not among the dense ones)
-                by_seq = store.memories_by_seq(s for s, _ in kw)
-                vecs = store.vectors(m.id for m in by_seq.values())
-                qv = np.frombuffer(store.query_vector(q.text), dtype="<f4")
-                kwcos = {keys[s]: float(np.frombuffer(vecs[m.id], dtype="<f4") @ qv)
-                         for s, m in by_seq.items() if m.id in vecs}
-                out.append({"store": name, "set": q.set, "group": q.group, "split": q.split, "text": q.text,
-                            "targets": q.targets, "floor": floor, "kwcos": kwcos,
-                            "kw": [(keys[s], b) for s, b in kw], "sem": [(keys[s], 1.0 - d) for s, d in sem]})
+            kws = [keyword_ranks(store, q.text, Filter(), n, DEFAULT_TUNING.context_weight) for q in qs]
+            for d in dense:
+                lists, kwcos, floor = dense_lists(store, keys, qs, d, n)
+                for q, kw, sem, cos in zip(qs, kws, lists, kwcos):
+                    out[d].append({"store": name, "set": q.set, "group": q.group, "split": q.split, "text": q.text,
+                                   "targets": q.targets, "floor": floor,
+                                   "kwcos": {keys[s]: cos[keys[s]] for s, _ in kw if keys[s] in cos},
+                                   "kw": [(keys[s], b) for s, b in kw], "sem": sem})
             if hasattr(emb, "save"):
                 emb.save()
     return out
@@ -162,16 +199,22 @@ def parts(qs: list[dict], split: str) -> dict:
     return out
 
 
-def objective(ranks, picks, masks, locomo: float = 1.0) -> float:
+def objective(ranks, picks, masks, locomo: float = 1.0, below: float = 10.0) -> float:
     """Mean over the own stores and the mixed one of (paraphrase top-1 + name top-1 +
-    multilingual top-1 + `locomo` x (2 x LoCoMo R@10 + LoCoMo R@5)) / (3 + 3 x `locomo`)."""
+    multilingual top-1 + `locomo` x (2 x LoCoMo R@10 + LoCoMo R@5)) / (3 + 3 x `locomo`), less
+    `below` times every point by which a part falls below the dense side alone (share 0): the
+    issue's first rule, hybrid never worse than semantic-only."""
     import numpy as np
 
     r = ranks[np.arange(len(ranks)), picks]
+    sem = ranks[:, 0]
     total = 0.0
     for m in masks.values():
-        total += ((r[m["paraphrase"]] == 1).mean() + (r[m["name"]] == 1).mean() + (r[m["multilingual"]] == 1).mean()
-                  + locomo * (2 * (r[m["locomo"]] <= 10).mean() + (r[m["locomo"]] <= 5).mean())) / (3 + 3 * locomo)
+        parts = [((r[m[k]] == 1).mean(), (sem[m[k]] == 1).mean()) for k in ("paraphrase", "name", "multilingual")]
+        r10 = ((r[m["locomo"]] <= 10).mean(), (sem[m["locomo"]] <= 10).mean())
+        r5 = ((r[m["locomo"]] <= 5).mean(), (sem[m["locomo"]] <= 5).mean())
+        total += (sum(h for h, _ in parts) + locomo * (2 * r10[0] + r5[0])) / (3 + 3 * locomo)
+        total -= below * sum(max(0.0, s - h) for h, s in [*parts, r10, r5])
     return total / len(masks)
 
 
@@ -183,29 +226,44 @@ def picks_of(feats, bias: float, coef, share_max: float):
     return np.clip(np.round(share / STEP).astype(int), 0, len(WEIGHTS) - 1)
 
 
-def fit(qs: list[dict], rounds: int, seed: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)) -> dict:
-    """A random local search over the bias and coefficients, for each share_max; dev part only."""
+def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8), below: float = 3.0) -> dict:
+    """A coordinate search over the bias and coefficients (each in turn moved by -6..6 in steps
+    of 0.25, the best kept), `sweeps` times, for each share_max, from two starts: every question
+    near share_max, and the shipped constants; dev part only. The objective is the mean of the
+    own stores' (with the cost `below` of falling under semantic-only) and the mixed store's
+    (without it: no constants of these features keep the mixed store's paraphrase and
+    multilingual questions at semantic-only without giving up a tenth of LoCoMo;
+    benchmarks/README.md)."""
     import numpy as np
 
+    s = importlib.import_module("pmem.search")
     ranks, feats, names = tables(qs)
     dev, held = parts(qs, "dev"), parts(qs, "held-out")
-    rng = np.random.default_rng(seed)
+    shipped = np.array([s.SHARE_BIAS, *[dict(s.SHARE_COEF)[n] for n in names]])
+    grid = np.arange(-6.0, 6.01, 0.25)
     best: dict = {}
     for share_max in maxima:
-        theta = np.zeros(1 + len(names))
-        theta[0] = 2.0  # start near the fixed share: every question close to share_max
-        cur = objective(ranks, picks_of(feats, theta[0], theta[1:], share_max), dev, locomo)
-        for i in range(rounds):
-            step = rng.normal(0, 1.5 if i < rounds // 2 else 0.4, len(theta)) * (rng.random(len(theta)) < 0.5)
-            cand = theta + step
-            o = objective(ranks, picks_of(feats, cand[0], cand[1:], share_max), dev, locomo)
-            if o >= cur:
-                theta, cur = cand, o
-        row = {"share_max": share_max, "bias": round(float(theta[0]), 2),
-               "coef": {n: round(float(c), 2) for n, c in zip(names, theta[1:])}, "dev objective": round(cur, 4)}
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        if not best or cur > best["dev objective"]:
-            best = row
+        def score(t, share_max=share_max):
+            picks = picks_of(feats, t[0], t[1:], share_max)
+            return (objective(ranks, picks, {"own": dev["own"]}, locomo, below)
+                    + objective(ranks, picks, {"mixed": dev["mixed"]}, locomo, 0.0)) / 2
+
+        for start in (np.array([2.0] + [0.0] * len(names)), shipped):
+            theta = start.copy()
+            cur = score(theta)
+            for _ in range(sweeps):
+                for i in range(len(theta)):
+                    for d in grid:
+                        cand = theta.copy()
+                        cand[i] += d
+                        o = score(cand)
+                        if o > cur + 1e-12:
+                            theta, cur = cand, o
+            row = {"share_max": share_max, "bias": round(float(theta[0]), 2),
+                   "coef": {n: round(float(c), 2) for n, c in zip(names, theta[1:])}, "dev objective": round(cur, 4)}
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if not best or cur > best["dev objective"]:
+                best = row
     coef = np.array([best["coef"][n] for n in names])
     r = ranks[np.arange(len(ranks)), picks_of(feats, best["bias"], coef, best["share_max"])]
     for kind in ("paraphrase", "name"):
@@ -214,31 +272,91 @@ def fit(qs: list[dict], rounds: int, seed: int, locomo: float = 1.0, maxima=(0.6
     return best
 
 
+BRIEF = [("paraphrase, in other words", "paraphrase/paraphrase"), ("paraphrase, by a rare name", "paraphrase/name"),
+         ("paraphrase, dev part", "paraphrase/dev"), ("paraphrase, held out", "paraphrase/held-out"),
+         *[(f"multilingual {g}", f"multilingual/{g}") for g in ("ru", "de", "es", "fr", "en", "cross")],
+         ("multilingual, all", "multilingual/dev"), ("LoCoMo R@5 / R@10", "locomo/dev")]
+
+
+def brief(dense: str, modes: dict) -> str:
+    """A markdown table of `report`'s figures: each part's top-1 / top-3 (LoCoMo R@5 / R@10) per mode."""
+    lines = [f"dense side {dense}", "| part | store | hybrid | semantic | keyword |", "| --- | --- | --- | --- | --- |"]
+    for where in ("own", "mixed"):
+        for label, cell in BRIEF:
+            row = []
+            for figs in modes.values():
+                hits = [v for k, v in figs.items() if (k.startswith("mixed/") == (where == "mixed"))
+                        and k.split("/", 1)[1] == cell]
+                if not hits:
+                    break
+                f = hits[0]
+                row.append(f"{f['R@5']:.3f} / {f['R@10']:.3f}" if "R@5" in f else f"{f['top1']:.3f} / {f['top3']:.3f}")
+            if len(row) == 3:
+                lines.append(f"| {label} ({hits[0]['n']}) | {where} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def timing(qs: list[dict], rounds: int = 5) -> dict:
+    """pmem.search.fuse on every question's real lists: ms per query, median of `rounds`, for
+    the shipped fusion and for the fixed share (what search adds to the two sides' own work)."""
+    import statistics
+    import time
+
+    s = importlib.import_module("pmem.search")
+    lists = [(q["kw"], [(k, 1.0 - c) for k, c in q["sem"]], q["floor"], q["text"]) for q in qs]
+    out = {}
+    for label, tuning in (("per-query share", s.DEFAULT_TUNING), ("fixed 0.6", replace(s.DEFAULT_TUNING, adaptive=False))):
+        times = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for kw, sem, floor, text in lists:
+                s.fuse(kw, sem, floor, text, "hybrid", tuning)
+            times.append((time.perf_counter() - t) * 1000 / len(lists))
+        out[label] = round(statistics.median(times), 4)
+    return {"questions": len(lists), "ms per query (median of %d rounds)" % rounds: out,
+            "load average": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["collect", "fit", "report"])
-    ap.add_argument("--model", default="multilingual-e5-small")
+    ap.add_argument("what", choices=["collect", "fit", "report", "time"])
+    ap.add_argument("--dense", nargs="+", default=[fusion_sets.SHIPPED], choices=list(fusion_sets.DENSE),
+                    help="the dense side(s): collect every one given in one pass; report each; fit the first")
     ap.add_argument("--sets", nargs="+", default=list(fusion_sets.SETS), choices=fusion_sets.SETS)
-    ap.add_argument("--lists", default="", help="the pickle of `collect` (default: in the cache folder)")
-    ap.add_argument("--rounds", type=int, default=2500, help="fit: steps of the local search per share_max")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--locomo", type=float, default=1.0, help="fit: LoCoMo's weight in the objective")
-    ap.add_argument("--share-max", type=float, nargs="+", default=[0.6, 0.7, 0.8])
+    ap.add_argument("--lists", default="", help="the pickles of `collect` (default: the cache folder)")
+    ap.add_argument("--sweeps", type=int, default=6, help="fit: passes of the coordinate search per start")
+    ap.add_argument("--locomo", type=float, default=2.0, help="fit: LoCoMo's weight in the objective")
+    ap.add_argument("--below", type=float, default=3.0,
+                    help="fit: the objective's cost of each point a part falls below semantic-only")
+    ap.add_argument("--brief", action="store_true", help="report: one table row per part, modes side by side")
+    ap.add_argument("--share-max", type=float, nargs="+", default=[0.7])
     args = ap.parse_args()
-    lists = Path(args.lists) if args.lists else CACHE / f"lists-{args.model}.pickle"
+    folder = Path(args.lists) if args.lists else CACHE
+
+    def pickled(dense: str) -> Path:
+        return folder / f"lists-{dense}.pickle"
+
     if args.what == "collect":
-        CACHE.mkdir(parents=True, exist_ok=True)
-        qs = collect(args.model, args.sets)
-        lists.write_bytes(pickle.dumps(qs))
-        print(json.dumps({"questions": len(qs), "lists": str(lists)}))
+        folder.mkdir(parents=True, exist_ok=True)
+        for dense, qs in collect(args.sets, args.dense).items():
+            pickled(dense).write_bytes(pickle.dumps(qs))
+            print(json.dumps({"dense": dense, "questions": len(qs), "lists": str(pickled(dense))}))
         return 0
-    qs = pickle.loads(lists.read_bytes())
     if args.what == "report":
-        print(json.dumps({"model": args.model, "fused": figures(qs, fuser()),
-                          "semantic": figures(qs, fuser(mode="semantic")),
-                          "keyword": figures(qs, fuser(mode="keyword"))}, indent=1))
+        for dense in args.dense:
+            qs = pickle.loads(pickled(dense).read_bytes())
+            modes = {"fused": figures(qs, fuser()), "semantic": figures(qs, fuser(mode="semantic")),
+                     "keyword": figures(qs, fuser(mode="keyword"))}
+            if args.brief:
+                print(brief(dense, modes))
+            else:
+                print(json.dumps({"dense": dense, **modes}, indent=1))
         return 0
-    print(json.dumps(fit(qs, args.rounds, args.seed, args.locomo, args.share_max), indent=1))
+    qs = pickle.loads(pickled(args.dense[0]).read_bytes())
+    if args.what == "time":
+        print(json.dumps(timing(qs), indent=1))
+        return 0
+    print(json.dumps(fit(qs, args.sweeps, args.locomo, args.share_max, args.below), indent=1))
     return 0
 
 

@@ -63,12 +63,17 @@ class CachedEmbedder:
 
 
 def embedder(model: str, cache_dir: Path | None):
-    from pmem.embed import load_embedder
+    """`model` loaded here, its vectors cached in `cache_dir`; a scheme that embeds memories as
+    queries (multilingual-e5-small-symmetric) shares its model's cache, as query vectors."""
+    from pmem.embed import SymmetricEmbedder, load_embedder
 
     inner = load_embedder(model, server="off")
     if cache_dir is None:
         return inner
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(inner, SymmetricEmbedder):
+        return SymmetricEmbedder(CachedEmbedder(inner.inner, cache_dir / f"vectors-{inner.inner.name}.pickle"),
+                                 inner.name)
     return CachedEmbedder(inner, cache_dir / f"vectors-{inner.name}.pickle")
 
 
@@ -139,3 +144,22 @@ def stores(tmp: Path, emb, sets=SETS):
         store, keys = build(tmp, "mixed", records, emb)
         yield "mixed", store, keys, para_q + multi_q + [q for _, qs in convs for q in qs]
         store.close()
+
+
+# Dense sides fit_fusion.py compares: (model, memories embedded as queries) for each model of the
+# side. e5's "query: " on both sides is what its authors advise for symmetric tasks.
+DENSE = {
+    "e5": (("multilingual-e5-small", False),),
+    "e5-symmetric": (("multilingual-e5-small", True),),
+    "minilm": (("all-MiniLM-L6-v2", False),),
+    "minilm+e5": (("all-MiniLM-L6-v2", False), ("multilingual-e5-small", False)),
+    "minilm+e5-symmetric": (("all-MiniLM-L6-v2", False), ("multilingual-e5-small", True)),
+}
+SHIPPED = "e5-symmetric"  # the default model, multilingual-e5-small-symmetric
+
+
+def floor(model: str, symmetric: bool) -> float:
+    """The score floor of `model`'s vectors (pmem.thresholds), memories as queries or not."""
+    from pmem.thresholds import for_model
+
+    return for_model(model + "-symmetric" if symmetric else model).score_floor

@@ -231,15 +231,17 @@ PARAPHRASES = [
 ]
 
 
-def cosine_profile(embedder) -> dict:
-    """Cosines of unrelated-or-related pairs (all pairs of 300 LoCoMo turns) and of paraphrases."""
+def cosine_profile(embedder, query: bool = False) -> dict:
+    """Cosines of unrelated-or-related pairs (all pairs of 300 LoCoMo turns) and of paraphrases;
+    `query`: every text embedded as a search query (e5's "query: " on both sides)."""
     import numpy as np
 
+    kw = {"query": True} if query else {}
     texts = [r["text"] for r in locomo.turn_records(locomo.load()[0])][:300]
-    v = np.asarray(embedder.embed(texts), np.float32)
+    v = np.asarray(embedder.embed(texts, **kw), np.float32)
     sims = (v @ v.T)[np.triu_indices(len(texts), 1)]
-    a = np.asarray(embedder.embed([p[0] for p in PARAPHRASES]), np.float32)
-    b = np.asarray(embedder.embed([p[1] for p in PARAPHRASES]), np.float32)
+    a = np.asarray(embedder.embed([p[0] for p in PARAPHRASES], **kw), np.float32)
+    b = np.asarray(embedder.embed([p[1] for p in PARAPHRASES], **kw), np.float32)
     return {"pairs": np.sort(sims), "paraphrases": [round(float(x), 3) for x in (a * b).sum(axis=1)]}
 
 
@@ -254,6 +256,32 @@ def map_thresholds(old: dict, new: dict) -> dict:
         out[name] = {"all-MiniLM-L6-v2": t, "share of turn pairs above": round(share, 5),
                      "multilingual-e5-small": round(mapped, 3)}
     return out
+
+
+def map_symmetric(embedder) -> dict:
+    """Each threshold of e5 with "passage: " memories (pmem.thresholds.E5_SMALL) moved to the cosine
+    the same share of turn pairs reaches when every text is embedded with "query: ", as
+    map_thresholds moved MiniLM's to e5's; a threshold above every passage pair (noop) keeps its
+    distance below 1 in proportion to the highest pair's."""
+    import numpy as np
+
+    from pmem.thresholds import E5_SMALL, as_dict
+
+    old, new = cosine_profile(embedder), cosine_profile(embedder, query=True)
+    out = {}
+    for name, t in as_dict(E5_SMALL).items():
+        if t > 1:
+            continue  # "never" stays never
+        share = float((old["pairs"] >= t).mean())
+        if share > 0:
+            mapped = float(np.quantile(new["pairs"], 1 - share))
+        else:
+            mapped = 1 - (1 - t) * (1 - new["pairs"][-1]) / (1 - old["pairs"][-1])
+        out[name] = {"passage": t, "share of turn pairs above": round(share, 5), "symmetric": round(mapped, 3)}
+    return {"thresholds": out, "paraphrase cosines passage / symmetric": list(zip(old["paraphrases"], new["paraphrases"])),
+            "turn-pair quantiles 50/90/99/99.9%, passage / symmetric": [
+                [round(float(p[int(q * (len(p) - 1))]), 3) for q in (0.5, 0.9, 0.99, 0.999)]
+                for p in (old["pairs"], new["pairs"])]}
 
 
 # --- speed --------------------------------------------------------------------------------
@@ -354,6 +382,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7, help="whole-process runs per command and model")
     ap.add_argument("--threads", type=int, default=0, help="threads for the retrieval runs (0: pmem's choice)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--map-symmetric", action="store_true",
+                    help="only e5's thresholds moved to its \"query: \"-on-both-sides scale (map_symmetric)")
     ap.add_argument("--save", default="", help="pickle the candidate lists to PREFIX.MODEL.*.pickle")
     args = ap.parse_args()
     global SAVE
@@ -364,6 +394,10 @@ def main() -> int:
         return 1
     from pmem.embed import load_embedder
 
+    if args.map_symmetric:
+        e5 = load_embedder("multilingual-e5-small", threads=args.threads, server="off")
+        print(json.dumps({"load average": round(os.getloadavg()[0], 2), **map_symmetric(e5)}, indent=2))
+        return 0
     if args.only_speed:
         print(json.dumps({"load average": round(os.getloadavg()[0], 2), **{m: speed(m) for m in args.models},
                           "processes": processes(args.models, args.runs),

@@ -155,8 +155,9 @@ def suite(args) -> int:
 
     from pmem import recall
     from pmem import search as lib_search
+    from pmem.config import Settings
 
-    model = args.model or "multilingual-e5-small"
+    model = args.model or Settings().embed_model
     emb = fusion_sets.embedder(model, Path(args.cache) if args.cache else None)
     acc: dict = {}
 
@@ -182,8 +183,9 @@ def suite(args) -> int:
                     a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
                     a[0] += 1
                     a[4] += inside
-            if hasattr(emb, "save"):
-                emb.save()
+            for saver in (emb, getattr(emb, "inner", None)):
+                if hasattr(saver, "save"):
+                    saver.save()
     out: dict = {"model": model, "load average": os.getloadavg()[0]}
     for cell, (n, h1, h3, h5, h10) in sorted(acc.items()):
         store, qset, mode, group = cell.split("|")

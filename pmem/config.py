@@ -45,7 +45,7 @@ class Settings:
     """pmem's settings, typed. Build one with `load()` (defaults, config.toml, environment) or
     `Settings()` (defaults only); derive a changed copy with `dataclasses.replace` or `with_values`."""
 
-    embed_model: str = _setting("multilingual-e5-small",
+    embed_model: str = _setting("multilingual-e5-small-symmetric",
                                 "embedding model: a known name or a path to a GGUF file (unset: a store keeps the "
                                 "known model its vectors come from until `pmem reindex`)")
     chat_model: str = _setting("SmolLM2-135M-Instruct",

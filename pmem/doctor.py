@@ -111,8 +111,12 @@ def run_checks(settings: Settings | PmemError, db_override=None,
                 checks.append(Check("vectors", False, f"stored vectors come from {row[0]}, configured model is "
                                     f"{cfg.embed_model}{resume}", "pmem reindex"))
             elif row and in_use != cfg.embed_model:  # no model configured: the store keeps its own
+                from .provision import memories_as_queries
+
+                gain = "questions in other words find their memories more often" \
+                    if memories_as_queries(cfg.embed_model) else "about 100 languages"
                 checks.append(Check("vectors", True, f"stored vectors come from {in_use}, which this store keeps "
-                                    f"using; new stores use {cfg.embed_model} (about 100 languages){resume}",
+                                    f"using; new stores use {cfg.embed_model} ({gain}){resume}",
                                     "pmem reindex", level="info"))
         except PmemError as exc:
             checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
@@ -211,5 +215,7 @@ def _model_name(spec: str) -> str:
     from . import provision
 
     if spec in provision.known_models():
+        if provision.memories_as_queries(spec):
+            return spec  # its own name (pmem.embed.SymmetricEmbedder), not its file's
         return provision.model_file(spec, paths.models_dir()).stem
     return Path(spec).expanduser().stem

@@ -191,6 +191,30 @@ class LlamaEmbedder:
             pass
 
 
+# --- memories embedded as queries ---------------------------------------------------------
+
+
+class SymmetricEmbedder:
+    """A query-aware model (e5) whose stored texts are embedded as search queries too: e5's
+    authors advise "query: " on both sides for symmetric tasks, and a question against a short
+    memory in other words is one (benchmarks/README.md, "One prefix on both sides"). Its own
+    `name`, so that a store's vectors say which scheme made them; the query vectors are the
+    model's own, so a store of its passage vectors keeps searching until `pmem reindex`."""
+
+    query_aware = False  # every text is embedded one way: nothing to tell it
+
+    def __init__(self, inner: Embedder, name: str):
+        self.inner, self.name, self.dim = inner, name, inner.dim
+        self.remote = bool(getattr(inner, "remote", False))  # a `pmem serve` client underneath
+
+    def embed(self, texts: list[str], query: bool = False) -> list[list[float]]:
+        return self.inner.embed(texts, query=True)  # type: ignore[call-arg]  # query_aware models take it
+
+    def local(self) -> "SymmetricEmbedder":
+        """The same scheme over the model loaded in this process (bulk work; see pmem.serve)."""
+        return SymmetricEmbedder(self.inner.local(), self.name)  # type: ignore[attr-defined]
+
+
 # --- choosing one -------------------------------------------------------------------------
 
 _cache: dict[tuple[str, int], Embedder] = {}
@@ -231,16 +255,36 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     and starts a server in the background for the commands after it, which leaves after
     `idle_minutes` without a request. "always": the same, and that server stays until stopped.
     "never" (the default here: a library caller opts in): always load the model here. A server
-    that does not answer within serve.first_wait() is not waited for: the model loads here."""
+    that does not answer within serve.first_wait() is not waited for: the model loads here.
+    A scheme that embeds memories as queries (provision.memories_as_queries) wraps the model of
+    its file in a SymmetricEmbedder; the model itself is loaded, or served, once for both."""
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
     from .config import check_choice  # the one place a setting's choices (and old names) are checked
-    from .provision import resolve_model
+    from .provision import memories_as_queries, resolve_model
 
     server = check_choice("server", server)
 
     path = resolve_model(spec, "embed", models_dir)
+    inner = _load_path(path, threads, server, idle_minutes)
+    if not memories_as_queries(spec):
+        return inner
+    from .provision import known_models
+
+    name = next(n for n in known_models() if n.lower() == spec.strip().lower())
+    with _cache_lock:
+        key = (name, id(inner))
+        if key not in _symmetric:
+            _symmetric[key] = SymmetricEmbedder(inner, name)
+        return _symmetric[key]
+
+
+_symmetric: dict[tuple[str, int], SymmetricEmbedder] = {}
+
+
+def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Embedder:
+    """The model file at `path`, loaded here once per process, or served (load_embedder)."""
     key = (str(Path(path).resolve()), threads)
     with _cache_lock:
         if key in _cache:

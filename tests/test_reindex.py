@@ -179,9 +179,9 @@ def test_doctor_says_how_far_an_interrupted_reindex_got(tmp_path, monkeypatch):
 
 @pytest.mark.model
 def test_a_store_on_the_old_default_keeps_its_model_until_reindex_moves_it(tmp_path, monkeypatch):
-    """multilingual-e5-small is the default; a store whose vectors come from all-MiniLM-L6-v2 (the
-    old default) keeps searching with MiniLM while no model is configured, doctor says so, and
-    `pmem reindex` moves it to e5. A model the user configures still wins (and mismatches)."""
+    """multilingual-e5-small(-symmetric) is the default; a store whose vectors come from
+    all-MiniLM-L6-v2 (the old default) keeps searching with MiniLM while no model is configured,
+    doctor says so, and `pmem reindex` moves it to e5. A model the user configures still wins (and mismatches)."""
     import json
 
     from conftest import models_dir
@@ -209,7 +209,7 @@ def test_a_store_on_the_old_default_keeps_its_model_until_reindex_moves_it(tmp_p
                  "My sister lives in Porto"):
         pmem("add", text)
     monkeypatch.delenv("PMEM_EMBED_MODEL")
-    assert load().embed_model == "multilingual-e5-small"
+    assert load().embed_model == "multilingual-e5-small-symmetric"
     hits = json.loads(pmem("search", "dentist appointment", "--json").stdout)
     assert hits[0]["text"].startswith("The dentist")
     assert json.loads(pmem("stats", "--json").stdout)["embed_model"] == "all-MiniLM-L6-v2.f16"
