@@ -2,8 +2,8 @@
 
 A hook runs before every prompt a person types, so `pmem.cli.main` runs a plain
 `pmem hook CLIENT EVENT` (no options) here directly, without building the whole command line
-(typer and every command module: ~50 ms of a hook's ~230 ms at the load measured, benchmarks/README.md,
-"Always warm: the anchor and the targets"). `pmem hook ... --help` and anything with options
+(typer and every command module: ~50 ms of the ~260 ms of CPU a hook took, benchmarks/README.md,
+"The anchor and the targets"). `pmem hook ... --help` and anything with options
 still go through typer, which calls the same `run`.
 """
 

@@ -6,7 +6,7 @@ handshake is a few fields pmem knows (`early_reply`), written while the SDK impo
 then the SDK serves the session, handed that `initialize` again under an id of pmem's whose reply
 it drops (`_Lines`, `_Out`). A client whose first message is anything else, or that asks for a
 protocol version pmem does not list, is served by the SDK from its first byte. Figures:
-benchmarks/README.md, "MCP initialize". Nothing heavy loads for the handshake: the database opens
+benchmarks/README.md, "The anchor and the targets". Nothing heavy loads for the handshake: the database opens
 on the first tool call and the embedding model loads on the first call that needs a vector.
 Tools run in worker threads; one lock keeps them to the one SQLite connection in turn. A call
 answers within about `actions.LOCK_WAIT` seconds on a database another process holds (waiting
