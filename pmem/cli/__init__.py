@@ -6,6 +6,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .hook_run import direct, run
+
+    args = sys.argv[1:] if argv is None else argv
+    if direct(args):  # before every prompt: no typer, no other command (see hook_run)
+        run(args[1], args[2])
+        return
     from .app import app
 
     try:

@@ -3,7 +3,6 @@
 The work lives in pmem.integrations; these commands parse options and print.
 """
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -83,45 +82,9 @@ def mcp(
 
 def _hook(client: str, event: str) -> None:
     """The body of every `pmem hook CLIENT EVENT`: never fails, never prints an error."""
-    from ..integrations import hooks
+    from .hook_run import run
 
-    stdin = ""
-    try:
-        if event not in hooks.EVENTS:
-            raise UsageError(f"unknown event {event!r}: use {', '.join(hooks.EVENTS)}")
-        if sys.stdin is not None and not sys.stdin.isatty():
-            stdin = sys.stdin.buffer  # read by the hook, within its time limit
-        from .. import config
-        from ..scope import auto_scope, read_filter
-
-        cfg = config.load()
-        settings = hooks.HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout))
-
-        def make_filter(data):
-            project = auto_scope(data.cwd) if data.cwd else None
-            return read_filter(project), project
-
-        db = db_override()  # read here: the work runs in another thread, outside typer's context
-
-        def open_db():
-            from ..store import MemoryStore
-
-            return MemoryStore(db)
-
-        block = hooks.run_hook(client, event, stdin, open_db, settings=settings, make_filter=make_filter)
-        if block:
-            sys.stdout.write(block + "\n")
-            sys.stdout.flush()
-    except BaseException as exc:  # noqa: BLE001 - a hook must never fail the prompt
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
-        hooks.log_error(f"{client} {event}: {type(exc).__name__}: {exc}")
-    finally:
-        import threading
-
-        if any(t.name == "pmem-hook" and t.is_alive() for t in threading.enumerate()):
-            sys.stdout.flush()
-            os._exit(0)  # a hook that ran out of time: leave now, the prompt is waiting
+    run(client, event, db_override())  # --db read here: the work runs in another thread, outside typer's context
     raise typer.Exit(0)
 
 

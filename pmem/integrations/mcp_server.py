@@ -1,18 +1,25 @@
 """`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem[mcp]"`).
 
-The SDK (pydantic, starlette, httpx...) costs about a second of import and 40 MB, so it is an
-extra, and this module imports it only in `build_server()`. The server answers `initialize` before
-anything heavy: the database opens on the first tool call and the embedding model loads on the
-first call that needs a vector. Tools run in worker threads; one lock keeps them to the one SQLite
-connection in turn. A call answers within about `actions.LOCK_WAIT` seconds on a database another
-process holds (waiting for its turn, the store's opening and the write lock included): its
-result, or a tool error that says the database is locked and to try again.
+The SDK (pydantic, its protocol types, starlette, httpx...) costs about a second of import and 40
+MB, so it is an extra, and this process answers `initialize` before it has imported it: the
+handshake is a few fields pmem knows (`early_reply`), written while the SDK imports in a thread;
+then the SDK serves the session, handed that `initialize` again under an id of pmem's whose reply
+it drops (`_Lines`, `_Out`). A client whose first message is anything else, or that asks for a
+protocol version pmem does not list, is served by the SDK from its first byte. Figures:
+benchmarks/README.md, "The anchor and the targets". Nothing heavy loads for the handshake: the database opens
+on the first tool call and the embedding model loads on the first call that needs a vector.
+Tools run in worker threads; one lock keeps them to the one SQLite connection in turn. A call
+answers within about `actions.LOCK_WAIT` seconds on a database another process holds (waiting
+for its turn, the store's opening and the write lock included): its result, or a tool error that
+says the database is locked and to try again.
 """
 
+import json
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from ..display import prompt_safe
 from ..errors import DatabaseError, PmemError
@@ -35,12 +42,16 @@ class MissingExtra(PmemError):
 
 
 def sdk_available() -> bool:
+    """Whether the SDK (2.x, with `mcp.server.mcpserver`) is installed, without importing it:
+    `find_spec` of a submodule would import its parents, which is the whole SDK."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec("mcp.server.mcpserver") is not None
+        spec = importlib.util.find_spec("mcp")
     except (ImportError, ValueError):
         return False
+    places = spec.submodule_search_locations if spec is not None else None
+    return bool(places) and any((Path(p) / "server" / "mcpserver").is_dir() for p in places)
 
 
 BUSY = ("the pmem database is busy: another pmem process (an import, a dream) holds it; "
@@ -214,18 +225,161 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
     return server
 
 
+# The handshake versions pmem answers itself; the SDK answers any other (tests hold this inside
+# the SDK's own list, and `early_reply` equal to the SDK's reply for each).
+EARLY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+# What the SDK's server declares for pmem's six tools (MCPServer's defaults).
+CAPABILITIES = {"prompts": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
+                "tools": {"listChanged": False}}
+REPLAY_ID = "pmem-early-initialize"  # the id the SDK sees for the `initialize` answered early
+
+
+def early_reply(message: Any) -> dict[str, Any] | None:
+    """The reply to a client's first message when it is an `initialize` pmem can answer before the
+    SDK has loaded (the same reply the SDK gives), else None: the SDK answers it."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") != "initialize":
+        return None
+    mid, params = message.get("id"), message.get("params")
+    if isinstance(mid, bool) or not isinstance(mid, (str, int)) or not isinstance(params, dict):
+        return None
+    info = params.get("clientInfo")
+    if (params.get("protocolVersion") not in EARLY_VERSIONS or not isinstance(params.get("capabilities"), dict)
+            or not isinstance(info, dict) or not isinstance(info.get("name"), str)
+            or not isinstance(info.get("version"), str)):
+        return None
+    from ..version import __version__
+
+    return {"jsonrpc": "2.0", "id": mid, "result": {
+        "capabilities": CAPABILITIES, "instructions": INSTRUCTIONS, "protocolVersion": params["protocolVersion"],
+        "serverInfo": {"name": "pmem", "version": __version__}}}
+
+
+class _Wire:
+    """The process's stdin and stdout, claimed for the protocol as the SDK's stdio transport claims
+    them: fd 0 then reads the null device and fd 1 writes to stderr, so a stray print (or a
+    C library's) misses the wire. `restore()` puts them back."""
+
+    def __init__(self) -> None:
+        self._in, self._out = os.dup(0), os.dup(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+        self.reader: BinaryIO = os.fdopen(os.dup(self._in), "rb")
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._out, view):]
+
+    def restore(self) -> None:
+        os.dup2(self._in, 0)
+        os.dup2(self._out, 1)
+        self.reader.close()
+        os.close(self._in)
+        os.close(self._out)
+
+
+class _Lines:
+    """The SDK's stdin: the lines pmem read first, then the rest of the client's."""
+
+    def __init__(self, first: list[bytes], reader: BinaryIO):
+        self.first = first
+        self.reader = reader
+
+    def readline(self) -> str:
+        line = self.first.pop(0) if self.first else self.reader.readline()
+        return line.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        pass
+
+
+class _Out:
+    """The SDK's stdout: every message to the client, less the SDK's reply to the replayed
+    `initialize` (the client had pmem's)."""
+
+    def __init__(self, wire: _Wire, drop: str | None):
+        self.wire = wire
+        self.drop = drop
+        self.buf = ""
+
+    def write(self, text: str) -> int:
+        self.buf += text
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            if self.drop is not None and self.drop in line:
+                try:
+                    if json.loads(line).get("id") == self.drop:
+                        self.drop = None
+                        continue
+                except (ValueError, AttributeError):
+                    pass
+            self.wire.write(line.encode("utf-8") + b"\n")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _import_sdk(box: dict[str, BaseException]) -> None:
+    try:
+        import anyio  # noqa: F401
+        import mcp.server.mcpserver  # noqa: F401
+        import mcp.server.stdio  # noqa: F401
+    except BaseException as exc:  # noqa: BLE001 - raised by the thread that waits for it
+        box["error"] = exc
+
+
 def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
                 scope_filter: Callable[[Any], Any] | None = None,
                 scope_for_write: Callable[[], str | None] | None = None) -> None:
     """Run until the client closes stdin. Returns normally on a client that disconnects."""
     backend = Backend(open_store, cwd=cwd or os.getcwd())
-    server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
+    failed: dict[str, BaseException] = {}
+    sdk = threading.Thread(target=_import_sdk, args=(failed,), name="pmem-mcp-sdk", daemon=True)
+    sdk.start()
+    wire = _Wire()
     try:
-        server.run("stdio")
+        first = wire.reader.readline()
+        if not first:
+            return  # the client left before saying anything
+        try:
+            message = json.loads(first)
+        except (ValueError, RecursionError):
+            message = None
+        reply = early_reply(message)
+        if reply is not None:
+            wire.write(json.dumps(reply).encode("utf-8") + b"\n")
+            first = json.dumps({**message, "id": REPLAY_ID}).encode("utf-8") + b"\n"
+        sdk.join()
+        if "error" in failed:
+            raise MissingExtra(INSTALL_HINT) from failed["error"]
+        server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
+        _run(server, _Lines([first], wire.reader), _Out(wire, REPLAY_ID if reply is not None else None))
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
     finally:
         backend.close()
+        wire.restore()
+
+
+def _run(server: Any, stdin: _Lines, stdout: _Out) -> None:
+    """`server.run("stdio")` on these streams (MCPServer.run_stdio_async, given them)."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        async with stdio_server(stdin=anyio.wrap_file(stdin), stdout=anyio.wrap_file(stdout)) as (read, write):
+            low = server._lowlevel_server
+            await low.run(read, write, low.create_initialization_options())
+
+    anyio.run(main)
 
 
 def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = None) -> None:
