@@ -23,6 +23,7 @@ from ..errors import DatabaseError, NotFound, UsageError
 from ..records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 from . import erase, migrations
 from .connection import ID, Connection, Progress, token
+from .dreamreads import DreamReads
 from .filter import LIVE_SQL, Filter, check_tiers, estimate, is_live
 from .journal import Journal, memory_dict
 from .keywords import MERGE_PAUSE, MERGE_STEP, KeywordIndex
@@ -69,7 +70,7 @@ def _normalize(m: Memory) -> Memory:
     return replace(m, text=text, tags=tags, pinned=pinned, tier=tier, thread=thread, thread_pos=pos)
 
 
-class MemoryStore:
+class MemoryStore(DreamReads):
     """The memory database. Open one per process; it is cheap until a model is needed."""
 
     def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
@@ -415,38 +416,7 @@ class MemoryStore:
                                         f"ORDER BY m.thread_pos {order}, m.seq {order} LIMIT {int(count)}"))
         return sides[0][::-1], sides[1]
 
-    # -- what a dream reads on a large store (pmem.dream: only what changed) -----------------
-
-    def expired_live(self, now: str) -> list[Memory]:
-        """Live memories whose expires_at has passed by `now` (from the index on expires_at)."""
-        where, params = Filter.live().where(now)
-        return self.db.select(f"{where} AND m.expires_at IS NOT NULL AND m.expires_at <= ?", [*params, now],
-                              "ORDER BY m.seq", "memories_expires")
-
-    def facts_starting_with(self, words: Sequence[str], upto: int | None = None) -> list[Memory]:
-        """Live memories outside the episodic tier (stored up to row `upto`) whose text begins
-        with these words (the keyword index, with its stemming): the facts of one subject ("my
-        car is ...")."""
-        if not words:
-            return []
-        where, params = Filter.live().where(self.clock())
-        if upto is not None:
-            where, params = f"{where} AND m.seq <= ?", [*params, int(upto)]
-        return self.db.select(f"{where} AND m.tier != 'episodic' AND m.seq IN "
-                              f"(SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)",
-                              [*params, self.keywords.starting_with(list(words))], "ORDER BY m.seq")
-
-    def live_after(self, seq: int, limit: int) -> list[tuple[int, Memory]]:
-        """Up to `limit` live memories stored after row `seq`, in storage order, with their row
-        numbers (a dream's first comparison of a large store goes through them in slices)."""
-        where, params = Filter.live().where(self.clock())
-        return self.db.rows(f"{where} AND m.seq > ?", [*params, int(seq)], f"ORDER BY m.seq LIMIT {int(limit)}")
-
-    def count_live_after(self, seq: int) -> int:
-        """How many live memories were stored after row `seq`."""
-        where, params = Filter.live().where(self.clock())
-        return self.conn.execute(f"SELECT count(*) FROM memories m WHERE {where} AND m.seq > ?",
-                                 [*params, int(seq)]).fetchone()[0]
+    # -- what a dream reads on a large store: DreamReads (dreamreads.py), and --------------
 
     def event_mark(self) -> int:
         """The number of the newest event: any later change to a memory gets a larger one."""
