@@ -747,7 +747,9 @@ class PmemApp(App[None]):
 
         try:
             with self.background() as store:
-                load_embedder(store.embed_model_name(), threads=store.config.threads)  # cached for the process
+                # cached for the process; a running `pmem serve` answers at once (the store's own way)
+                load_embedder(store.embed_model_name(), threads=store.config.threads,
+                              server=store.config.server, idle_minutes=store.config.server_idle_minutes)
                 store.check_model()
         except PmemError as exc:
             self.call_from_thread(self._model_failed, str(exc))

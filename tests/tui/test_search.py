@@ -36,6 +36,22 @@ async def test_hybrid_search_ranks_the_match_first(app):
         assert app.table.current_id() == "a3" or app.table.ids()[0] == "a3"
 
 
+async def test_the_model_is_asked_of_a_running_server_first(app, monkeypatch):
+    """The TUI loads the embedding model the way every command does: through `pmem serve` when
+    the `server` setting allows it, so a served model answers the first search at once."""
+    import pmem.embed
+
+    asked = []
+    real = pmem.embed.load_embedder
+    monkeypatch.setattr(pmem.embed, "load_embedder", lambda spec, **kw: asked.append(kw) or real(spec, **kw))
+    async with running(app) as pilot:
+        await pilot.press("slash")
+        await settle(app, pilot)
+        assert app.model_state == "ready"
+    assert asked and asked[0]["server"] == app.store.config.server
+    assert asked[0]["idle_minutes"] == app.store.config.server_idle_minutes
+
+
 async def test_search_highlights_the_best_result_and_p_pins_it(tstore):
     """Issue 10, defect 13: the highlight used to stay on the memory highlighted before the
     search, wherever it landed in the results, and `p` then pinned that one."""
