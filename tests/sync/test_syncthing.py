@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,8 +19,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_sync_cli import Device
 
-ROOT = Path(__file__).resolve().parents[2]
 SYNCTHING = shutil.which("syncthing")
 FOLDER_ID = "pmem"
 DEADLINE = 180  # seconds one wait may take: generous, for a loaded 2-core CI machine
@@ -148,30 +147,6 @@ def converge(src: Syncthing, dst: Syncthing) -> None:
                 and completion.get("completion") == 100 and _files(src.folder) == _files(dst.folder))
 
     wait(done, f"{dst.home.name} to receive {src.home.name}'s changes", src, dst)
-
-
-class Device:
-    def __init__(self, tmp: Path, name: str, key: Path):
-        self.home = tmp / f"home-{name}"
-        self.key = key
-
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
-        env.update(PMEM_HOME=str(self.home), PMEM_EMBED_MODEL="fake-64", NO_COLOR="1", PYTHONPATH=str(ROOT))
-        p = subprocess.run([sys.executable, "-m", "pmem", *args], capture_output=True, text=True, env=env,
-                           timeout=300)
-        assert p.returncode == 0, p.stderr
-        return p
-
-    def json(self, *args: str):
-        return json.loads(self.run(*args, "--json").stdout)
-
-    def memories(self) -> dict[str, dict]:
-        rows = [json.loads(line) for line in self.run("export", "--include-forgotten").stdout.splitlines() if line]
-        for r in rows:
-            r.pop("access_count", None)
-            r.pop("last_accessed_at", None)
-        return {r["id"]: r for r in rows}
 
 
 @pytest.fixture
