@@ -493,3 +493,30 @@ def test_remember_with_extract_in_the_project_keeps_facts_there(pmem_home, proje
         assert len(ids) > len(data["source_ids"])  # facts were found
         assert {store.get(i).scope for i in ids} == {str(project.resolve())}
         assert store.list_memories(Filter(scope="global"), limit=None) == []
+
+
+def test_writing_tools_start_the_background_sync_and_reading_ones_do_not(pmem_home, monkeypatch):
+    """sync_auto = on: a memory an agent stores through MCP travels like one stored by
+    `pmem add`, so each writing tool kicks the background sync (autosync.kick) and no reading
+    one does; with the setting off, none does."""
+    from pmem import autosync
+    from pmem.config import load
+    from pmem.integrations import actions
+    from pmem.integrations.mcp_server import Backend
+    from pmem.store import MemoryStore
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    kicked: list = []
+    monkeypatch.setattr(autosync, "kick", lambda db: kicked.append(Path(db)) or True)
+    path = pmem_home / "pmem.db"
+    for setting, expected in (("on", 1), ("off", 0)):
+        monkeypatch.setenv("PMEM_SYNC_AUTO", setting)
+        kicked.clear()
+        backend = Backend(lambda: MemoryStore(path, config=load()))
+        text = f"The standup is at 9 ({setting})"
+        mid = backend.run(lambda s, t=text: actions.remember(s, t), writes=True)["memory"]["id"]
+        assert kicked == [path] * expected
+        backend.run(lambda s: s.list_memories())
+        backend.run(lambda s, m=mid: actions.pin(s, m), writes=True)
+        assert kicked == [path] * (2 * expected)
+        backend.close()

@@ -73,19 +73,26 @@ class Backend:
         self.client_name: str | None = None
         self.error_class: type[Exception] = PmemError
 
-    def run(self, fn: Callable[[Any], Any]) -> Any:
+    def run(self, fn: Callable[[Any], Any], writes: bool = False) -> Any:
         """Call `fn(store)` within `wait` seconds in all; a foreseeable pmem error becomes a tool
         error whose one-line message the model reads (an unexpected one is logged to stderr by
-        the SDK)."""
+        the SDK). After a tool that `writes`, `sync_auto = on` starts a background `pmem sync`,
+        as after a write command (pmem/autosync.py)."""
         with actions.lock_deadline(self.wait):
             if not self._lock.acquire(timeout=max(0.0, actions.time_left())):
                 raise self.error_class(WAITING)
             try:
-                return fn(self._opened())
+                store = self._opened()
+                out = fn(store)
             except PmemError as exc:
                 raise self.error_class(prompt_safe(str(exc))) from None
             finally:
                 self._lock.release()
+        if writes and store.config.sync_auto == "on":
+            from .. import autosync
+
+            autosync.kick(store.path)
+        return out
 
     def _opened(self) -> Any:
         """The store, opened in a thread of its own: an open that has to wait (migrations on a
@@ -191,7 +198,7 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
         note_client(ctx)
         scope = scope_for_write() if (project and scope_for_write) else None
         return actions.bounded_json(backend.run(lambda s: actions.remember(
-            s, text, tags=tags, pin=pin, source=backend.source, extract=extract, scope=scope)), "facts")
+            s, text, tags=tags, pin=pin, source=backend.source, extract=extract, scope=scope), writes=True), "facts")
 
     @server.tool(annotations=ToolAnnotations(title="Correct a memory", read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=False, open_world_hint=False),
@@ -202,7 +209,8 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
         An `id` already corrected is corrected in its current version; the same call twice stores
         one correction."""
         note_client(ctx)
-        return actions.bounded_json(backend.run(lambda s: actions.update(s, id, text, source=backend.source)))
+        return actions.bounded_json(backend.run(lambda s: actions.update(s, id, text, source=backend.source),
+                                                writes=True))
 
     @server.tool(annotations=ToolAnnotations(title="Pin a memory", read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
@@ -211,7 +219,7 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
         """Pin memory `id` (at least 4 characters of it): it becomes core and is recalled first,
         every time. A forgotten or replaced memory cannot be pinned."""
         note_client(ctx)
-        return actions.bounded_json(backend.run(lambda s: actions.pin(s, id)))
+        return actions.bounded_json(backend.run(lambda s: actions.pin(s, id), writes=True))
 
     @server.tool(annotations=ToolAnnotations(title="Forget a memory", read_only_hint=False, destructive_hint=True,
                                              idempotent_hint=True, open_world_hint=False),
@@ -220,7 +228,7 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
         """Forget memory `id` (at least 4 characters of it; a soft delete: the user can bring it back
         with `pmem undo` or `pmem restore`). Only when the user asks you to forget something."""
         note_client(ctx)
-        return actions.bounded_json(backend.run(lambda s: actions.forget(s, id)))
+        return actions.bounded_json(backend.run(lambda s: actions.forget(s, id), writes=True))
 
     return server
 
