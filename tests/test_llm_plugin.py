@@ -132,3 +132,22 @@ def test_remember_tool_pins_text_already_stored(plugin, seeded, pmem_home):
     assert again["created"] is False and again["memory"]["tier"] == "core"
     with MemoryStore(pmem_home / "pmem.db") as s:
         assert s.get(again["memory"]["id"]).pinned
+
+
+def test_remember_tool_starts_the_background_sync_only_when_asked(plugin, seeded, pmem_home, monkeypatch):
+    """sync_auto = on: a fact the model stores through llm travels like one from `pmem add`;
+    search and recall start nothing, and with the setting off nothing starts at all."""
+    from pmem import autosync
+
+    kicked: list = []
+    monkeypatch.setattr(autosync, "kick", lambda db: kicked.append(Path(db)) or True)
+    tools = {t.name: t for t in llm.get_tools()["Pmem"]().tools()}
+    monkeypatch.setenv("PMEM_SYNC_AUTO", "on")
+    tools["Pmem_search"].implementation(query="Kyoto trip")
+    tools["Pmem_recall"].implementation(topic="dinner")
+    assert kicked == []
+    tools["Pmem_remember"].implementation(text="I moved to Lisbon")
+    assert kicked == [pmem_home / "pmem.db"]
+    monkeypatch.setenv("PMEM_SYNC_AUTO", "off")
+    tools["Pmem_remember"].implementation(text="I moved to Porto")
+    assert kicked == [pmem_home / "pmem.db"]

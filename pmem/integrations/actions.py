@@ -91,6 +91,15 @@ def retry_busy(fn: Callable[[], T], store: MemoryStore | None = None, *, read: b
             time.sleep(pause)
 
 
+def after_write(store: MemoryStore) -> None:
+    """What follows an agent's write, as it follows a write command: under `sync_auto = on`, a
+    background `pmem sync` (pmem/autosync.py; it never raises)."""
+    if store.config.sync_auto == "on":
+        from .. import autosync
+
+        autosync.kick(store.path)
+
+
 def _query(text: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise UsageError("the query is empty")

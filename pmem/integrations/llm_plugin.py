@@ -82,7 +82,9 @@ class Pmem(llm.Toolbox):
 
                 scope = auto_scope(None)
             source = "llm" if self._source == "llm" else actions.client_source("llm", self._source)
-            return actions.remember(s, text, pin=pin, source=source, scope=scope)
+            out = actions.remember(s, text, pin=pin, source=source, scope=scope)
+            actions.after_write(s)
+            return out
 
         return actions.bounded_json(self._run(run))
 

@@ -76,8 +76,7 @@ class Backend:
     def run(self, fn: Callable[[Any], Any], writes: bool = False) -> Any:
         """Call `fn(store)` within `wait` seconds in all; a foreseeable pmem error becomes a tool
         error whose one-line message the model reads (an unexpected one is logged to stderr by
-        the SDK). After a tool that `writes`, `sync_auto = on` starts a background `pmem sync`,
-        as after a write command (pmem/autosync.py)."""
+        the SDK). A tool that `writes` is followed by actions.after_write."""
         with actions.lock_deadline(self.wait):
             if not self._lock.acquire(timeout=max(0.0, actions.time_left())):
                 raise self.error_class(WAITING)
@@ -88,10 +87,8 @@ class Backend:
                 raise self.error_class(prompt_safe(str(exc))) from None
             finally:
                 self._lock.release()
-        if writes and store.config.sync_auto == "on":
-            from .. import autosync
-
-            autosync.kick(store.path)
+        if writes:
+            actions.after_write(store)
         return out
 
     def _opened(self) -> Any:
