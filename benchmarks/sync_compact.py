@@ -36,9 +36,8 @@ from pmem.records import Memory  # noqa: E402
 from pmem.store import MemoryStore  # noqa: E402
 from pmem.sync import auto  # noqa: E402
 
-WORDS = ("the a my our next last new old trip train flight hotel dinner recipe garden coffee bike book film "
-         "song class exam project deadline meeting budget sister friend doctor Monday weekend morning summer "
-         "Lisbon Oslo Kyoto want need like start finish move buy cook visit call write read learn fix").split()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_bench import WORDS  # noqa: E402  (the same made-up memories as sync_bench)
 
 
 def memories(rng: random.Random, n: int, tag: str) -> list[Memory]:
