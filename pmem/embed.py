@@ -246,6 +246,13 @@ def _local(key: tuple[str, int]) -> Embedder:
         return _cache[key]
 
 
+def load_model_file_once(path: Path | str, threads: int = 0) -> Embedder:
+    """`load_model_file`, once per process: the loader of `pmem serve`, so that a store it opens
+    for a hook (load_embedder with server="never" and the server's threads) embeds with the very
+    model it serves, not a second copy."""
+    return _local((str(Path(path).resolve()), threads))
+
+
 def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0,
                   server: str = "never", idle_minutes: float = 15.0) -> Embedder:
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).

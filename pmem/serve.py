@@ -36,6 +36,8 @@ and a client that gets one loads the model itself. Version 2 added "query": mode
 search queries and stored texts differently (e5's "query: " / "passage: ", `query_aware`) are told
 which; version 1 servers would have embedded every query as a passage.
     {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], ...}
+    {"op": "hook", "build": ..., ...}         -> {"ok": true, "block": ..., "build": ...}
+                                                 (an agent hook's whole work: `ops`, pmem.integrations.hooks)
     {"op": "stop"}                            -> {"ok": true}
     failures                                  -> {"ok": false, "error": "one line"}
     refusals (busy, stopping)                 -> {"ok": false, "busy": true, "error": ...}
@@ -93,20 +95,24 @@ def first_wait() -> float:
 
 
 def build_id() -> str:
-    """This pmem's version and the identity of its model code: a command that finds a server of
-    another build stops it and starts its own (an upgrade must not keep old code serving)."""
+    """This pmem's version and the identity of its code: a command that finds a server of another
+    build stops it and starts its own (an upgrade must not keep old code serving). Every module
+    counts, not only the model's: a server answers hooks with pmem's search and store code too
+    (`ops`). ~1 ms for the ~100 files."""
     import hashlib
 
     from .version import __version__
 
     here = Path(__file__).resolve().parent
     parts = [__version__]
-    for name in ("serve.py", "embed.py", "embed_e5.py", "loading.py", "version.py"):
-        try:
-            st = (here / name).stat()
-        except OSError:
-            continue
-        parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    for folder, subfolders, names in os.walk(here):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(n for n in names if n.endswith(".py")):
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            parts.append(f"{os.path.relpath(os.path.join(folder, name), here)}:{st.st_size}:{st.st_mtime_ns}")
     return __version__ + "+" + hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
@@ -411,11 +417,16 @@ class Server:
     """Serves embeddings on a Unix socket until stopped, signalled, or idle for `idle` seconds.
 
     `loader(path, threads=...)` loads the embedder for a model file (the CLI passes
-    `pmem.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes)."""
+    `pmem.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes).
+    `ops` adds requests this module knows nothing of: `ops[name](server, request, reply)` calls
+    `reply(header)` once, and may tidy up after it (the CLI gives "hook", an agent hook run whole
+    here, which closes its database after replying; this module imports none of it)."""
 
     def __init__(self, path: Path | None = None, *, loader: Callable[..., Any], threads: int = 0,
                  idle: float = 0.0, max_connections: int = MAX_CONNECTIONS, workers: int = WORKERS,
-                 request_timeout: float = REQUEST_TIMEOUT, started_by: str = "", build: str | None = None):
+                 request_timeout: float = REQUEST_TIMEOUT, started_by: str = "", build: str | None = None,
+                 ops: dict[str, Callable[["Server", dict[str, Any], Callable[[dict[str, Any]], None]], None]]
+                 | None = None):
         if not SUPPORTED:
             raise UsageError("`pmem serve` needs Unix sockets, which this platform does not have")
         self.path = path or socket_path()
@@ -431,6 +442,7 @@ class Server:
         self.last = time.monotonic()
         self.requests = 0
         self._loader = loader
+        self._ops = dict(ops or {})
         self._models: dict[str, Any] = {}
         self._models_lock = threading.Lock()
         self._stop = threading.Event()
@@ -722,6 +734,8 @@ class Server:
         elif op == "stop":
             _send_json(conn, {"ok": True})
             self.shutdown()
+        elif isinstance(op, str) and op in self._ops:
+            self._ops[op](self, req, lambda header: _send_json(conn, header))
         else:
             raise UsageError(f"bad request: unknown op {op!r}")
 

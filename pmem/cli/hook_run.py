@@ -26,7 +26,11 @@ def direct(argv: list[str]) -> bool:
 
 
 def run(client: str, event: str, db: Path | None = None) -> None:
-    """The hook: never fails, never prints an error (what went wrong goes to the hook log)."""
+    """The hook: never fails, never prints an error (what went wrong goes to the hook log).
+
+    With a server running (server = auto or always) the work is done there and this process
+    imports no store, search or model (hooks.ask_server); else, or when the server does not
+    answer in time, here, as a command does (and server = auto starts one for next time)."""
     from ..integrations import hooks
 
     stdin = ""
@@ -36,21 +40,24 @@ def run(client: str, event: str, db: Path | None = None) -> None:
         if sys.stdin is not None and not sys.stdin.isatty():
             stdin = sys.stdin.buffer  # read by the hook, within its time limit
         from .. import config
-        from ..scope import auto_scope, read_filter
 
         cfg = config.load()
-        settings = hooks.HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout))
+        asked: dict[str, str] = {}
 
-        def make_filter(data):
-            project = auto_scope(data.cwd) if data.cwd else None
-            return read_filter(project), project
+        def served(text: str, wait: float) -> str | None:
+            block, asked["how"] = hooks.ask_server(client, event, text, db, wait)
+            return block
 
         def open_db():
             from ..store import MemoryStore
 
-            return MemoryStore(db)
+            # a server that did not answer is not asked again for the model: it loads here at once
+            return MemoryStore(db, config=cfg.with_values("hook", server="never")
+                               if asked.get("how") == "unanswered" else cfg)
 
-        block = hooks.run_hook(client, event, stdin, open_db, settings=settings, make_filter=make_filter)
+        block = hooks.run_hook(client, event, stdin, open_db, settings=hooks.settings_for(cfg, client),
+                               make_filter=lambda data: hooks.hook_filter(data, os.getcwd()),
+                               served=None if cfg.server == "never" else served)
         if block:
             sys.stdout.write(block + "\n")
             sys.stdout.flush()

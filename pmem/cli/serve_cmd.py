@@ -83,9 +83,11 @@ def serve(
             out.note(f"pmem server running (pid {info['pid']}), socket {info['socket']}")
         return
 
-    from ..embed import load_model_file
+    from ..embed import load_model_file_once
+    from ..integrations.hooks import serve_hook
 
-    server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file, started_by=started_by or "")
+    server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file_once, started_by=started_by or "",
+                        ops={"hook": serve_hook})  # agent hooks run here whole: the hook's process stays thin
     try:
         # claims the socket: a second server stops here; one started by a command waits a moment
         # for a server it replaces, and leaves quietly when another command's server won the race

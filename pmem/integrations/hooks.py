@@ -17,6 +17,13 @@ model's context. `run_hook` is that command's body:
 
 Output conventions: Claude Code adds plain stdout to the context; Codex and Gemini CLI read a
 JSON object with `hookSpecificOutput.additionalContext` (Gemini requires JSON on stdout).
+
+Served: when `pmem serve` runs (server = auto or always), the hook's process only reads its
+input and hands it to the server (`ask_server`), which runs the same `build_context` against the
+same database, settings and session files (`serve_hook`) and sends the block back: the process
+imports no store, search or model, and the server already holds the model (benchmarks/README.md,
+"A hook served whole"). No server, one of another build, a busy one or one that does not answer
+within `server_wait()`: the hook does the work itself, as before.
 """
 
 from __future__ import annotations
@@ -26,8 +33,7 @@ import json
 import os
 import threading
 import time
-import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -36,6 +42,8 @@ from .. import paths
 from ..display import prompt_safe
 
 if TYPE_CHECKING:
+    from ..config import Settings
+    from ..serve import Server
     from ..store import Filter, MemoryStore
 
 CLIENTS = ("claude-code", "codex", "gemini")
@@ -52,6 +60,11 @@ EVENT_NAMES = {
 # means the history was summarised. So there a memory may come back after this many prompts.
 DEDUP_TURNS = {"gemini": 20}
 MAX_STDIN = 1_000_000  # characters of hook JSON read; a prompt longer than this is cut
+# Seconds a hook gives `pmem serve` to answer on an idle machine (stretched by the load, as
+# serve.first_wait is) before it does the work itself; a served prompt takes ~60 ms there.
+SERVER_WAIT = 0.25
+SERVER_WAIT_MAX = 1.5
+SERVER_MARGIN = 0.05  # the server keeps nothing it finishes this close to the hook giving up
 MAX_PROMPT_CHARS = 2_000  # of the prompt used as the query
 STATE_DAYS = 7  # session state files older than this are removed
 LOG_MAX_BYTES = 256_000
@@ -264,8 +277,12 @@ def _relevant(store: MemoryStore, query: str, flt: Filter, limit: int, min_simil
 
 
 def build_context(store: MemoryStore, event: str, data: HookInput, settings: HookSettings,
-                  flt: Filter | None = None, project: str | None = None) -> str:
-    """The block to print for one hook event ("" when there is nothing new and relevant)."""
+                  flt: Filter | None = None, project: str | None = None,
+                  commit: Callable[[], bool] | None = None) -> str:
+    """The block to print for one hook event ("" when there is nothing new and relevant).
+
+    `commit()`, asked before the session file and the access counts are written: False keeps
+    them as they were (a served hook whose process stopped waiting does the work itself)."""
     from ..store import Filter
 
     flt = flt or Filter()
@@ -296,6 +313,8 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
     header = "# From the user's memory (pmem; quote it, do not invent more)"
     block, ids = _pack(header, [(t, [m for m in ms if not state.seen(m.id, within)]) for t, ms in sections],
                        settings.budget)
+    if commit is not None and not commit():
+        return block
     state.given.update(dict.fromkeys(ids, state.turn))
     count = [*state.untouched, *(i for i in ids if i not in state.untouched)]
     if count:  # never wait on a writer: what cannot be counted now is counted at the next hook
@@ -331,14 +350,35 @@ def format_output(client: str, event: str, block: str) -> str:
                                               "additionalContext": block}}, ensure_ascii=False)
 
 
+def settings_for(cfg: Settings, client: str) -> HookSettings:
+    """The hook settings of `cfg` (hook_budget, hook_timeout) for `client`."""
+    return HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout),
+                        dedup_turns=DEDUP_TURNS.get(client))
+
+
+def hook_filter(data: HookInput, cwd: str | None = None) -> tuple[Filter, str | None]:
+    """What a hook may give: the global memories and those of the project `data.cwd` is in (a
+    relative one taken from `cwd`, the hook process's directory); returns (filter, project)."""
+    from ..scope import auto_scope, read_filter
+
+    where = data.cwd
+    if where and cwd:
+        where = os.path.join(cwd, os.path.expanduser(where))
+    project = auto_scope(where) if where else None
+    return read_filter(project), project
+
+
 def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callable[[], MemoryStore], *,
              settings: HookSettings | None = None,
-             make_filter: Callable[[HookInput], tuple[Filter | None, str | None]] | None = None) -> str:
+             make_filter: Callable[[HookInput], tuple[Filter | None, str | None]] | None = None,
+             served: Callable[[str, float], str | None] | None = None) -> str:
     """The whole hook: never raises, never runs past `settings.timeout`; returns what to print.
 
     `stdin` is the hook's JSON, or the stream to read it from (within the time limit too). The
     work runs in a daemon thread; if it is not done in time the caller gets "" (and the thread is
-    abandoned: the CLI exits right after printing)."""
+    abandoned: the CLI exits right after printing). `served(text, wait)`: the block `pmem serve`
+    made for this input within `wait` seconds (`ask_server`), or None, and then the work is done
+    here; a compaction is always done here (it only resets the session file)."""
     settings = settings or HookSettings()
     if client not in CLIENTS or event not in EVENT_NAMES.get(client, {}):
         log_error(f"{client} {event}: unknown client or event")
@@ -346,10 +386,17 @@ def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callabl
     if settings.dedup_turns is None:
         settings = replace(settings, dedup_turns=DEDUP_TURNS.get(client))
     result: dict[str, str] = {}
+    started = time.monotonic()
 
     def work() -> None:
         try:
-            data = parse_input(stdin if isinstance(stdin, str) else read_input(stdin))
+            text = stdin if isinstance(stdin, str) else read_input(stdin)
+            if served is not None and event != "compact":
+                block = served(text, server_wait(settings.timeout - (time.monotonic() - started)))
+                if block is not None:
+                    result["block"] = block
+                    return
+            data = parse_input(text)
             if event == "compact":
                 compacted(client, data)
                 return
@@ -360,6 +407,8 @@ def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callabl
             finally:
                 store.close()
         except BaseException as exc:  # noqa: BLE001 - the hook must never fail the prompt
+            import traceback  # only here: a served hook's process imports as little as it can
+
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             log_error(f"{client} {event}: {tb}")
 
@@ -370,3 +419,120 @@ def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callabl
         log_error(f"{client} {event}: gave up after {settings.timeout:g} s (nothing printed)")
         return format_output(client, event, "")
     return format_output(client, event, result.get("block", ""))
+
+
+# --- served by `pmem serve` ------------------------------------------------------------------
+
+
+def server_wait(left: float) -> float:
+    """Seconds a hook with `left` seconds to go waits for the server: SERVER_WAIT, stretched by
+    the load as a command's first wait is (serve.first_wait), at most SERVER_WAIT_MAX and half
+    of what is left (the work done here needs the rest)."""
+    from ..serve import FIRST_WAIT, first_wait
+
+    return max(0.0, min(left / 2, SERVER_WAIT_MAX, SERVER_WAIT * first_wait() / FIRST_WAIT))
+
+
+def _settings_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The PMEM_* variables that override settings (config.env_name), and nothing else: the
+    server reads the hook's settings with them, never the environment it was started with."""
+    from ..config import KEYS, env_name
+
+    return {env_name(k): environ[env_name(k)] for k in KEYS if environ.get(env_name(k), "") != ""}
+
+
+def ask_server(client: str, event: str, text: str, db: str | os.PathLike | None,
+               wait: float) -> tuple[str | None, str]:
+    """Hand one hook to `pmem serve`: (the block it made, "served"), or (None, why): "none" (no
+    server, or it refused: another build, another home, busy, an error) or "unanswered" (nothing
+    within `wait` seconds: a stopped or wedged server, which the work done here should not ask
+    again). `db`: the database the hook works on (None: the default)."""
+    from .. import serve
+
+    if not serve.SUPPORTED:
+        return None, "none"
+    sock = serve.socket_path()
+    if not sock.exists():
+        return None, "none"
+    build = serve.build_id()
+    request = {"op": "hook", "build": build, "client": client, "event": event, "input": text,
+               "db": os.path.abspath(paths.db_path(db)), "cwd": os.getcwd(), "home": str(paths.data_dir()),
+               "models": str(paths.models_dir()), "config": str(paths.config_path()),
+               "env": _settings_env(os.environ), "deadline": time.time() + wait}
+    try:
+        reply = serve.call(request, path=sock, timeout=wait)
+    except TimeoutError:  # socket.timeout: connected (a stopped server's backlog) or not, no reply
+        return None, "unanswered"
+    except (OSError, ValueError):
+        return None, "none"
+    if reply.get("ok") is True and reply.get("build") == build and isinstance(reply.get("block"), str):
+        return reply["block"], "served"
+    return None, "none"
+
+
+def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
+    """`pmem serve`'s "hook" request (ask_server's): the same `build_context` the hook runs
+    itself, against the database the request names, with the hook's settings and session file.
+
+    Refused (the hook then does the work itself): a request of another build; one from another
+    pmem home, models folder or config file (the session files and settings would not be the
+    hook's); a database that does not exist (the hook creates it, not the server) or is not a
+    file of this server's user; one whose hook stopped waiting. The socket admits this user only
+    (0600 in a 0700 folder, and the peer's uid is checked), so a request is this user's own."""
+    import stat
+
+    from .. import config
+    from ..errors import UsageError
+
+    if req.get("build") != server.build:
+        return reply({"ok": False, "error": "this pmem server is of another build", "build": server.build})
+    client, event, text, deadline = req.get("client"), req.get("event"), req.get("input"), req.get("deadline")
+    if not isinstance(client, str) or not isinstance(event, str) or event == "compact" \
+            or event not in EVENT_NAMES.get(client, {}):
+        raise UsageError("bad request: unknown client or event")
+    if not isinstance(text, str) or len(text) > MAX_STDIN * 4:
+        raise UsageError("bad request: input must be the hook's text")
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
+        raise UsageError("bad request: no deadline")
+    env, db, cwd = req.get("env"), req.get("db"), req.get("cwd")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()) \
+            or set(env) - {config.env_name(k) for k in config.KEYS}:
+        raise UsageError("bad request: env must hold settings' variables only")
+    if not (isinstance(db, str) and os.path.isabs(db) and isinstance(cwd, str) and os.path.isabs(cwd)):
+        raise UsageError("bad request: db and cwd must be absolute paths")
+    for key, here in (("home", paths.data_dir()), ("models", paths.models_dir()), ("config", paths.config_path())):
+        if req.get(key) != str(here):
+            raise UsageError(f"this pmem server serves another {key}")
+    try:
+        st = os.stat(db)
+    except OSError:
+        raise UsageError("no database there") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        raise UsageError("the database is not a file of this server's user")
+    if time.time() >= deadline - SERVER_MARGIN:
+        return reply({"ok": False, "busy": True, "error": "the hook stopped waiting"})
+    cfg = config.load(paths.config_path(), environ=env)  # the hook's settings, not this process's
+    settings = settings_for(cfg, client)
+    # The model is this server's own (embed.load_model_file_once), never asked for over the socket.
+    cfg = cfg.with_values("pmem serve", server="never", threads=server.threads)
+    data = parse_input(text)
+    flt, project = hook_filter(data, cwd)
+    kept: list[bool] = []
+
+    def commit() -> bool:
+        kept.append(time.time() < deadline - SERVER_MARGIN)
+        return kept[-1]
+
+    from ..store import MemoryStore
+
+    store = MemoryStore(db, config=cfg)  # opened for each hook: see benchmarks/README.md, "A hook served whole"
+    try:
+        block = build_context(store, event, data, settings, flt, project, commit=commit)
+        if kept and not kept[-1]:
+            return reply({"ok": False, "busy": True, "error": "the hook stopped waiting"})
+        reply({"ok": True, "block": block, "build": server.build})
+    finally:
+        try:
+            store.close()  # after the reply: closing the last connection checkpoints the WAL (~4 ms)
+        except Exception:  # noqa: BLE001 - the hook has its answer; the next open recovers the WAL
+            pass
