@@ -1,63 +1,374 @@
-"""The agent hook with `pmem serve` answering: the prompt's memories come through the server, and
-the hook's process imports neither numpy nor the model (what a prompt waits for is Python, pmem and
-SQLite). With the real default model, served by a real `pmem serve`."""
+"""The agent hook with `pmem serve` answering: the hook's process hands its input to the server,
+which runs the whole hook (search, session file, access counts) against the same database, and
+the process imports no store, search or model. It prints what the hook run in-process prints,
+byte for byte; without a working server it does the work itself, in time.
+
+Real server processes on a real socket: `pmem serve` with the real default model (marked model),
+and, for the rest, `serve.Server` with the CLI's hook op and the fake embedder (SERVER below)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from pmem import serve as srv
+from pmem.display import prompt_safe
+from pmem.integrations import hooks
+from pmem.store import MemoryStore
 
-pytestmark = [pytest.mark.model, pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")]
+pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("numpy", "llama_cpp", "pmem.embed_e5")
+# What the hook's process must not import when the server answers: the model, the database driver
+# and what only the work itself needs.
+HEAVY = ("numpy", "llama_cpp", "pmem.embed", "pmem.embed_e5", "pmem.provision", "pmem.scope", "sqlean",
+         "sqlite3", "_sqlite3", "sqlite_vec")
+DRIVERS = {"sqlean", "sqlite3"}
+HOSTILE = "Hotel booking note osc52[\x1b]52;c;SGk=\x07] rlo[\u202e] zwsp[\u200b] tags[\U000e0069\U000e0067] end"
+MEMORIES = ["We go camping at the lake with the kids every August", "The cabin wifi password is hunter2",
+            "Dinner on Fridays is usually pasta with friends", HOSTILE]
+PROMPTS = ["plans for camping with the kids", "what is the cabin wifi password", "hotel booking note",
+           "pasta dinner on friday"]
+SERVER = """
+import sys
+from pmem import serve
+from pmem.embed import FakeEmbedder
+from pmem.integrations.hooks import serve_hook
+server = serve.Server(loader=lambda path, threads=0: FakeEmbedder(16), ops={"hook": serve_hook},
+                      build=sys.argv[1] or None)
+server.bind()
+print("serving", flush=True)
+server.serve()
+"""
 
 
 @pytest.fixture
-def served(monkeypatch):
-    """A short PMEM_HOME (the socket path must fit) with two memories and a server running."""
-    home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))
-    monkeypatch.setenv("PMEM_HOME", str(home))
+def home(monkeypatch, tmp_path):
+    """A short PMEM_HOME (the socket path must fit) and a project folder to run hooks in."""
+    path = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))
+    monkeypatch.setenv("PMEM_HOME", str(path))
+    monkeypatch.setenv("PMEM_HOOK_TIMEOUT", "3")
+    project = tmp_path / "trip-planner"
+    (project / ".git").mkdir(parents=True)
+    try:
+        yield path, project
+    finally:
+        if (path / "pmem.sock").exists():
+            srv.stop(path / "pmem.sock", timeout=1.0)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def seeded(home, fake_config):
+    """The home's default store with MEMORIES (the first pinned, the last the project's)."""
+    path, project = home
+    with MemoryStore(config=fake_config) as s:
+        for i, text in enumerate(MEMORIES):
+            s.add(text, pinned=i == 0, scope=str(project.resolve()) if i == len(MEMORIES) - 1 else None)
+    return path, project
+
+
+@pytest.fixture
+def start_server():
+    """Start a real server process (SERVER) of this build, or advertising `build`; stopped after."""
+    procs: list[subprocess.Popen] = []
+
+    def start(build: str = "") -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", SERVER, build], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "serving"
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+
+
+class Ran:
+    def __init__(self, r: subprocess.CompletedProcess, seconds: float):
+        self.out, self.seconds = r.stdout, seconds
+        names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+        self.imported = names | {name.split(".")[0] for name in names}  # sqlean.dbapi2 counts as sqlean
+
+    @property
+    def served(self) -> bool:
+        """Whether the server did the work: this process imported nothing of HEAVY."""
+        return not self.imported & set(HEAVY)
+
+    @property
+    def local(self) -> bool:
+        return bool(self.imported & DRIVERS)
+
+
+def hook(client: str, event: str, payload: dict, server: str = "auto", cwd: Path | None = None, **env) -> Ran:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pmem", "hook", client, event],
+                       input=json.dumps(payload), capture_output=True, text=True, timeout=120, cwd=cwd,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "PMEM_SERVER": server, **env})
+    assert r.returncode == 0, r.stderr[-2000:]
+    return Ran(r, time.monotonic() - t0)
+
+
+def payload(event: str, session: str, project: Path, prompt: str = "") -> dict:
+    if event == "session-start":
+        return {"session_id": session, "cwd": str(project), "source": "startup"}
+    return {"session_id": session, "cwd": str(project), "prompt": prompt}
+
+
+def requests(home: Path) -> int:
+    info = srv.status(home / "pmem.sock")
+    assert info is not None
+    return info["requests"]
+
+
+# -- the same bytes -------------------------------------------------------------------------
+
+
+def _same_bytes(project: Path, prompts: list[str]) -> dict[str, str]:
+    """Every client and event, served and in-process, each in a session of its own; returns the
+    served outputs after checking each against its in-process twin."""
+    outputs = {}
+    for client in hooks.CLIENTS:
+        for event in ("session-start", "user-prompt"):
+            for i, prompt in enumerate(prompts if event == "user-prompt" else [""]):
+                key = f"{client} {event} {i}"
+                served = hook(client, event, payload(event, f"served {key}", project, prompt), "auto")
+                local = hook(client, event, payload(event, f"local {key}", project, prompt), "never")
+                assert served.served and local.local, key
+                assert served.out == local.out, key
+                outputs[key] = served.out
+    return outputs
+
+
+def test_served_and_in_process_hooks_print_the_same_bytes(seeded, start_server):
+    home, project = seeded
+    start_server()
+    outputs = _same_bytes(project, PROMPTS)
+    gated = prompt_safe(HOSTILE)
+    assert gated in outputs[f"claude-code user-prompt {PROMPTS.index('hotel booking note')}"]
+    assert "camping at the lake" in outputs["claude-code session-start 0"]  # the pinned one
+    assert json.loads(outputs["gemini user-prompt 1"])["hookSpecificOutput"]["hookEventName"] == "BeforeAgent"
+    for text in outputs.values():
+        assert not set("\x1b\x07\u202e\u200b\U000e0069") & set(text)
+
+
+@pytest.mark.model
+def test_pmem_serve_with_the_real_model_prints_what_the_hook_prints_itself(home, monkeypatch):
+    """The real default model: `pmem serve` embeds the prompts, and the memories it picks are the
+    ones the hook picks with the model loaded in its own process."""
+    path, project = home
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PMEM_SERVER": "never"}
     env.pop("PMEM_EMBED_MODEL", None)
-    for text in ("We go camping at the lake with the kids every August", "The cabin wifi password is hunter2"):
-        subprocess.run([sys.executable, "-m", "pmem", "add", text], env=env, check=True, capture_output=True,
-                       timeout=300)
-    subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "10m"], env=env, check=True,
-                   capture_output=True, timeout=300)
+    monkeypatch.delenv("PMEM_EMBED_MODEL", raising=False)
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in MEMORIES)
+    subprocess.run([sys.executable, "-m", "pmem", "import", "-"], input=lines, env=env, check=True,
+                   capture_output=True, text=True, timeout=300)
+    ask = payload("user-prompt", "first", project, "camping")
+    assert hook("claude-code", "user-prompt", ask, "never").local
+    time.sleep(1.0)
+    assert not (path / "pmem.sock").exists()  # never: no server started
+    assert hook("claude-code", "user-prompt", {**ask, "session_id": "second"}, "auto").local
+    deadline = time.monotonic() + 120
+    while srv.status(path / "pmem.sock") is None:  # the one it started in the background
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    outputs = _same_bytes(project, PROMPTS[:3])
+    assert "camping at the lake" in outputs["claude-code user-prompt 0"]
+    assert "hunter2" in outputs["codex user-prompt 1"]
+    assert prompt_safe(HOSTILE) in outputs["claude-code user-prompt 2"]
+
+
+# -- one session, wherever it runs ------------------------------------------------------------
+
+
+def test_a_session_keeps_what_was_given_across_served_and_in_process_hooks(seeded, start_server):
+    home, project = seeded
+    start_server()
+    first = hook("claude-code", "user-prompt", payload("user-prompt", "s1", project, "cabin wifi password"))
+    assert first.served and "hunter2" in first.out
+    again = hook("claude-code", "user-prompt", payload("user-prompt", "s1", project, "the wifi password please"),
+                 "never")
+    assert again.local and "hunter2" not in again.out  # given already, by the server
+    other = hook("claude-code", "user-prompt", payload("user-prompt", "s2", project, "the wifi password please"),
+                 "never")
+    assert "hunter2" in other.out  # another session: given again
+    third = hook("claude-code", "user-prompt", payload("user-prompt", "s2", project, "wifi password?"))
+    assert third.served and "hunter2" not in third.out  # given in-process: the server knows
+    state = json.loads(hooks.SessionState("s2").path.read_text())
+    assert state["turn"] == 2
+
+
+# -- without a working server -----------------------------------------------------------------
+
+
+def test_a_stopped_server_costs_the_hook_its_wait_and_keeps_nothing_of_the_request(seeded, start_server):
+    home, project = seeded
+    proc = start_server()
+    assert hook("codex", "user-prompt", payload("user-prompt", "warm", project, "pasta")).served
+    os.kill(proc.pid, signal.SIGSTOP)
+    ran = hook("codex", "user-prompt", payload("user-prompt", "stopped", project, "cabin wifi password"))
+    assert ran.local and "hunter2" in ran.out
+    assert ran.seconds < hooks.SERVER_WAIT_MAX + 3  # its wait, then the work here; not the 3 s limit
+    state = hooks.SessionState("stopped").path
+    written = state.read_bytes()
+    os.kill(proc.pid, signal.SIGCONT)  # the server reads the request now: the hook left long ago
+    time.sleep(0.5)
+    assert srv.status(home / "pmem.sock") is not None
+    assert state.read_bytes() == written and json.loads(written)["turn"] == 1
+
+
+def test_a_server_of_another_build_or_a_dead_one_is_not_used(seeded, start_server):
+    home, project = seeded
+    proc = start_server()
+    ask = payload("user-prompt", "ours", project, "cabin wifi password")
+    assert hook("gemini", "user-prompt", ask).served
+    proc.kill()
+    proc.wait(10)
+    assert (home / "pmem.sock").exists()  # a killed server leaves its socket behind
+    dead = hook("gemini", "user-prompt", payload("user-prompt", "dead", project, "cabin wifi password"))
+    assert dead.local and "hunter2" in dead.out and dead.seconds < 3
+    start_server("0.0.1+other")
+    before = requests(home)
+    other = hook("gemini", "user-prompt", payload("user-prompt", "other", project, "cabin wifi password"))
+    assert other.local and "hunter2" in other.out and other.seconds < 3
+    assert requests(home) == before + 2  # asked, refused (and this status)
+    mine = hook("gemini", "user-prompt", payload("user-prompt", "mine", project, "cabin wifi password"), "never")
+    assert other.out == dead.out == mine.out
+
+
+def test_server_never_contacts_no_server(seeded, start_server):
+    home, project = seeded
+    start_server()
+    before = requests(home)
+    served = hook("claude-code", "user-prompt", payload("user-prompt", "a", project, "cabin wifi password"))
+    assert served.served and "hunter2" in served.out
+    assert requests(home) == before + 2  # the hook, and this status
+    ran = hook("claude-code", "user-prompt", payload("user-prompt", "b", project, "cabin wifi password"), "never")
+    assert ran.local and ran.out == served.out
+    assert requests(home) == before + 3  # this status only
+
+
+# -- the thin process -----------------------------------------------------------------------
+
+MODULES = """
+import sys
+sys.argv = ["pmem", "hook", "claude-code", "user-prompt"]
+before = set(sys.modules)
+import pmem
+package = set(sys.modules)
+from pmem.cli import main
+try:
+    main()
+finally:
+    import json
+    with open({out!r}, "w") as f:
+        json.dump({{"package": sorted(package - before), "all": sorted(sys.modules)}}, f)
+"""
+
+
+def test_a_served_hooks_process_imports_no_store_search_or_model(seeded, start_server, tmp_path):
+    home, project = seeded
+    start_server()
+    out = tmp_path / "modules.json"
+    r = subprocess.run([sys.executable, "-c", MODULES.format(out=str(out))], capture_output=True, text=True,
+                       input=json.dumps(payload("user-prompt", "thin", project, "cabin wifi")), timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "PMEM_SERVER": "auto"})
+    assert r.returncode == 0 and "hunter2" in r.stdout, r.stderr
+    modules = json.loads(out.read_text())
+    loaded = set(modules["all"]) | {name.split(".")[0] for name in modules["all"]}
+    assert not loaded & set(HEAVY)
+    # what `import pmem` itself loads is its business (pmem/__init__.py); the hook adds none of it
+    added = loaded - set(modules["package"])
+    assert not {m for m in added if m.startswith(("pmem.store", "pmem.search", "pmem.recall", "pmem.db"))}
+
+
+# -- the server's side --------------------------------------------------------------------------
+
+
+class Replies:
+    def __init__(self):
+        self.sent: list[dict] = []
+
+    def __call__(self, header: dict) -> None:
+        self.sent.append(header)
+
+
+def _request(project: Path, **changes) -> dict:
+    from pmem import paths
+
+    req = {"op": "hook", "build": srv.build_id(), "client": "claude-code", "event": "user-prompt",
+           "input": json.dumps(payload("user-prompt", "unit", project, "cabin wifi password")),
+           "db": str(paths.db_path()), "cwd": str(project), "home": str(paths.data_dir()),
+           "models": str(paths.models_dir()), "config": str(paths.config_path()),
+           "env": hooks._settings_env(os.environ), "deadline": time.time() + 5}
+    return {**req, **changes}
+
+
+@pytest.fixture
+def server(home):
+    return srv.Server(home[0] / "pmem.sock", loader=lambda path, threads=0: None)
+
+
+def test_the_server_runs_the_hook_the_process_would(seeded, server, fake_config):
+    home, project = seeded
+    sent = Replies()
+    hooks.serve_hook(server, _request(project), sent)
+    assert sent.sent[0]["ok"] is True and sent.sent[0]["build"] == server.build
+    data = hooks.parse_input(json.dumps(payload("user-prompt", "in-process", project, "cabin wifi password")))
+    with MemoryStore(config=fake_config) as s:
+        local = hooks.build_context(s, "user-prompt", data, hooks.settings_for(fake_config, "claude-code"),
+                                    *hooks.hook_filter(data))
+    assert sent.sent[0]["block"] == local and "hunter2" in local
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"build": "0.0.1+other"}, "another build"),
+    ({"home": "/elsewhere"}, "another home"),
+    ({"config": "/elsewhere/config.toml"}, "another config"),
+    ({"env": {"PMEM_SYNC_PASSPHRASE": "x"}}, "settings' variables only"),
+    ({"db": "relative.db"}, "absolute"),
+    ({"event": "compact"}, "unknown client or event"),
+    ({"deadline": 0}, "stopped waiting"),
+])
+def test_the_server_refuses_what_is_not_this_hooks_work(seeded, server, change, why):
+    home, project = seeded
+    sent = Replies()
     try:
-        yield home, env
-    finally:
-        srv.stop(home / "pmem.sock", timeout=2.0)
-        shutil.rmtree(home, ignore_errors=True)
+        hooks.serve_hook(server, _request(project, **change), sent)
+        error = sent.sent[0]["error"]
+        assert sent.sent[0]["ok"] is False
+    except Exception as exc:  # the server replies with the error's line
+        error = str(exc)
+    assert why in error
+    assert not hooks.state_dir().exists() or not list(hooks.state_dir().iterdir())  # nothing kept
 
 
-def _hook(env: dict, server: str) -> tuple[str, set[str]]:
-    """The hook's output, and which of HEAVY its process imported (from -X importtime)."""
-    prompt = json.dumps({"prompt": "plans for camping with the kids", "session_id": f"s-{server}"})
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pmem", "hook", "claude-code", "user-prompt"],
-                       input=prompt, env={**env, "PMEM_SERVER": server}, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    return r.stdout, imported & set(HEAVY)
+def test_the_server_opens_only_an_existing_database_of_its_user(seeded, server, tmp_path):
+    from pmem.errors import UsageError
 
-
-def test_a_served_hook_imports_neither_numpy_nor_the_model(served):
-    home, env = served
-    before = srv.status(home / "pmem.sock")
-    assert before is not None
-    out, heavy = _hook(env, "auto")
-    assert "camping at the lake" in out
-    assert heavy == set()
-    assert srv.status(home / "pmem.sock")["requests"] > before["requests"]  # the vector came from the server
-    # the same hook that loads the model itself shows up in the same check
-    out, heavy = _hook(env, "never")
-    assert "camping at the lake" in out and {"numpy", "pmem.embed_e5"} <= heavy
+    home, project = seeded
+    missing = tmp_path / "nothing-here.db"
+    with pytest.raises(UsageError, match="no database"):
+        hooks.serve_hook(server, _request(project, db=str(missing)), Replies())
+    assert not missing.exists()  # the server creates no file: the hook does, in its own process
+    with pytest.raises(UsageError, match="not a file"):
+        hooks.serve_hook(server, _request(project, db=str(tmp_path)), Replies())
+    if os.geteuid() != 0:
+        return  # only root can give a file away
+    theirs = tmp_path / "theirs.db"
+    shutil.copyfile(home / "pmem.db", theirs)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UsageError, match="not a file of this server's user"):
+        hooks.serve_hook(server, _request(project, db=str(theirs)), Replies())

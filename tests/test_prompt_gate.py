@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,14 +60,18 @@ def _pmem(args, stdin: str = "", env=None) -> str:
     return r.stdout
 
 
-def _hook_paths(cwd: Path) -> dict[str, str]:
+def _hook_paths(cwd: Path, env=None, raw: dict | None = None) -> dict[str, str]:
+    """Each client's hooks, in sessions of their own (`raw` gets what they printed, unparsed)."""
     out = {}
+    tag = (env or {}).get("PMEM_SERVER", "")
     start = json.dumps({"session_id": "gate-start", "cwd": str(cwd), "source": "startup"})
     for client in ("claude-code", "codex", "gemini"):
-        for event, stdin in (("session-start", start.replace("gate-start", f"{client}-start")),
-                             ("user-prompt", json.dumps({"session_id": f"{client}-prompt", "cwd": str(cwd),
+        for event, stdin in (("session-start", start.replace("gate-start", f"{client}-start{tag}")),
+                             ("user-prompt", json.dumps({"session_id": f"{client}-prompt{tag}", "cwd": str(cwd),
                                                          "prompt": "hotel booking note"}))):
-            text = _pmem(["hook", client, event], stdin)
+            text = _pmem(["hook", client, event], stdin, env)
+            if raw is not None:
+                raw[f"hook {client} {event}"] = text
             if client != "claude-code":  # Codex and Gemini read JSON: the model gets additionalContext
                 text = json.loads(text)["hookSpecificOutput"]["additionalContext"]
             out[f"hook {client} {event}"] = text
@@ -147,7 +154,16 @@ def test_every_path_to_a_model_strips_the_same_hidden_characters(fake_config, pm
              "llm remember": NOTE, "recall": NOTE, "mcp recall": NOTE, "mcp search": NOTE,
              "mcp remember": CORE, "mcp pin": NOTE, "mcp update": NOTE + " corrected", "mcp forget": CORE}
     assert set(shows) == set(outputs)
-    problems = []  # every path checked, so a failure lists all that leak
+    problems = _leaks(outputs, shows)
+    assert not problems, "\n".join(problems)
+    found = {r["id"]: r for r in json.loads(outputs["mcp search"])["results"]}
+    assert found[note.id]["source"] == "import"  # every string of a result, not only the text
+
+
+def _leaks(outputs: dict[str, str], shows: dict[str, str]) -> list[str]:
+    """What each path got wrong: a hidden character let through, the memory not shown as the gate
+    leaves it, a tag not gated (every path checked, so a failure lists all that leak)."""
+    problems = []
     for path, text in outputs.items():
         try:
             strings = _strings(json.loads(text))  # a JSON result: the model reads its strings
@@ -161,6 +177,42 @@ def test_every_path_to_a_model_strips_the_same_hidden_characters(fake_config, pm
         elif path not in ("context", "context --write", "mcp forget") and not any(
                 prompt_safe(TAG) in s for s in strings):  # where tags are shown, gated too
             problems.append(f"{path}: no gated tag in {text[:300]!r}")
-    assert not problems, "\n".join(problems)
-    found = {r["id"]: r for r in json.loads(outputs["mcp search"])["results"]}
-    assert found[note.id]["source"] == "import"  # every string of a result, not only the text
+    return problems
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs Unix sockets")
+def test_a_hook_served_by_pmem_serve_passes_the_same_gate(fake_config, monkeypatch, tmp_path):
+    """The hook run whole in `pmem serve` (the real server, with the real default model loaded;
+    the hook's settings name the fake one): the same bytes as in-process, gated the same."""
+    home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))  # short: the socket's path must fit
+    monkeypatch.setenv("PMEM_HOME", str(home))
+    cwd = tmp_path / "not-a-project"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    try:
+        with MemoryStore(config=fake_config) as s:
+            s.add(CORE, pinned=True, tags=[TAG])
+            s.add(NOTE, tags=[TAG], source="import\u202e")
+        local: dict[str, str] = {}
+        gated = _hook_paths(cwd, raw=local)
+        server_env = {k: v for k, v in os.environ.items() if k != "PMEM_EMBED_MODEL"}
+        subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "5m"], check=True,
+                       capture_output=True, timeout=300, env={**server_env, "PYTHONPATH": str(ROOT)})
+        served: dict[str, str] = {}
+        assert _hook_paths(cwd, {"PMEM_SERVER": "auto"}, raw=served) == gated
+        assert served == local
+        shows = {path: NOTE if "user-prompt" in path else CORE for path in served}
+        problems = _leaks(served, shows)
+        assert not problems, "\n".join(problems)
+        # and it was the server: a hook it answers opens no database in its own process
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pmem", "hook", "codex", "user-prompt"],
+                           input=json.dumps({"session_id": "x", "prompt": "hotel booking note"}), text=True,
+                           capture_output=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "PMEM_SERVER": "auto"})
+        assert "Hotel booking note" in r.stdout and "sqlean" not in r.stderr and "_sqlite3" not in r.stderr
+    finally:
+        from pmem import serve
+
+        serve.stop(home / "pmem.sock", timeout=2.0)
+        shutil.rmtree(home, ignore_errors=True)
