@@ -2,6 +2,8 @@
 
     python benchmarks/hook_latency.py                         # this tree, 20 runs each
     python benchmarks/hook_latency.py --tree ../main --tree . # two trees side by side, one run
+    python benchmarks/hook_latency.py --tree ../main --tree . --store /work/latency-store/pmem-10000.db \
+        --serve --runs 50 --event user-prompt --no-lock      # each tree with its own `pmem serve`
 
 Builds one store of N LoCoMo turns (embedded with the default model, as a user's is) in a
 temporary PMEM_HOME, then times each tree's hook processes, interleaved run by run so that load
@@ -9,6 +11,13 @@ falls on both alike: a prompt and a session start, each first with the database 
 while another process holds its write lock (BEGIN IMMEDIATE, as an import or a dream does). Every
 run is a new session, so nothing is held back as already given. Reports medians and quartiles in
 milliseconds, and how many runs printed memories.
+
+--store copies a built database (latency.py's `--store` folder holds one of 10,000 memories) into
+each tree's home instead. --serve gives each tree its own home and its own `pmem serve` (a server
+answers its own build only), started before the runs; the hook runs with server = auto. Then it
+also reports p50/p95 of wall time and of CPU time: the hook process's, and the server's share
+while it ran (from /proc, Linux). Each run's prompt is distinct ("... please (i)"), so no cache
+of any kind answers it.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,10 +44,14 @@ HOLD = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=N
         "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); sys.stdin.read()")
 
 
-def build(home: Path, n: int, tree: Path) -> None:
+def build(home: Path, n: int, tree: Path, store: Path | None = None) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    if store is not None:
+        shutil.copyfile(store, home / "pmem.db")
+        os.chmod(home / "pmem.db", 0o600)
+        return
     data = locomo.DATA if locomo.DATA.exists() else ROOT.parents[1] / "shared" / "data" / "locomo_dev.json"
     turns = [r for conv in locomo.load(data) for r in locomo.turn_records(conv)][:n]
-    home.mkdir(parents=True, exist_ok=True)
     path = home.parent / "turns.jsonl"
     path.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in turns))
     env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree)}
@@ -44,59 +59,135 @@ def build(home: Path, n: int, tree: Path) -> None:
         subprocess.run([sys.executable, "-m", "pmem", *args], env=env, check=True, capture_output=True, cwd=home)
 
 
-def run_hook(tree: Path, home: Path, event: str, payload: dict) -> tuple[float, bool]:
-    env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree)}
+def _env(tree: Path, home: Path, server: str) -> dict:
+    env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree), "PMEM_SERVER": server}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' installs have bytecode; without it every run compiles
+    return env
+
+
+def _cpu_of(pid: int | None) -> float:
+    """User + system seconds of process `pid` so far (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def run_hook(tree: Path, home: Path, event: str, payload: dict, server: str = "never",
+             server_pid: int | None = None) -> tuple[float, bool, float, float]:
+    """(wall ms, whether it printed, the hook process's CPU ms, the server's CPU ms meanwhile)."""
+    env = _env(tree, home, server)
+    before, served_before = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_of(server_pid)
     started = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "pmem", "hook", "claude-code", event], input=json.dumps(payload),
                        env=env, capture_output=True, text=True, timeout=60, cwd=home)  # never the cwd's pmem
-    return (time.perf_counter() - started) * 1000, bool(r.stdout.strip())
+    wall = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, bool(r.stdout.strip()), cpu, (_cpu_of(server_pid) - served_before) * 1000
+
+
+def start_server(tree: Path, home: Path) -> int:
+    env = _env(tree, home, "never")
+    subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "30m"], env=env, check=True,
+                   capture_output=True, cwd=home, timeout=300)
+    info = subprocess.run([sys.executable, "-m", "pmem", "serve", "--status", "--json"], env=env, check=True,
+                          capture_output=True, text=True, cwd=home).stdout
+    return int(json.loads(info)["pid"])
+
+
+def stop_server(tree: Path, home: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=_env(tree, home, "never"),
+                   capture_output=True, cwd=home)
+
+
+def _p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[18]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", action="append", type=Path, help="a pmem checkout (repeat to compare)")
     ap.add_argument("--n", type=int, default=1000, help="memories in the store")
+    ap.add_argument("--store", type=Path, help="a built pmem.db to copy instead of importing --n turns")
+    ap.add_argument("--serve", action="store_true", help="each tree with its own `pmem serve`, hooks on server = auto")
+    ap.add_argument("--event", action="append", choices=("user-prompt", "session-start"),
+                    help="the events timed (repeat; default both)")
+    ap.add_argument("--no-lock", action="store_true", help="skip the runs under a held write lock")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     trees = [t.resolve() for t in (args.tree or [ROOT])]
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
-        build(home, args.n, trees[-1])
-        db = home / "pmem.db"
+    events = args.event or ["user-prompt", "session-start"]
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # short: a server's socket path must fit
+        homes = {t: Path(tmp) / (f"h{i}" if args.serve else "home") for i, t in enumerate(trees)}
+        for home in homes.values():
+            if not (home / "pmem.db").exists():
+                build(home, args.n, trees[-1], args.store)
+        servers: dict[Path, int] = {}
         results: dict[str, dict[str, list]] = {}
-        for locked in (False, True):
-            holder = None
-            if locked:
-                holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True)
-                assert holder.stdout.readline().strip() == "held"
-            try:
-                for i in range(args.runs):
-                    for tree in trees:
-                        for event in ("user-prompt", "session-start"):
-                            payload = {"session_id": f"{tree.name}-{locked}-{event}-{i}", "cwd": tmp,
-                                       "prompt": PROMPTS[i % len(PROMPTS)], "source": "startup"}
-                            ms, printed = run_hook(tree, home, event, payload)
-                            key = f"{tree.name} {event}" + (" (write lock held)" if locked else "")
-                            results.setdefault(key, {"ms": [], "printed": []})
-                            results[key]["ms"].append(ms)
-                            results[key]["printed"].append(printed)
-            finally:
-                if holder is not None:
-                    holder.stdin.close()
-                    holder.wait()
+        load = [os.getloadavg()[0]]
+        try:
+            for tree, home in homes.items():
+                if args.serve:
+                    servers[tree] = start_server(tree, home)
+                for event in events:  # bytecode written, pages cached, the server's first request made
+                    run_hook(tree, home, event, {"session_id": f"warm-{event}", "cwd": tmp, "prompt": "warm up",
+                                                 "source": "startup"}, "auto" if args.serve else "never")
+            for locked in (False,) if args.no_lock else (False, True):
+                holders = []
+                if locked:
+                    for home in set(homes.values()):
+                        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(home / "pmem.db")],
+                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+                        holders.append(holder)
+                try:
+                    for i in range(args.runs):
+                        for tree in trees if i % 2 == 0 else trees[::-1]:  # order alternating
+                            for event in events:
+                                payload = {"session_id": f"{tree.name}-{locked}-{event}-{i}", "cwd": tmp,
+                                           "prompt": f"{PROMPTS[i % len(PROMPTS)]} please ({i})", "source": "startup"}
+                                wall, printed, cpu, served = run_hook(tree, homes[tree], event, payload,
+                                                                      "auto" if args.serve else "never",
+                                                                      servers.get(tree))
+                                key = f"{tree.name} {event}" + (" (write lock held)" if locked else "")
+                                r = results.setdefault(key, {"ms": [], "printed": [], "cpu": [], "server_cpu": []})
+                                r["ms"].append(wall)
+                                r["printed"].append(printed)
+                                r["cpu"].append(cpu)
+                                r["server_cpu"].append(served)
+                finally:
+                    for holder in holders:
+                        assert holder.stdin is not None
+                        holder.stdin.close()
+                        holder.wait()
+        finally:
+            for tree, home in homes.items():
+                if tree in servers:
+                    stop_server(tree, home)
+        load.append(os.getloadavg()[0])
     report = {}
     for key, r in results.items():
         q = statistics.quantiles(r["ms"], n=4)
         report[key] = {"median_ms": round(statistics.median(r["ms"])), "q1_ms": round(q[0]), "q3_ms": round(q[2]),
+                       "p95_ms": round(_p95(r["ms"])), "cpu_p50_ms": round(statistics.median(r["cpu"])),
+                       "cpu_p95_ms": round(_p95(r["cpu"])),
+                       "server_cpu_p50_ms": round(statistics.median(r["server_cpu"])),
                        "printed": f"{sum(r['printed'])}/{len(r['printed'])}"}
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps({"load_start": load[0], "load_end": load[1], "results": report}, indent=2))
         return
-    print(f"load: {os.getloadavg()[0]:.2f}  memories: {args.n}  runs: {args.runs}")
+    print(f"load: {load[0]:.2f} at the start, {load[1]:.2f} at the end  memories: "
+          f"{'copied from ' + str(args.store) if args.store else args.n}  runs: {args.runs}"
+          + ("  (each tree with its own server)" if args.serve else ""))
     for key, r in report.items():
-        print(f"{key:55} median {r['median_ms']:5d} ms  (q1 {r['q1_ms']}, q3 {r['q3_ms']})  printed {r['printed']}")
+        print(f"{key:45} p50 {r['median_ms']:4d} ms (q1 {r['q1_ms']}, q3 {r['q3_ms']}) p95 {r['p95_ms']:4d}  "
+              f"CPU p50 {r['cpu_p50_ms']} p95 {r['cpu_p95_ms']}, server's {r['server_cpu_p50_ms']}  "
+              f"printed {r['printed']}")
 
 
 if __name__ == "__main__":

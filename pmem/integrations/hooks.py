@@ -28,7 +28,6 @@ within `server_wait()`: the hook does the work itself, as before.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -156,6 +155,8 @@ class SessionState:
         self.untouched: list[str] = []
         if not session_id:
             return
+        import hashlib  # here: a served hook's process has no session file to name
+
         digest = hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()[:24]
         self.path = state_dir() / f"{digest}.json"
         try:
