@@ -3,7 +3,8 @@
 Every `pmem search` or `pmem add` otherwise spends ~0.25 s importing llama.cpp and loading the
 model before a 15 ms embedding. With a server running, commands send their texts over a Unix
 socket in the pmem home directory and get the vectors back; nothing else changes (the database is
-still opened by the command itself). No server, a stopped one, a broken one, one of another
+still opened by the command itself; only an agent hook hands its whole work over, the "hook" op
+that the CLI adds: pmem.integrations.hooks.serve_hook). No server, a stopped one, a broken one, one of another
 build, or something else on the socket: the command loads the model itself, as before, and with
 `server = "auto"` (the default) or "always" starts a server for the commands after it
 (`start_in_background`). `server = "never"` never uses or starts one.
