@@ -66,6 +66,28 @@ def dense_lists(store, keys: dict, qs, dense: str, n: int) -> tuple[list[list], 
             emb.save()
     if len(parts) == 1:
         cos, floor = parts[0]
+    elif dense in fusion_sets.GATED:
+        from pmem.stemming import index_language
+
+        weight, gate, calibrate = fusion_sets.GATED[dense]
+        (first, f1), (second, f2) = parts
+        (m1, s1), (m2, s2) = fusion_sets.DENSE[dense]
+        if calibrate == "quantile":
+            p1, p2 = np.sort(fusion_sets.turn_pairs(m1, s1)), np.sort(fusion_sets.turn_pairs(m2, s2))
+            first, f1 = np.interp(first, p1, p2), f2
+        r1, r2 = (first - f1) / (1.0 - f1), (second - f2) / (1.0 - f2)
+        both = weight * r1 + (1.0 - weight) * r2
+        if calibrate == "affine":
+            c1, c2 = fusion_sets.turn_pairs(m1, s1), fusion_sets.turn_pairs(m2, s2)
+            mix = weight * (c1 - f1) / (1.0 - f1) + (1.0 - weight) * (c2 - f2) / (1.0 - f2)
+            lo, hi = np.percentile(mix, [50, 99])
+            lo2, hi2 = np.percentile((c2 - f2) / (1.0 - f2), [50, 99])
+            both = lo2 + (both - lo) * (hi2 - lo2) / (hi - lo)
+        english = np.array([index_language(x.text) == "en" for x in qs])[:, None]
+        if gate == "pair":
+            english = english & np.array([index_language(t) == "en" for _, t in rows])[None, :]
+        cos = np.where(english, both, r2)
+        floor = 0.0
     else:
         cos = sum((c - f) / (1.0 - f) for c, f in parts) / len(parts)
         floor = 0.0
@@ -146,6 +168,13 @@ def fuser(params=None, mode: str = "hybrid"):
     return fuse
 
 
+def fitted(path: str) -> dict | None:
+    """Tuning fields from a file `fit --out` wrote (None: the shipped constants)."""
+    if not path:
+        return None
+    best = json.loads(Path(path).read_text())
+    return {"share_max": best["share_max"], "share_bias": best["bias"],
+            "share_coef": tuple(best["coef"].items())}
 
 
 STEP = 0.05
@@ -330,6 +359,9 @@ def main() -> int:
                     help="fit: the objective's cost of each point a part falls below semantic-only")
     ap.add_argument("--brief", action="store_true", help="report: one table row per part, modes side by side")
     ap.add_argument("--share-max", type=float, nargs="+", default=[0.7])
+    ap.add_argument("--fitted", default="",
+                    help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
+    ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
     args = ap.parse_args()
     folder = Path(args.lists) if args.lists else CACHE
 
@@ -345,7 +377,7 @@ def main() -> int:
     if args.what == "report":
         for dense in args.dense:
             qs = pickle.loads(pickled(dense).read_bytes())
-            modes = {"fused": figures(qs, fuser()), "semantic": figures(qs, fuser(mode="semantic")),
+            modes = {"fused": figures(qs, fuser(fitted(args.fitted))), "semantic": figures(qs, fuser(mode="semantic")),
                      "keyword": figures(qs, fuser(mode="keyword"))}
             if args.brief:
                 print(brief(dense, modes))
@@ -356,7 +388,10 @@ def main() -> int:
     if args.what == "time":
         print(json.dumps(timing(qs), indent=1))
         return 0
-    print(json.dumps(fit(qs, args.sweeps, args.locomo, args.share_max, args.below), indent=1))
+    best = fit(qs, args.sweeps, args.locomo, args.share_max, args.below)
+    print(json.dumps(best, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(best, indent=1) + "\n")
     return 0
 
 

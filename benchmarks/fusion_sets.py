@@ -157,9 +157,37 @@ DENSE = {
 }
 SHIPPED = "e5-symmetric"  # the default model, multilingual-e5-small-symmetric
 
+# Language-gated sides: the two models of DENSE[name]'s side combined (the first's weight, on
+# floor-rescaled cosines) only where the gate says English, the second model alone elsewhere, on
+# the same rescaled scale. Gate "pair": the question and the memory both guessed English (the
+# store's own guess, pmem.stemming.index_language); "query": the question alone. Calibration
+# "affine": the combined score moved onto the second model's rescaled scale by the affine map that
+# matches their median and 99th percentile over LoCoMo turn pairs (`calibration`), so an English
+# memory and one in another language compete on one scale; "quantile": MiniLM's cosine moved to
+# the e5 cosine the same share of those pairs reaches, before the two are combined.
+GATED = {
+    "en-minilm+e5-symmetric": (0.5, "pair", None),
+    "en-minilm+e5-symmetric-q": (0.5, "query", None),
+    **{f"en-minilm{w:.1f}+e5-symmetric": (w, "pair", None) for w in (0.3, 0.4, 0.6, 0.7)},
+    **{f"en-minilm{w:.1f}+e5-symmetric-affine": (w, "pair", "affine") for w in (0.4, 0.5, 0.6)},
+    **{f"en-minilm{w:.1f}+e5-symmetric-quantile": (w, "pair", "quantile") for w in (0.4, 0.5, 0.6)},
+}
+DENSE.update({name: DENSE["minilm+e5-symmetric"] for name in GATED})
+
 
 def floor(model: str, symmetric: bool) -> float:
     """The score floor of `model`'s vectors (pmem.thresholds), memories as queries or not."""
     from pmem.thresholds import for_model
 
     return for_model(model + "-symmetric" if symmetric else model).score_floor
+
+
+def turn_pairs(model: str, symmetric: bool, per_conv: int = 60):
+    """The cosines of every pair of the first `per_conv` turns of each LoCoMo dev conversation
+    (44,850 pairs), as the thresholds were mapped (benchmarks/multilingual.py)."""
+    import numpy as np
+
+    texts = [r["text"] for c in locomo.load() for r in locomo.turn_records(c, "session")[:per_conv]]
+    emb = embedder(model, Path(__import__("os").environ.get("PMEM_BENCH_CACHE", "/tmp/pmem-bench-cache")))
+    v = np.asarray(emb.embed(texts, query=symmetric), np.float32)
+    return (v @ v.T)[np.triu_indices(len(texts), 1)]
