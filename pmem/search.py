@@ -129,11 +129,13 @@ def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
     POOL rescored, the combined cosine on e5's scale)."""
     if not store.vectors.exists():
         return []
-    blob = vector if vector is not None else store.query_vector(query)
     english = store.vectors.english
     if not english.applies(query):
+        blob = vector if vector is not None else store.query_vector(query)
         return store.vectors.ranks(blob, flt, n, scan)
-    return english.rescore(query, store.vectors.ranks(blob, flt, max(n, english.pool), scan))[:n]
+    second = english.query_vector(query)  # MiniLM embeds the query meanwhile
+    blob = vector if vector is not None else store.query_vector(query)
+    return english.rescore(query, store.vectors.ranks(blob, flt, max(n, english.pool), scan), second)[:n]
 
 
 def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_weight: float,

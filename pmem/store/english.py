@@ -21,7 +21,8 @@ from __future__ import annotations
 import bisect
 import json
 import struct
-from typing import TYPE_CHECKING, Iterable, Sequence
+import threading
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..config import Config
 from ..errors import ModelError
@@ -216,15 +217,39 @@ class EnglishVectors:
         """Whether a search for `query` rescores its English memories (an English query)."""
         return is_english(query) and self.in_use()
 
-    def rescore(self, query: str, ranks: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    def query_vector(self, query: str) -> Callable[[], bytes | None]:
+        """Start embedding `query` with MiniLM on another thread (while e5 embeds and ranks on
+        this one: llama.cpp and numpy both release the GIL); returns what waits for it."""
+        out: list[bytes | None] = [None]
+
+        def run() -> None:
+            try:
+                blobs = self._embed([query])
+                out[0] = blobs[0] if blobs else None
+            except Exception:  # noqa: BLE001 - this search goes on by e5 alone
+                out[0] = None
+
+        self._model()  # loaded here: a first load's notice and errors on the caller's thread
+        worker = threading.Thread(target=run, name="pmem-english-query", daemon=True)
+        worker.start()
+
+        def wait() -> bytes | None:
+            worker.join()
+            return out[0]
+
+        return wait
+
+    def rescore(self, query: str, ranks: list[tuple[int, float]],
+                vector: Callable[[], bytes | None] | None = None) -> list[tuple[int, float]]:
         """e5's (seq, cosine distance) best first, the memories with a second vector scored by
-        `combined`, best first again; as given when MiniLM cannot be had."""
-        blobs = self._embed([query])
-        if not blobs or not ranks:
+        `combined`, best first again; as given when MiniLM cannot be had. `vector`: what
+        query_vector returned, else the query is embedded here."""
+        blob = vector() if vector is not None else (self._embed([query]) or [None])[0]
+        if blob is None or not ranks:
             return ranks
         near = dict(self.db.execute(
             "SELECT seq, vec_distance_cosine(embedding, ?) FROM memory_vec_en "
-            "WHERE seq IN (SELECT value FROM json_each(?))", (blobs[0], json.dumps([s for s, _ in ranks]))))
+            "WHERE seq IN (SELECT value FROM json_each(?))", (blob, json.dumps([s for s, _ in ranks]))))
         out = [(seq, 1.0 - combined(1.0 - d, 1.0 - near[seq]) if seq in near else d) for seq, d in ranks]
         out.sort(key=lambda r: (r[1], r[0]))
         return out
