@@ -244,7 +244,11 @@ class EnglishVectors:
         """e5's (seq, cosine distance) best first, the memories with a second vector scored by
         `combined`, best first again; as given when MiniLM cannot be had. `vector`: what
         query_vector returned, else the query is embedded here."""
-        blob = vector() if vector is not None else (self._embed([query]) or [None])[0]
+        if vector is None:
+            blobs = self._embed([query])
+            blob = blobs[0] if blobs else None
+        else:
+            blob = vector()
         if blob is None or not ranks:
             return ranks
         near = dict(self.db.execute(
