@@ -117,10 +117,14 @@ class EnglishVectors:
         return self.embedder
 
     def _embed(self, texts: list[str]) -> list[bytes] | None:
+        from .vectors import BULK_EMBED
+
         model = self._model()
         if model is None:
             return None
         try:
+            if len(texts) > BULK_EMBED and getattr(model, "remote", False):
+                model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             vectors = model.embed(texts)
         except ModelError as exc:
             from .. import notices
