@@ -9,7 +9,7 @@ not change what a search costs). The same questions are then searched, alternati
 with `embed_english = none` and `minilm`, both with the real models embedding the query in this
 process (e5, and MiniLM on its own thread): hybrid search and the dense side alone, and the dense
 side with both query vectors embedded beforehand (the store's own cost: e5's nearest POOL, MiniLM's
-rescoring); medians of the second round (the first is cold), ms per query.
+rescoring); medians of the rounds after the first (cold) one, ms per query.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", type=Path, required=True, help="a store scale.py built (fake-384 vectors)")
     ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds after the first (cold) one")
     args = ap.parse_args()
     os.environ["PMEM_SERVER"] = "never"
     import importlib
@@ -71,7 +72,7 @@ def main() -> int:
 
         ready = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
         ready.vectors.english.embedder = Ready()
-        for round_ in range(2):
+        for round_ in range(1 + args.rounds):
             for q in qs:
                 for label, store in (("none", off), ("minilm", on)):
                     t = time.perf_counter()
