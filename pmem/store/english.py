@@ -22,7 +22,7 @@ import bisect
 import json
 import struct
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from ..config import Config
 from ..errors import ModelError
@@ -30,13 +30,13 @@ from .connection import Connection, Progress
 
 if TYPE_CHECKING:
     from ..embed import Embedder
-    from .vectors import VectorIndex
 
 MODEL = "all-MiniLM-L6-v2"
 MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
 WEIGHT = 0.5  # MiniLM's share of an English pair's cosine (0.3-0.7 measured; 0.5 best)
 POOL = 200  # e5's nearest memories MiniLM rescores (400: the same as every memory; 100: 1 point less)
 PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
+BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
 
 # MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
 # reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
@@ -80,10 +80,20 @@ def is_english(text: str) -> bool:
     return index_language(text) == "en"
 
 
+class Owner(Protocol):
+    """What the second vectors read of the main index (VectorIndex): its settings and model."""
+
+    config: Config
+
+    def model(self) -> tuple[str | None, int | None]: ...
+
+    def model_name(self) -> str: ...
+
+
 class EnglishVectors:
     """The second vectors of one store's English memories (VectorIndex.english)."""
 
-    def __init__(self, db: Connection, owner: "VectorIndex"):
+    def __init__(self, db: Connection, owner: Owner):
         self.db = db
         self._owner = owner  # its settings, and the model its vectors come from
         self.embedder: "Embedder | None" = None  # loaded on first use; benchmarks set their own
@@ -117,8 +127,6 @@ class EnglishVectors:
         return self.embedder
 
     def _embed(self, texts: list[str]) -> list[bytes] | None:
-        from .vectors import BULK_EMBED
-
         model = self._model()
         if model is None:
             return None
