@@ -49,12 +49,18 @@ def main() -> int:
 
     def run(tree: str, server: str, *cmd: str) -> tuple[float, str]:
         t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "pmem", *cmd], env=env(tree, server), capture_output=True, text=True)
+        # cwd: `python -m` puts the working directory first on sys.path, before PYTHONPATH's tree
+        p = subprocess.run([sys.executable, "-m", "pmem", *cmd], env=env(tree, server), capture_output=True, text=True,
+                           cwd=root)
         if p.returncode:
             raise SystemExit(p.stderr)
         return time.perf_counter() - t, p.stdout
 
     out: dict = {"load before": round(os.getloadavg()[0], 2)}
+    for tree in trees:  # each tree's own code runs
+        out[f"{tree}: pmem from"] = subprocess.run([sys.executable, "-c", "import pmem; print(pmem.__file__)"],
+                                                   env=env(tree, "never"), cwd=root, capture_output=True,
+                                                   text=True).stdout.strip()
     for tree in trees:
         (root / tree).mkdir()
         out[f"{tree}: import of {len(OTHERS) + 2}, s"] = round(run(tree, "never", "import", str(data), "--format",
