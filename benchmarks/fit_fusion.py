@@ -66,6 +66,35 @@ def dense_lists(store, keys: dict, qs, dense: str, n: int) -> tuple[list[list], 
             emb.save()
     if len(parts) == 1:
         cos, floor = parts[0]
+    elif dense in fusion_sets.GATED:
+        from pmem.stemming import index_language
+
+        weight, gate, calibrate, pool = fusion_sets.GATED[dense]
+        (first, f1), (second, f2) = parts
+        (m1, s1), (m2, s2) = fusion_sets.DENSE[dense]
+        if calibrate == "quantile":
+            p1, p2 = np.sort(fusion_sets.turn_pairs(m1, s1)), np.sort(fusion_sets.turn_pairs(m2, s2))
+            first, f1 = np.interp(first, p1, p2), f2
+        elif calibrate == "shipped":  # pmem.store.english.on_e5_scale, vectorised
+            from pmem.store.english import KNOTS
+
+            first, f1 = np.interp(first, [x for x, _ in KNOTS], [y for _, y in KNOTS]), f2
+        r1, r2 = (first - f1) / (1.0 - f1), (second - f2) / (1.0 - f2)
+        both = weight * r1 + (1.0 - weight) * r2
+        if calibrate == "affine":
+            c1, c2 = fusion_sets.turn_pairs(m1, s1), fusion_sets.turn_pairs(m2, s2)
+            mix = weight * (c1 - f1) / (1.0 - f1) + (1.0 - weight) * (c2 - f2) / (1.0 - f2)
+            lo, hi = np.percentile(mix, [50, 99])
+            lo2, hi2 = np.percentile((c2 - f2) / (1.0 - f2), [50, 99])
+            both = lo2 + (both - lo) * (hi2 - lo2) / (hi - lo)
+        english = np.array([index_language(x.text) == "en" for x in qs])[:, None]
+        if gate == "pair":
+            english = english & np.array([index_language(t) == "en" for _, t in rows])[None, :]
+        cos = np.where(english, both, r2)
+        if pool:
+            far = np.argsort(-r2, axis=1, kind="stable")[:, pool:]
+            np.put_along_axis(cos, far, -9.0, axis=1)
+        floor = 0.0
     else:
         cos = sum((c - f) / (1.0 - f) for c, f in parts) / len(parts)
         floor = 0.0
@@ -133,11 +162,13 @@ def figures(qs: list[dict], fuse) -> dict:
     return out
 
 
-def fuser(params=None, mode: str = "hybrid"):
-    """The fusion of pmem.search for one question's lists, with `params` replacing FUSION's fields."""
+def fuser(params=None, mode: str = "hybrid", dense: str = ""):
+    """The fusion of pmem.search for one question's lists, with `params` replacing the fields of
+    the Tuning that search uses with the dense side `dense` (fusion_sets.TUNING)."""
     s = importlib.import_module("pmem.search")
 
-    tuning = replace(s.DEFAULT_TUNING, **params) if params else s.DEFAULT_TUNING
+    base = getattr(s, fusion_sets.TUNING.get(dense, "DEFAULT_TUNING"))
+    tuning = replace(base, **params) if params else base
 
     def fuse(q):
         sem = [(k, 1.0 - c) for k, c in q["sem"]]
@@ -146,6 +177,13 @@ def fuser(params=None, mode: str = "hybrid"):
     return fuse
 
 
+def fitted(path: str) -> dict | None:
+    """Tuning fields from a file `fit --out` wrote (None: the shipped constants)."""
+    if not path:
+        return None
+    best = json.loads(Path(path).read_text())
+    return {"share_max": best["share_max"], "share_bias": best["bias"],
+            "share_coef": tuple(best["coef"].items())}
 
 
 STEP = 0.05
@@ -226,10 +264,11 @@ def picks_of(feats, bias: float, coef, share_max: float):
     return np.clip(np.round(share / STEP).astype(int), 0, len(WEIGHTS) - 1)
 
 
-def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8), below: float = 3.0) -> dict:
+def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8), below: float = 3.0,
+        dense: str = "") -> dict:
     """A coordinate search over the bias and coefficients (each in turn moved by -6..6 in steps
     of 0.25, the best kept), `sweeps` times, for each share_max, from two starts: every question
-    near share_max, and the shipped constants; dev part only. The objective is the mean of the
+    near share_max, and the constants `dense` is searched with (fusion_sets.TUNING); dev part only. The objective is the mean of the
     own stores' (with the cost `below` of falling under semantic-only) and the mixed store's
     (without it: no constants of these features keep the mixed store's paraphrase and
     multilingual questions at semantic-only without giving up a tenth of LoCoMo;
@@ -239,7 +278,8 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
     s = importlib.import_module("pmem.search")
     ranks, feats, names = tables(qs)
     dev, held = parts(qs, "dev"), parts(qs, "held-out")
-    shipped = np.array([s.SHARE_BIAS, *[dict(s.SHARE_COEF)[n] for n in names]])
+    base = getattr(s, fusion_sets.TUNING.get(dense, "DEFAULT_TUNING"))  # the constants dense is searched with
+    shipped = np.array([base.share_bias, *[dict(base.share_coef)[n] for n in names]])
     grid = np.arange(-6.0, 6.01, 0.25)
     best: dict = {}
     for share_max in maxima:
@@ -330,6 +370,9 @@ def main() -> int:
                     help="fit: the objective's cost of each point a part falls below semantic-only")
     ap.add_argument("--brief", action="store_true", help="report: one table row per part, modes side by side")
     ap.add_argument("--share-max", type=float, nargs="+", default=[0.7])
+    ap.add_argument("--fitted", default="",
+                    help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
+    ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
     args = ap.parse_args()
     folder = Path(args.lists) if args.lists else CACHE
 
@@ -345,8 +388,8 @@ def main() -> int:
     if args.what == "report":
         for dense in args.dense:
             qs = pickle.loads(pickled(dense).read_bytes())
-            modes = {"fused": figures(qs, fuser()), "semantic": figures(qs, fuser(mode="semantic")),
-                     "keyword": figures(qs, fuser(mode="keyword"))}
+            modes = {"fused": figures(qs, fuser(fitted(args.fitted), dense=dense)),
+                     "semantic": figures(qs, fuser(mode="semantic")), "keyword": figures(qs, fuser(mode="keyword"))}
             if args.brief:
                 print(brief(dense, modes))
             else:
@@ -356,7 +399,10 @@ def main() -> int:
     if args.what == "time":
         print(json.dumps(timing(qs), indent=1))
         return 0
-    print(json.dumps(fit(qs, args.sweeps, args.locomo, args.share_max, args.below), indent=1))
+    best = fit(qs, args.sweeps, args.locomo, args.share_max, args.below, args.dense[0])
+    print(json.dumps(best, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(best, indent=1) + "\n")
     return 0
 
 

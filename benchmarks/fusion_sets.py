@@ -110,38 +110,42 @@ def distractors() -> list[dict]:
     return [{**r, "key": f"{conv['sample_id']}:{r['meta']['dia_id']}"} for r in locomo.turn_records(conv, "session")]
 
 
-def build(tmp: Path, name: str, records: list[dict], emb):
-    """A store of `records`; returns (store, key by seq)."""
+def build(tmp: Path, name: str, records: list[dict], emb, english=None):
+    """A store of `records`; returns (store, key by seq). `english`: the embedder of English
+    memories' second vectors (pmem/store/english.py), where the store keeps them."""
     from pmem import Memory, MemoryStore
 
     store = MemoryStore(tmp / f"{name}.db", embedder=emb)
+    if english is not None:
+        store.vectors.english.embedder = english
     store.insert([Memory(id="", text=r["text"], created_at=r.get("created_at"), meta={**r.get("meta", {}), "key": r["key"]},
                          thread=r.get("thread"), thread_pos=r.get("thread_pos")) for r in records])
     keys = dict(store.conn.execute("SELECT seq, json_extract(meta, '$.key') FROM memories").fetchall())
     return store, keys
 
 
-def stores(tmp: Path, emb, sets=SETS):
-    """Yield (set name, store, key by seq, queries) for each of `sets`; each store is closed after."""
+def stores(tmp: Path, emb, sets=SETS, english=None):
+    """Yield (set name, store, key by seq, queries) for each of `sets`; each store is closed after.
+    `english`: as for build."""
     para, para_q = paraphrase_records()
     multi, multi_q = multilingual_records()
     convs = [locomo_records(c) for c in locomo.load()]
     if "paraphrase" in sets:
-        store, keys = build(tmp, "paraphrase", para + distractors(), emb)
+        store, keys = build(tmp, "paraphrase", para + distractors(), emb, english)
         yield "paraphrase", store, keys, para_q
         store.close()
     if "multilingual" in sets:
-        store, keys = build(tmp, "multilingual", multi, emb)
+        store, keys = build(tmp, "multilingual", multi, emb, english)
         yield "multilingual", store, keys, multi_q
         store.close()
     if "locomo" in sets:
         for i, (records, qs) in enumerate(convs):
-            store, keys = build(tmp, f"locomo-{i}", records, emb)
+            store, keys = build(tmp, f"locomo-{i}", records, emb, english)
             yield "locomo", store, keys, qs
             store.close()
     if "mixed" in sets:
         records = para + multi + [r for rs, _ in convs for r in rs]
-        store, keys = build(tmp, "mixed", records, emb)
+        store, keys = build(tmp, "mixed", records, emb, english)
         yield "mixed", store, keys, para_q + multi_q + [q for _, qs in convs for q in qs]
         store.close()
 
@@ -157,9 +161,53 @@ DENSE = {
 }
 SHIPPED = "e5-symmetric"  # the default model, multilingual-e5-small-symmetric
 
+# Language-gated sides: the two models of DENSE[name]'s side combined (the first's weight, on
+# floor-rescaled cosines) only where the gate says English, the second model alone elsewhere, on
+# the same rescaled scale. Gate "pair": the question and the memory both guessed English (the
+# store's own guess, pmem.stemming.index_language); "query": the question alone. Calibration
+# "affine": the combined score moved onto the second model's rescaled scale by the affine map that
+# matches their median and 99th percentile over LoCoMo turn pairs (`calibration`), so an English
+# memory and one in another language compete on one scale; "quantile": MiniLM's cosine moved to
+# the e5 cosine the same share of those pairs reaches, before the two are combined. Pool: above 0,
+# only the second model's nearest `pool` memories of each question are scored (0: every memory).
+GATED = {
+    "en-minilm+e5-symmetric": (0.5, "pair", None, 0),
+    "en-minilm+e5-symmetric-q": (0.5, "query", None, 0),
+    **{f"en-minilm{w:.1f}+e5-symmetric": (w, "pair", None, 0) for w in (0.3, 0.4, 0.6, 0.7)},
+    **{f"en-minilm{w:.1f}+e5-symmetric-affine": (w, "pair", "affine", 0) for w in (0.4, 0.5, 0.6)},
+    **{f"en-minilm{w:.1f}+e5-symmetric-quantile": (w, "pair", "quantile", 0) for w in (0.4, 0.5, 0.6)},
+    # the same, MiniLM rescoring only e5's nearest `pool` memories (no second index to search)
+    **{f"en-minilm0.5+e5-symmetric-quantile-pool{p}": (0.5, "pair", "quantile", p) for p in (100, 200, 400)},
+}
+
+
+def _shipped_english() -> tuple:
+    from pmem.store import english
+
+    return english.WEIGHT, "pair", "shipped", english.POOL
+
+
+# What pmem ships where `embed_english = minilm` (pmem/store/english.py: its weight, its map of
+# MiniLM's cosines onto e5's scale, its pool), searched with pmem.search.ENGLISH_TUNING.
+ENGLISH = "e5-symmetric+minilm-en"
+GATED[ENGLISH] = _shipped_english()
+TUNING = {ENGLISH: "ENGLISH_TUNING"}  # the Tuning of pmem.search a dense side is searched with (default DEFAULT_TUNING)
+DENSE.update({name: DENSE["minilm+e5-symmetric"] for name in GATED})
+
 
 def floor(model: str, symmetric: bool) -> float:
     """The score floor of `model`'s vectors (pmem.thresholds), memories as queries or not."""
     from pmem.thresholds import for_model
 
     return for_model(model + "-symmetric" if symmetric else model).score_floor
+
+
+def turn_pairs(model: str, symmetric: bool, per_conv: int = 60):
+    """The cosines of every pair of the first `per_conv` turns of each LoCoMo dev conversation
+    (44,850 pairs), as the thresholds were mapped (benchmarks/multilingual.py)."""
+    import numpy as np
+
+    texts = [r["text"] for c in locomo.load() for r in locomo.turn_records(c, "session")[:per_conv]]
+    emb = embedder(model, Path(__import__("os").environ.get("PMEM_BENCH_CACHE", "/tmp/pmem-bench-cache")))
+    v = np.asarray(emb.embed(texts, query=symmetric), np.float32)
+    return (v @ v.T)[np.triu_indices(len(texts), 1)]

@@ -159,6 +159,12 @@ def suite(args) -> int:
 
     model = args.model or Settings().embed_model
     emb = fusion_sets.embedder(model, Path(args.cache) if args.cache else None)
+    from pmem import config
+    from pmem.store import english as en
+
+    # English memories' second vectors, cached too (PMEM_EMBED_ENGLISH=none: a store without them)
+    second = fusion_sets.embedder(en.MODEL, Path(args.cache) if args.cache else None) \
+        if config.load().embed_english == "minilm" and model == en.MAIN else None
     acc: dict = {}
 
     def count(cell: str, ranked: list[str], targets) -> None:
@@ -169,7 +175,7 @@ def suite(args) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
-        for name, store, _keys, qs in fusion_sets.stores(Path(tmp), emb, args.sets):
+        for name, store, _keys, qs in fusion_sets.stores(Path(tmp), emb, args.sets, second):
             key_of = {}
             for q in qs:
                 for mode in ("hybrid", "semantic", "keyword"):
@@ -183,10 +189,11 @@ def suite(args) -> int:
                     a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
                     a[0] += 1
                     a[4] += inside
-            for saver in (emb, getattr(emb, "inner", None)):
+            for saver in (emb, getattr(emb, "inner", None), second):
                 if hasattr(saver, "save"):
                     saver.save()
-    out: dict = {"model": model, "load average": os.getloadavg()[0]}
+    out: dict = {"model": model, "english": en.MODEL if second is not None else "none",
+                 "load average": os.getloadavg()[0]}
     for cell, (n, h1, h3, h5, h10) in sorted(acc.items()):
         store, qset, mode, group = cell.split("|")
         if mode == "recall block":

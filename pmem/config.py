@@ -48,6 +48,11 @@ class Settings:
     embed_model: str = _setting("multilingual-e5-small-symmetric",
                                 "embedding model: a known name or a path to a GGUF file (unset: a store keeps the "
                                 "known model its vectors come from until `pmem reindex`)")
+    embed_english: str = _setting(
+        "minilm", "a second embedding model for English memories, under multilingual-e5-small-symmetric: "
+                  "minilm (all-MiniLM-L6-v2: search scores a pair of an English question and an English "
+                  "memory by both models; `pmem reindex` fills it for older memories) or none",
+        choices=("minilm", "none"))
     chat_model: str = _setting("SmolLM2-135M-Instruct",
                                "chat model for extract and dream: a known name or a GGUF path")
     extract_mode: str = _setting(

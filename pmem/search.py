@@ -52,6 +52,14 @@ SHARE_COEF = (("sem_gap", -7.74), ("kw_gap", -3.23), ("kw_many", 2.72), ("agree"
               ("sem_best", 1.49))
 
 
+# The same fitted on a store whose English memories have their second vector (store/english.py:
+# the dense side scores English pairs by both models; benchmarks/README.md, "Two models for
+# English"). search() uses these where the store's English side is in use and no other Tuning is given.
+ENGLISH_SHARE_BIAS = -5.33
+ENGLISH_SHARE_COEF = (("sem_gap", -13.74), ("kw_gap", -5.98), ("kw_many", 3.72), ("agree", 0.22),
+                      ("kw_best", 5.85), ("sem_best", 3.24))
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Fusion constants (see benchmarks/README.md).
@@ -76,6 +84,7 @@ class Tuning:
 
 
 DEFAULT_TUNING = Tuning()
+ENGLISH_TUNING = Tuning(share_bias=ENGLISH_SHARE_BIAS, share_coef=ENGLISH_SHARE_COEF)
 
 
 def query_words(text: str) -> list[str]:
@@ -115,11 +124,18 @@ def keyword_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
 def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
                    vector: bytes | None = None, scan: PartitionScan | None = None) -> list[tuple[int, float]]:
     """(seq, cosine distance) best first, after filters: exact below `store.exact_below` vectors,
-    above through the store's bit index rescored with float32 (VectorIndex.ranks)."""
+    above through the store's bit index rescored with float32 (VectorIndex.ranks). An English
+    query's English memories are then scored by both models (store/english.py: e5's nearest
+    POOL rescored, the combined cosine on e5's scale)."""
     if not store.vectors.exists():
         return []
+    english = store.vectors.english
+    if not english.applies(query):
+        blob = vector if vector is not None else store.query_vector(query)
+        return store.vectors.ranks(blob, flt, n, scan)
+    second = english.query_vector(query)  # MiniLM embeds the query meanwhile
     blob = vector if vector is not None else store.query_vector(query)
-    return store.vectors.ranks(blob, flt, n, scan)
+    return english.rescore(query, store.vectors.ranks(blob, flt, max(n, english.pool), scan), second)[:n]
 
 
 def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_weight: float,
@@ -270,7 +286,8 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         flt: which memories may match (default: active ones, as `Filter()`).
         limit: the most hits to return; at least 1.
         mode: "hybrid" (keyword and meaning, fused), "semantic" (meaning only) or "keyword" (FTS5).
-        tuning: the fusion's candidate count and keyword weight (benchmarks/ tune them).
+        tuning: the fusion's candidate count and keyword weight (benchmarks/ tune them); by
+            default DEFAULT_TUNING, or ENGLISH_TUNING where the store's English side is in use.
         collapse: let a memory and one derived from it share one slot (see above).
         min_score: leave out hits whose `score` (absolute, 0..1, see the module) is below this;
             the order of the others is unchanged.
@@ -292,6 +309,8 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     query = query.strip()
     if not query:
         raise UsageError("empty query")
+    if tuning is DEFAULT_TUNING and mode == "hybrid" and store.vectors.english.in_use():
+        tuning = ENGLISH_TUNING
     n = max(limit, tuning.candidates)
     if mode == "hybrid":
         kw, sem = _both_sides(store, query, flt, n, tuning.context_weight)

@@ -86,7 +86,10 @@ def models_pull(
     from .. import config, provision
 
     cfg = config.load()
-    names = names or [n for n in (cfg.embed_model, cfg.chat_model) if n in provision.known_models()]
+    from ..store import english
+
+    second = [english.MODEL] if cfg.embed_english == "minilm" and cfg.embed_model == english.MAIN else []
+    names = names or [n for n in (cfg.embed_model, *second, cfg.chat_model) if n in provision.known_models()]
     from .pull_progress import PullBars
 
     for name in names:

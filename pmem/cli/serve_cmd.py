@@ -102,6 +102,7 @@ def serve(
     except BaseException:
         server.close()
         raise
+    _load_english(server, cfg)
 
     def _stop(signum, frame):  # noqa: ARG001
         server.shutdown()
@@ -114,6 +115,21 @@ def serve(
              + (f", exits after {idle} idle" if idle else ""))
     server.serve()
     out.note("pmem server: stopped")
+
+
+def _load_english(server, cfg) -> None:
+    """The second model of English memories too (pmem/store/english.py), where the database
+    uses it: a search asks for both. One that cannot load now loads on first request, or never."""
+    from ..errors import ModelError
+    from ..provision import resolve_model
+    from ..store import english
+
+    if cfg.embed_english != "minilm" or store_embed_model(cfg) != english.MAIN:
+        return
+    try:
+        server.model(str(resolve_model(english.MODEL, "embed", progress=False)))
+    except ModelError:
+        pass
 
 
 def _shown(info: dict, started: float):

@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..errors import DatabaseError
 from .connection import count_triggers
+from .english import create_tables as create_english_tables
 from .keywords import KEYWORD_WINDOW, install_keyword_window
 from .vectors import BITS_FROM, build_bits, create_vector_tables
 
@@ -284,6 +285,14 @@ def m011_text_start(conn) -> None:
     few that could be equal (built in ~1 s at 1,000,000; core SQL functions, so any SQLite that
     writes the table keeps it)."""
     conn.execute("CREATE INDEX IF NOT EXISTS memories_text_start ON memories(length(text), substr(text, 1, 32))")
+
+
+@migration
+def m012_english_vectors(conn) -> None:
+    """A second vector for English memories (all-MiniLM-L6-v2 beside the main model, search's
+    dense side for English pairs: store/english.py); empty here, filled as memories are written
+    and by `pmem reindex`."""
+    create_english_tables(conn)
 
 
 def applied(conn) -> list[str]:

@@ -16,6 +16,7 @@ from ..config import Config
 from ..errors import ModelMismatch
 from ..records import TIERS
 from .connection import Connection, Progress, count_triggers
+from .english import EnglishVectors
 from .filter import Filter, date_window, estimate, is_live
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ class VectorIndex:
         self._reindex_target = False  # during reindex(): embed with the configured model
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
         self._prepared: dict[str, bytes] | None = None  # vectors embedded ahead of a write (prepared)
+        self.english = EnglishVectors(db, self)  # English memories' second vector (store/english.py)
 
     def __call__(self, ids: Iterable[str]) -> dict[str, bytes]:
         """Stored vectors of these memories, by id (a keyed join, not a scan of the vec table)."""
@@ -271,6 +273,8 @@ class VectorIndex:
         queries too: those searches compare memories with memories."""
         prepared = self._prepared
         if prepared is not None and texts and all(t in prepared for t in texts):
+            if not query:
+                self.english.prepare(texts)
             return [prepared[t] for t in texts]
         self.check_model()
         embedder = self.embedder
@@ -283,6 +287,8 @@ class VectorIndex:
             out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
             if progress:
                 progress(min(start + batch, len(texts)), len(texts))
+        if not query:
+            self.english.prepare(texts)
         return out
 
     @contextmanager
@@ -331,6 +337,8 @@ class VectorIndex:
         self.db.execute("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
                         (seq, blob, int(live)))
         self._put_bits(seq, blob, tier, live)
+        if not self._reindex_target:  # a reindex fills the second vectors after its swap
+            self.english.put([seq])
 
     def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]]) -> None:
         """`put` for many (seq, blob, tier, live) at once: a statement per table, not per row
@@ -340,6 +348,7 @@ class VectorIndex:
         self.ensure_table()
         self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
                                  [(seq, blob, int(live)) for seq, blob, _, live in rows])
+        self.english.put([seq for seq, *_ in rows])
         if not self.has_bits():
             if self.db.counter("vectors") >= BITS_FROM:
                 self.build_bits()  # once, past BITS_FROM (includes these rows), as put does
@@ -381,6 +390,7 @@ class VectorIndex:
             self.db.execute("DELETE FROM memory_vec WHERE seq = ?", (seq,))
         if self.has_bits():
             self.db.execute("DELETE FROM memory_bits WHERE seq = ?", (seq,))
+        self.english.delete(seq, zero)
 
     def levels(self) -> dict[str, bytes]:
         """The thresholds of the bit index's thermometer code (build_bits), read each time:
@@ -529,17 +539,21 @@ class VectorIndex:
     def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
         """Re-embed every memory with the configured model (or the default when none is
         configured), resumably (`_stage`); the stored vectors change in one transaction at the
-        end, so searches never mix two models' vectors."""
+        end, so searches never mix two models' vectors. Then English memories get their second
+        vector where they lack one (EnglishVectors.fill: a store from before it, or after a change
+        of model), resumable too."""
         if not self._embedder_given:
             self._embedder = None
         self._reindex_target = True
         try:
-            return self._reindex(progress, batch)
+            n = self._reindex(progress, batch)
         finally:
             self._reindex_target = False
             if not self._embedder_given and self._embedder is not None \
                     and self.model()[0] not in (None, self._embedder.name):
                 self._embedder = None  # interrupted: the stored vectors' model answers again
+        self.english.fill(progress, batch)  # English memories' second vectors, where missing
+        return n
 
     def _reindex(self, progress: Progress | None, batch: int) -> int:
         rows = self._stage(progress, batch)

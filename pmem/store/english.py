@@ -1,0 +1,271 @@
+"""A second vector for English memories: all-MiniLM-L6-v2 beside the main model.
+
+multilingual-e5-small-symmetric (the default) finds memories in every language, but MiniLM finds
+English memories asked for in other words far more often (paraphrase top-1 0.82 against 0.68)
+and drags every other language down. So where the query and a memory are both English (the
+store's own guess, `pmem_lang`), search scores the pair by the mean of e5's cosine and MiniLM's
+cosine moved onto e5's scale (`on_e5_scale`); every other pair by e5 alone. The combined cosine is
+on e5's scale, so e5's thresholds, score floor and the rest of search stay as they are, and a
+memory with no second vector (not English, or stored before this table) competes by e5 alone.
+
+MiniLM rescores e5's nearest `POOL` only: no second index to search (exact over every memory gave
+the same figures). Figures and how they were found: benchmarks/README.md, "Two models for English".
+
+Written wherever the main vector is (VectorIndex.put, put_many; memory texts embedded through
+VectorIndex.embed are embedded here too, before any write lock), erased with it (delete, and
+triggers when a memory's row goes or its text changes), filled for older stores by `pmem reindex`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import struct
+import threading
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
+
+from ..config import Config
+from ..errors import ModelError
+from .connection import Connection, Progress
+
+if TYPE_CHECKING:
+    from ..embed import Embedder
+
+MODEL = "all-MiniLM-L6-v2"
+MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
+WEIGHT = 0.5  # MiniLM's share of an English pair's cosine (0.3-0.7 measured; 0.5 best)
+POOL = 200  # e5's nearest memories MiniLM rescores (400: the same as every memory; 100: 1 point less)
+PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
+BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
+
+# MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
+# reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
+# 10, 20, ..., 90, 95, 98, 99, 99.5, 99.8, 99.9, 99.95, 100), ends added; linear between knots.
+KNOTS = ((-1.0, 0.700), (-0.112, 0.717), (-0.023, 0.750), (0.037, 0.769), (0.104, 0.787), (0.142, 0.796),
+         (0.189, 0.806), (0.225, 0.814), (0.255, 0.821), (0.285, 0.828), (0.314, 0.835), (0.348, 0.842),
+         (0.391, 0.851), (0.457, 0.865), (0.521, 0.876), (0.599, 0.891), (0.650, 0.901), (0.700, 0.910),
+         (0.747, 0.921), (0.774, 0.929), (0.802, 0.935), (0.911, 0.968), (1.0, 1.0))
+_XS = [x for x, _ in KNOTS]
+
+
+def on_e5_scale(cosine: float) -> float:
+    """A MiniLM cosine as the e5 cosine of the same rank among LoCoMo turn pairs (KNOTS)."""
+    if cosine <= _XS[0]:
+        return KNOTS[0][1]
+    if cosine >= _XS[-1]:
+        return KNOTS[-1][1]
+    i = bisect.bisect_right(_XS, cosine)
+    (x0, y0), (x1, y1) = KNOTS[i - 1], KNOTS[i]
+    return y0 + (y1 - y0) * (cosine - x0) / (x1 - x0)
+
+
+def combined(e5: float, minilm: float) -> float:
+    """An English pair's cosine on e5's scale."""
+    return (1.0 - WEIGHT) * e5 + WEIGHT * on_e5_scale(minilm)
+
+
+def create_tables(conn) -> None:
+    """memory_vec_en, and the triggers that drop a second vector when its memory's row goes or its
+    text changes (the new text's vector is written by the same write, VectorIndex.put)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS memory_vec_en (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS memory_vec_en_gone AFTER DELETE ON memories "
+                 "BEGIN DELETE FROM memory_vec_en WHERE seq = old.seq; END")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS memory_vec_en_text AFTER UPDATE OF text ON memories "
+                 "WHEN old.text IS NOT new.text BEGIN DELETE FROM memory_vec_en WHERE seq = old.seq; END")
+
+
+def is_english(text: str) -> bool:
+    from ..stemming import index_language
+
+    return index_language(text) == "en"
+
+
+class Owner(Protocol):
+    """What the second vectors read of the main index (VectorIndex): its settings and model."""
+
+    config: Config
+
+    def model(self) -> tuple[str | None, int | None]: ...
+
+    def model_name(self) -> str: ...
+
+
+class EnglishVectors:
+    """The second vectors of one store's English memories (VectorIndex.english)."""
+
+    def __init__(self, db: Connection, owner: Owner):
+        self.db = db
+        self._owner = owner  # its settings, and the model its vectors come from
+        self.embedder: "Embedder | None" = None  # loaded on first use; benchmarks set their own
+        self._failed = False  # MiniLM could not be loaded in this process: e5 alone, said once
+        self._pending: dict[str, bytes] = {}
+        self.pool = POOL
+
+    def active(self) -> bool:
+        """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
+        the one they were measured with (a store on another model searches as before)."""
+        owner = self._owner
+        return self.config.embed_english == "minilm" and not self._failed \
+            and (owner.model()[0] or owner.model_name()) == MAIN and self.db.has_table("memory_vec_en")
+
+    @property
+    def config(self) -> Config:
+        return self._owner.config
+
+    def _model(self) -> "Embedder | None":
+        if self.embedder is None and not self._failed:
+            from .. import notices
+            from ..embed import load_embedder
+
+            try:
+                self.embedder = load_embedder(MODEL, threads=self.config.threads, server=self.config.server,
+                                              idle_minutes=self.config.server_idle_minutes)
+            except ModelError as exc:
+                self._failed = True
+                notices.notice(f"{exc}; searching English memories by {MAIN} alone (embed_english = none "
+                               "turns the second model off)")
+        return self.embedder
+
+    def _embed(self, texts: list[str]) -> list[bytes] | None:
+        model = self._model()
+        if model is None:
+            return None
+        try:
+            if len(texts) > BULK_EMBED and getattr(model, "remote", False):
+                model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
+            vectors = model.embed(texts)
+        except ModelError as exc:
+            from .. import notices
+
+            self._failed = True
+            notices.notice(f"{exc}; searching English memories by {MAIN} alone")
+            return None
+        return [struct.pack(f"<{len(v)}f", *v) for v in vectors]
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def prepare(self, texts: Sequence[str]) -> None:
+        """Embed the English ones of memory texts about to be written (VectorIndex.embed: before
+        any write lock is taken)."""
+        if not self.active():
+            return
+        todo = [t for t in dict.fromkeys(texts) if t and t not in self._pending and is_english(t)]
+        if not todo:
+            return
+        blobs = self._embed(todo)
+        if blobs is None:
+            return
+        if len(self._pending) + len(todo) > PENDING_MAX:
+            self._pending.clear()  # never consumed (a duplicate add, extract's sources): re-embedded if written
+        self._pending.update(zip(todo, blobs))
+
+    def put(self, seqs: Iterable[int]) -> None:
+        """Write the second vector of each of these rows whose text is English, from what was
+        prepared, else embedded now (undo restoring a kept vector, a caller's own vectors)."""
+        if not self.active():
+            return
+        rows = self.db.execute("SELECT seq, text FROM memories WHERE seq IN (SELECT value FROM json_each(?)) "
+                               "AND pmem_lang(text) = 'en'", (json.dumps(list(seqs)),)).fetchall()
+        if not rows:
+            return
+        missing = [t for _, t in rows if t not in self._pending]
+        if missing:
+            blobs = self._embed(list(dict.fromkeys(missing)))
+            if blobs is None:
+                return
+            self._pending.update(zip(dict.fromkeys(missing), blobs))
+        self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) VALUES (?, ?)",
+                                 [(seq, self._pending[t]) for seq, t in rows])
+        for _, t in rows:
+            self._pending.pop(t, None)
+
+    def delete(self, seq: int, zero: bool = False) -> None:
+        """Drop row `seq`'s second vector; `zero` overwrites it first (a purge: no page keeps it)."""
+        if not self.db.has_table("memory_vec_en"):
+            return
+        if zero:
+            self.db.execute("UPDATE memory_vec_en SET embedding = zeroblob(length(embedding)) WHERE seq = ?", (seq,))
+        self.db.execute("DELETE FROM memory_vec_en WHERE seq = ?", (seq,))
+
+    def fill(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Embed every English memory that has no second vector yet (`pmem reindex`), a committed
+        batch at a time: interrupted, the next run goes on from there. Returns how many."""
+        if not self.active():
+            return 0
+        sql = ("SELECT m.seq, m.text FROM memories m WHERE pmem_lang(m.text) = 'en' AND m.seq > ? AND NOT EXISTS "
+               "(SELECT 1 FROM memory_vec_en e WHERE e.seq = m.seq) ORDER BY m.seq LIMIT ?")
+        total = self.db.execute("SELECT count(*) FROM memories m WHERE NOT EXISTS "
+                                "(SELECT 1 FROM memory_vec_en e WHERE e.seq = m.seq)").fetchone()[0]
+        done, last = 0, -1
+        while True:
+            todo = self.db.execute(sql, (last, batch)).fetchall()
+            if not todo:
+                return done
+            last = todo[-1][0]
+            blobs = self._embed([t for _, t in todo])
+            if blobs is None:
+                return done
+            with self.db.transaction():  # only where the text is still the one embedded
+                self.db.conn.executemany(
+                    "INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT ?, ? "
+                    "WHERE EXISTS (SELECT 1 FROM memories WHERE seq = ? AND text = ?)",
+                    [(seq, blob, seq, text) for (seq, text), blob in zip(todo, blobs)])
+            done += len(todo)
+            if progress:
+                progress(min(done, total), total)
+
+    def count(self) -> int:
+        if not self.db.has_table("memory_vec_en"):
+            return 0
+        return self.db.execute("SELECT count(*) FROM memory_vec_en").fetchone()[0]
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def in_use(self) -> bool:
+        """Whether search scores by both models here: active, and some memory has its second vector."""
+        return self.active() and self.db.execute("SELECT 1 FROM memory_vec_en LIMIT 1").fetchone() is not None
+
+    def applies(self, query: str) -> bool:
+        """Whether a search for `query` rescores its English memories (an English query)."""
+        return is_english(query) and self.in_use()
+
+    def query_vector(self, query: str) -> Callable[[], bytes | None]:
+        """Start embedding `query` with MiniLM on another thread (while e5 embeds and ranks on
+        this one: llama.cpp and numpy both release the GIL); returns what waits for it."""
+        out: list[bytes | None] = [None]
+
+        def run() -> None:
+            try:
+                blobs = self._embed([query])
+                out[0] = blobs[0] if blobs else None
+            except Exception:  # noqa: BLE001 - this search goes on by e5 alone
+                out[0] = None
+
+        self._model()  # loaded here: a first load's notice and errors on the caller's thread
+        worker = threading.Thread(target=run, name="pmem-english-query", daemon=True)
+        worker.start()
+
+        def wait() -> bytes | None:
+            worker.join()
+            return out[0]
+
+        return wait
+
+    def rescore(self, query: str, ranks: list[tuple[int, float]],
+                vector: Callable[[], bytes | None] | None = None) -> list[tuple[int, float]]:
+        """e5's (seq, cosine distance) best first, the memories with a second vector scored by
+        `combined`, best first again; as given when MiniLM cannot be had. `vector`: what
+        query_vector returned, else the query is embedded here."""
+        if vector is None:
+            blobs = self._embed([query])
+            blob = blobs[0] if blobs else None
+        else:
+            blob = vector()
+        if blob is None or not ranks:
+            return ranks
+        near = dict(self.db.execute(
+            "SELECT seq, vec_distance_cosine(embedding, ?) FROM memory_vec_en "
+            "WHERE seq IN (SELECT value FROM json_each(?))", (blob, json.dumps([s for s, _ in ranks]))))
+        out = [(seq, 1.0 - combined(1.0 - d, 1.0 - near[seq]) if seq in near else d) for seq, d in ranks]
+        out.sort(key=lambda r: (r[1], r[0]))
+        return out

@@ -1,0 +1,67 @@
+"""`pmem serve` holds both models a default store searches with: e5, and MiniLM for English
+memories' second vectors (pmem/store/english.py), so a served search loads neither."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pmem import serve as srv
+
+pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def short_home(monkeypatch):
+    home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))  # a socket path must stay short
+    monkeypatch.setenv("PMEM_HOME", str(home))
+    yield home
+    srv.stop(home / "pmem.sock", timeout=5.0)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _pmem(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PMEM_HOME": str(home), "PMEM_THREADS": "1", "PMEM_SERVER": "auto", **extra}
+    p = subprocess.run([sys.executable, "-m", "pmem", *args], env=env, capture_output=True, text=True,
+                       timeout=180, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def _status(home: Path) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        info = srv.status(home / "pmem.sock")
+        if info:
+            return info
+        time.sleep(0.1)
+    raise AssertionError("no server answered")
+
+
+@pytest.mark.model
+def test_the_server_holds_minilm_too_and_a_served_search_asks_it_for_both(short_home):
+    _pmem(short_home, "add", "Deploys to production need approval from Dana", PMEM_SERVER="never")
+    _pmem(short_home, "serve", "--detach")
+    info = _status(short_home)
+    assert sorted(Path(m).name for m in info["models"]) == ["all-MiniLM-L6-v2.f16.gguf",
+                                                            "multilingual-e5-small.q4.e5s1"]
+    before = info["requests"]
+    out = _pmem(short_home, "search", "who signs off on releases", "--limit", "1").stdout
+    assert "Dana" in out
+    assert srv.status(short_home / "pmem.sock")["requests"] >= before + 2  # e5's and MiniLM's query vectors
+
+
+@pytest.mark.model
+def test_without_the_second_model_the_server_holds_e5_alone(short_home):
+    _pmem(short_home, "add", "Deploys to production need approval from Dana", PMEM_SERVER="never",
+          PMEM_EMBED_ENGLISH="none")
+    _pmem(short_home, "serve", "--detach", PMEM_EMBED_ENGLISH="none")
+    assert [Path(m).name for m in _status(short_home)["models"]] == ["multilingual-e5-small.q4.e5s1"]
