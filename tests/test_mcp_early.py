@@ -122,13 +122,28 @@ def test_the_kept_answers_are_what_the_installed_sdk_serves():
     assert {t["name"] for t in listed} == TOOLS
 
 
-def test_answers_made_with_another_sdk_are_not_used(tmp_path, monkeypatch):
+def _made_elsewhere(tmp_path: Path) -> Path:
     kept = json.loads(mcp_early.FILE.read_text(encoding="utf-8"))
     kept["made_with"]["pydantic"] = "0.0.1"
     other = tmp_path / "mcp_early.json"
     other.write_text(json.dumps(kept))
-    monkeypatch.setattr(mcp_early, "FILE", other)
-    assert mcp_early.answers() is None
+    return other
+
+
+def test_answers_made_with_another_sdk_are_not_used(pmem_home, tmp_path):
+    assert mcp_early.answers(_made_elsewhere(tmp_path)) is None
+
+
+def test_under_another_sdk_the_answers_are_generated_for_the_next_start(pmem_home, tmp_path):
+    other = _made_elsewhere(tmp_path)
+    mcp_early.remember()
+    cached = mcp_early.cache_path()
+    assert cached.parent == pmem_home and cached.stat().st_mode & 0o777 == 0o600
+    assert mcp_early.answers(other) == mcp_early.generate()["answers"]
+    stale = json.loads(cached.read_text(encoding="utf-8"))
+    stale["source"] = "0" * 64  # made from other tools than these
+    cached.write_text(json.dumps(stale))
+    assert mcp_early.answers(other) is None
 
 
 @pytest.mark.parametrize("version", mcp_server.EARLY_VERSIONS)

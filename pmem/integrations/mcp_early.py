@@ -7,7 +7,9 @@ They are the SDK's own answers, generated from it and kept in `mcp_early.json` (
     python -m pmem.integrations.mcp_early --check  # exit 1 if it is stale (tests/test_mcp_early.py)
 
 The file names the SDK and pydantic versions it came from (pydantic writes the tools' input
-schemas); under any others `answers()` gives None and the SDK answers everything but `initialize`.
+schemas). Under any others the SDK answers everything but `initialize`, and `pmem mcp` generates
+the same answers once it has loaded (`remember`) into the data folder, for its next start: that
+copy names the versions too, and a digest of this module and mcp_server.py, where the tools are.
 Figures: benchmarks/README.md, "MCP: the tool list before the SDK".
 """
 
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 FILE = Path(__file__).with_name("mcp_early.json")
+CACHE = "mcp-early.json"  # in the data folder: what `remember` generated under another SDK
 # What a client asks right after the handshake; each answer is the same for every client.
 METHODS = ("tools/list", "ping", "prompts/list", "resources/list", "resources/templates/list")
 DISTRIBUTIONS = ("mcp", "pydantic")
@@ -62,15 +67,66 @@ def installed() -> dict[str, str | None]:
     return found
 
 
-def answers() -> dict[str, dict[str, Any]] | None:
-    """{protocol version: {method: result}} when the file was made from the installed SDK, else None."""
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        kept = json.loads(FILE.read_text(encoding="utf-8"))
+        kept = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or kept.get("made_with") != installed():
+    return kept if isinstance(kept, dict) and isinstance(kept.get("answers"), dict) else None
+
+
+def _digest() -> str:
+    """What the answers are made from in pmem: the tools (mcp_server.py) and their generation (here)."""
+    import hashlib
+
+    here = Path(__file__)
+    return hashlib.sha256(here.read_bytes() + here.with_name("mcp_server.py").read_bytes()).hexdigest()
+
+
+def cache_path() -> Path:
+    from ..paths import data_dir
+
+    return data_dir() / CACHE
+
+
+def answers(file: Path | None = None) -> dict[str, dict[str, Any]] | None:
+    """{protocol version: {method: result}} made from the installed SDK (the kept file, or the
+    copy `remember` wrote), else None."""
+    made = installed()
+    if None in made.values():
         return None
-    return kept.get("answers")
+    kept = _read(file or FILE)
+    if kept is not None and kept.get("made_with") == made:
+        return kept["answers"]
+    try:
+        cached = _read(cache_path())
+        if cached is not None and cached.get("made_with") == made and cached.get("source") == _digest():
+            return cached["answers"]
+    except OSError:
+        pass
+    return None
+
+
+def remember(delay: float = 0.0) -> None:
+    """Generate the answers from the SDK now loaded into the data folder (0600, replaced whole),
+    after `delay` seconds, so as not to slow the session's first calls. Runs in a thread of
+    `pmem mcp`; a failure only means the next start waits for the SDK too."""
+    time.sleep(delay)
+    try:
+        if None in installed().values():
+            return
+        content = {**generate(), "source": _digest()}
+        from ..paths import ensure_private_dir
+
+        target = cache_path()
+        ensure_private_dir(target.parent)
+        temp = target.with_name(f".{CACHE}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text(content))
+        os.replace(temp, target)
+    except Exception:  # noqa: BLE001 - a cache: the session it runs in is served all the same
+        return
 
 
 LAST = "pmem-early-last"  # the id of the `ping` that closes `sdk_session`

@@ -241,6 +241,7 @@ EARLY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 # What the SDK's server declares for pmem's six tools (MCPServer's defaults).
 CAPABILITIES = {"prompts": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
                 "tools": {"listChanged": False}}
+REMEMBER_AFTER = 10.0  # seconds into a session under another SDK before its early answers are generated
 REPLAY = "pmem-early-"  # how every id the SDK sees for a request answered early begins
 # Client capabilities an early `initialize` may declare, and what each may hold (a subset of what
 # the SDK accepts in every early version, tests compare): the rest goes to the SDK.
@@ -504,6 +505,9 @@ def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
             raise MissingExtra(INSTALL_HINT) from failed["error"]
         server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
         early.on = False  # the SDK answers from here on
+        if mcp_early.answers() is None:  # another SDK than mcp_early.json's: keep its answers for next time
+            threading.Thread(target=mcp_early.remember, args=(REMEMBER_AFTER,), name="pmem-mcp-early",
+                             daemon=True).start()
         _run(server, early, _Out(wire, early.drop))
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
