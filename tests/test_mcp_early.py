@@ -115,8 +115,8 @@ class _Raw:
 def test_the_kept_answers_are_what_the_installed_sdk_serves():
     """mcp_early.json is regenerated from the SDK and compared, like man/: a changed docstring,
     argument or annotation of a tool, or another SDK, makes it stale."""
-    assert mcp_early.FILE.read_text(encoding="utf-8") == mcp_early.text(mcp_early.generate()), \
-        "stale: run python -m pmem.integrations.mcp_early"
+    assert mcp_early.FILE.read_text(encoding="utf-8") == mcp_early.text(mcp_early.generate(mcp_server.sdk_session)), \
+        "stale: run python -m pmem.integrations.mcp_server --early"
     assert mcp_early.answers() is not None  # made with this SDK: the early path is on in these tests
     listed = mcp_early.answers()["2025-11-25"]["tools/list"]["tools"]
     assert {t["name"] for t in listed} == TOOLS
@@ -136,10 +136,10 @@ def test_answers_made_with_another_sdk_are_not_used(pmem_home, tmp_path):
 
 def test_under_another_sdk_the_answers_are_generated_for_the_next_start(pmem_home, tmp_path):
     other = _made_elsewhere(tmp_path)
-    mcp_early.remember()
+    mcp_early.remember(mcp_server.sdk_session)
     cached = mcp_early.cache_path()
     assert cached.parent == pmem_home and cached.stat().st_mode & 0o777 == 0o600
-    assert mcp_early.answers(other) == mcp_early.generate()["answers"]
+    assert mcp_early.answers(other) == mcp_early.generate(mcp_server.sdk_session)["answers"]
     stale = json.loads(cached.read_text(encoding="utf-8"))
     stale["source"] = "0" * 64  # made from other tools than these
     cached.write_text(json.dumps(stale))
@@ -158,7 +158,7 @@ def test_the_early_handshake_is_the_sdks_bytes(version, capabilities, client):
     message = _initialize(version, mid="abc", capabilities=capabilities, client=client)
     reply = mcp_server.early_reply(message)
     assert reply is not None
-    assert mcp_early.compact(reply) == mcp_early.sdk_session([message])[0]
+    assert mcp_early.compact(reply) == mcp_server.sdk_session([message])[0]
 
 
 @pytest.mark.parametrize("capabilities,client", [
@@ -170,7 +170,7 @@ def test_the_early_handshake_is_the_sdks_bytes(version, capabilities, client):
 ])
 def test_a_handshake_the_sdk_refuses_is_left_to_it(capabilities, client):
     message = _initialize(mid=3, capabilities=capabilities, client=client)
-    assert "error" in json.loads(mcp_early.sdk_session([message])[0])
+    assert "error" in json.loads(mcp_server.sdk_session([message])[0])
     assert mcp_server.early_reply(message) is None
 
 
@@ -194,8 +194,24 @@ def test_the_early_tool_list_is_the_sdks_bytes_in_one_session(pmem_home, tmp_pat
         raw.send(_request(4, "tools/list"))
         served = raw.line()
         assert early == served.replace(b'"id":4,', b'"id":2,', 1)
-        alone = mcp_early.sdk_session([_initialize("2025-11-25"), INITIALIZED, _request(2, "tools/list")])
+        alone = mcp_server.sdk_session([_initialize("2025-11-25"), INITIALIZED, _request(2, "tools/list")])
         assert [hello, early] == alone
+    finally:
+        gate.touch()
+        err = raw.close()
+    assert "Traceback" not in err
+
+
+def test_a_client_that_only_lists_the_tools_leaves_before_the_sdk_loads(pmem_home, tmp_path):
+    """Everything it asked was answered early: the process exits without the SDK (its gate never opens)."""
+    gate, path = _hold(tmp_path)
+    raw = _Raw(pmem_home, tmp_path, PYTHONPATH=path)
+    try:
+        raw.send(_initialize(), INITIALIZED, _request(2, "tools/list"), _request(3, "ping"))
+        assert [json.loads(raw.line(60))["id"] for _ in range(3)] == [1, 2, 3]
+        assert raw.proc.stdin is not None
+        raw.proc.stdin.close()
+        assert raw.proc.wait(30) == 0
     finally:
         gate.touch()
         err = raw.close()
@@ -273,7 +289,7 @@ SESSIONS = {
 def test_a_session_goes_as_on_the_sdk_alone(name, pmem_home, tmp_path):
     early, messages = SESSIONS[name]
     lines = [m if isinstance(m, bytes) else mcp_early.compact(m) for m in messages]
-    alone = mcp_early.sdk_session(lines)
+    alone = mcp_server.sdk_session(lines)
     gate, path = _hold(tmp_path)
     raw = _Raw(pmem_home, tmp_path, PYTHONPATH=path)
     try:

@@ -3,14 +3,16 @@
 
 They are the SDK's own answers, generated from it and kept in `mcp_early.json` (as man/ is kept):
 
-    python -m pmem.integrations.mcp_early          # rewrite mcp_early.json from the installed SDK
-    python -m pmem.integrations.mcp_early --check  # exit 1 if it is stale (tests/test_mcp_early.py)
+    python -m pmem.integrations.mcp_server --early          # rewrite mcp_early.json from the installed SDK
+    python -m pmem.integrations.mcp_server --early --check  # exit 1 if it is stale (tests/test_mcp_early.py)
 
 The file names the SDK and pydantic versions it came from (pydantic writes the tools' input
 schemas). Under any others the SDK answers everything but `initialize`, and `pmem mcp` generates
 the same answers once it has loaded (`remember`) into the data folder, for its next start: that
 copy names the versions too, and a digest of this module and mcp_server.py, where the tools are.
-Figures: benchmarks/README.md, "MCP: the tool list before the SDK".
+This module imports nothing of the SDK's, nor mcp_server: a session of pmem's tools on the SDK
+(`mcp_server.sdk_session`) is handed to what needs one. Figures: benchmarks/README.md, "MCP: the
+tool list before the SDK".
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import io
 import json
 import os
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 FILE = Path(__file__).with_name("mcp_early.json")
 CACHE = "mcp-early.json"  # in the data folder: what `remember` generated under another SDK
+# The handshake versions pmem answers itself; the SDK answers any other (tests hold this inside
+# the SDK's own list, and the early reply equal to the SDK's for each).
+EARLY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 # What a client asks right after the handshake; each answer is the same for every client.
 METHODS = ("tools/list", "ping", "prompts/list", "resources/list", "resources/templates/list")
 DISTRIBUTIONS = ("mcp", "pydantic")
@@ -107,7 +112,10 @@ def answers(file: Path | None = None) -> dict[str, dict[str, Any]] | None:
     return None
 
 
-def remember(delay: float = 0.0) -> None:
+Session = Callable[[list[Any]], list[bytes]]  # messages in, the lines the SDK wrote out
+
+
+def remember(session: Session, delay: float = 0.0) -> None:
     """Generate the answers from the SDK now loaded into the data folder (0600, replaced whole),
     after `delay` seconds, so as not to slow the session's first calls. Runs in a thread of
     `pmem mcp`; a failure only means the next start waits for the SDK too."""
@@ -115,7 +123,7 @@ def remember(delay: float = 0.0) -> None:
     try:
         if None in installed().values():
             return
-        content = {**generate(), "source": _digest()}
+        content = {**generate(session), "source": _digest()}
         from ..paths import ensure_private_dir
 
         target = cache_path()
@@ -129,65 +137,16 @@ def remember(delay: float = 0.0) -> None:
         return
 
 
-LAST = "pmem-early-last"  # the id of the `ping` that closes `sdk_session`
-
-
-class _Client:
-    """The SDK's stdin in `sdk_session`: the given lines, a `ping`, then the end of input once the
-    ping is answered and nothing more has come for a moment."""
-
-    def __init__(self, lines: list[bytes], out: _Replies):
-        self.lines = [*lines, compact({"jsonrpc": "2.0", "id": LAST, "method": "ping"})]
-        self.out = out
-
-    def readline(self) -> str:
-        if self.lines:
-            return self.lines.pop(0).decode("utf-8", "replace")
-        with self.out.more:
-            self.out.more.wait_for(lambda: LAST.encode() in self.out.data, timeout=60)
-            while self.out.more.wait(0.2):
-                pass
-        return ""
-
-    def close(self) -> None:
-        pass
-
-
-class _Replies:
-    def __init__(self) -> None:
-        self.data = b""
-        self.more = threading.Condition()
-
-    def write(self, data: bytes) -> None:
-        with self.more:
-            self.data += data
-            self.more.notify_all()
-
-
-def sdk_session(messages: list[Any]) -> list[bytes]:
-    """The lines that pmem's tools on the SDK's own server (no early answers) write for `messages`
-    (objects, or lines sent as they are), in the order written."""
-    from . import mcp_server
-
-    out = _Replies()
-    server = mcp_server.build_server(mcp_server.Backend(lambda: None))
-    client = _Client([m if isinstance(m, bytes) else compact(m) for m in messages], out)
-    mcp_server._run(server, client, mcp_server._Out(out, None))  # type: ignore[arg-type]
-    return [line for line in out.data.splitlines(keepends=True) if LAST.encode() not in line]
-
-
-def generate() -> dict[str, Any]:
-    """The file's content, from the installed SDK: each early version's handshake, then each of
-    METHODS; refused when `compact` would not write the SDK's exact bytes."""
-    from .mcp_server import EARLY_VERSIONS
-
+def generate(session: Session) -> dict[str, Any]:
+    """The file's content, from the installed SDK's `session`: each early version's handshake, then
+    each of METHODS; refused when `compact` would not write the SDK's exact bytes."""
     kept: dict[str, dict[str, Any]] = {}
     for version in EARLY_VERSIONS:
         hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "pmem", "version": "0"}}}
         asked = [{"jsonrpc": "2.0", "id": i, "method": method} for i, method in enumerate(METHODS, 1)]
         replies = {json.loads(line)["id"]: line
-                   for line in sdk_session([hello, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *asked])}
+                   for line in session([hello, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *asked])}
         kept[version] = {}
         for request in asked:
             line = replies[request["id"]]
@@ -202,18 +161,14 @@ def text(content: dict[str, Any]) -> str:
     return json.dumps(content, indent=1, ensure_ascii=False) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    fresh = text(generate())
+def main(argv: list[str], session: Session) -> int:
+    fresh = text(generate(session))
     if "--check" in argv:
         current = FILE.read_text(encoding="utf-8") if FILE.exists() else ""
         if current != fresh:
-            print(f"{FILE} is stale: run python -m pmem.integrations.mcp_early", file=sys.stderr)
+            print(f"{FILE} is stale: run python -m pmem.integrations.mcp_server --early", file=sys.stderr)
             return 1
         return 0
     with io.open(FILE, "w", encoding="utf-8", newline="\n") as f:
         f.write(fresh)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

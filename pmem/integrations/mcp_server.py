@@ -8,7 +8,8 @@ empty prompt and resource lists are the SDK's own answers, generated from it int
 session, handed every message in order, those answered early under ids of pmem's whose replies it
 drops (`_Early`, `_Out`). The first message of another kind (a `tools/call`, anything the SDK
 should judge), like a first message that is not an `initialize` pmem can answer, goes to the SDK
-untouched, and so does everything after it. Figures: benchmarks/README.md, "The anchor and the
+untouched, and so does everything after it; a client that leaves having asked nothing else is
+never handed to the SDK. Figures: benchmarks/README.md, "The anchor and the
 targets" and "MCP: the tool list before the SDK". Nothing heavy loads for the handshake: the
 database opens on the first tool call and the embedding model loads on the first call that needs
 a vector.
@@ -235,9 +236,7 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
     return server
 
 
-# The handshake versions pmem answers itself; the SDK answers any other (tests hold this inside
-# the SDK's own list, and `early_reply` equal to the SDK's reply for each).
-EARLY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+EARLY_VERSIONS = mcp_early.EARLY_VERSIONS  # the handshake versions pmem answers itself
 # What the SDK's server declares for pmem's six tools (MCPServer's defaults).
 CAPABILITIES = {"prompts": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
                 "tools": {"listChanged": False}}
@@ -338,6 +337,8 @@ class _Early:
         self._lines: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._tag = f"{REPLAY}{os.urandom(4).hex()}-"
         self._count = 0
+        self.answered_all = False  # the client left, and nothing it sent needs the SDK
+        self.moved = threading.Event()  # set at the end of input (and by the SDK's import)
 
     def take(self, line: bytes) -> None:
         if self.on:
@@ -349,10 +350,12 @@ class _Early:
         try:
             for line in iter(self.wire.reader.readline, b""):
                 self.take(line)
+            self.answered_all = self.on
         except (OSError, ValueError):
             pass
         finally:
             self._lines.put(b"")
+            self.moved.set()
 
     def readline(self) -> str:  # the SDK's stdin
         return self._lines.get().decode("utf-8", "replace")
@@ -473,13 +476,15 @@ class _Out:
         pass
 
 
-def _import_sdk(box: dict[str, BaseException]) -> None:
+def _import_sdk(box: dict[str, BaseException], done: threading.Event) -> None:
     try:
         import anyio  # noqa: F401
         import mcp.server.mcpserver  # noqa: F401
         import mcp.server.stdio  # noqa: F401
     except BaseException as exc:  # noqa: BLE001 - raised by the thread that waits for it
         box["error"] = exc
+    finally:
+        done.set()
 
 
 def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
@@ -488,25 +493,28 @@ def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
     """Run until the client closes stdin. Returns normally on a client that disconnects."""
     backend = Backend(open_store, cwd=cwd or os.getcwd())
     failed: dict[str, BaseException] = {}
-    sdk = threading.Thread(target=_import_sdk, args=(failed,), name="pmem-mcp-sdk", daemon=True)
-    sdk.start()
     wire = _Wire()
+    early = _Early(wire, mcp_early.answers)
+    sdk = threading.Thread(target=_import_sdk, args=(failed, early.moved), name="pmem-mcp-sdk", daemon=True)
+    sdk.start()
     pump: threading.Thread | None = None
     try:
         first = wire.reader.readline()
         if not first:
             return  # the client left before saying anything
-        early = _Early(wire, mcp_early.answers)
         early.take(first)
         pump = threading.Thread(target=early.pump, name="pmem-mcp-stdin", daemon=True)
         pump.start()
+        early.moved.wait()
+        if early.answered_all:
+            return  # a client that only listed the tools and left does not wait for the SDK
         sdk.join()
         if "error" in failed:
             raise MissingExtra(INSTALL_HINT) from failed["error"]
         server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
         early.on = False  # the SDK answers from here on
         if mcp_early.answers() is None:  # another SDK than mcp_early.json's: keep its answers for next time
-            threading.Thread(target=mcp_early.remember, args=(REMEMBER_AFTER,), name="pmem-mcp-early",
+            threading.Thread(target=mcp_early.remember, args=(sdk_session, REMEMBER_AFTER), name="pmem-mcp-early",
                              daemon=True).start()
         _run(server, early, _Out(wire, early.drop))
     except (BrokenPipeError, ConnectionResetError, EOFError):
@@ -529,6 +537,51 @@ def _run(server: Any, stdin: Any, stdout: _Out) -> None:
     anyio.run(main)
 
 
+_LAST = "pmem-early-last"  # the id of the `ping` that closes `sdk_session`
+
+
+class _Client:
+    """The SDK's stdin in `sdk_session`: the given lines, a `ping`, then the end of input once the
+    ping is answered and nothing more has come for a moment."""
+
+    def __init__(self, lines: list[bytes], out: "_Replies"):
+        self.lines = [*lines, mcp_early.compact({"jsonrpc": "2.0", "id": _LAST, "method": "ping"})]
+        self.out = out
+
+    def readline(self) -> str:
+        if self.lines:
+            return self.lines.pop(0).decode("utf-8", "replace")
+        with self.out.more:
+            self.out.more.wait_for(lambda: _LAST.encode() in self.out.data, timeout=60)
+            while self.out.more.wait(0.2):
+                pass
+        return ""
+
+    def close(self) -> None:
+        pass
+
+
+class _Replies:
+    def __init__(self) -> None:
+        self.data = b""
+        self.more = threading.Condition()
+
+    def write(self, data: bytes) -> None:
+        with self.more:
+            self.data += data
+            self.more.notify_all()
+
+
+def sdk_session(messages: list[Any]) -> list[bytes]:
+    """The lines that pmem's tools on the SDK's own server (no early answers, no store) write for
+    `messages` (objects, or lines sent as they are), in the order written."""
+    out = _Replies()
+    server = build_server(Backend(lambda: None))
+    client = _Client([m if isinstance(m, bytes) else mcp_early.compact(m) for m in messages], out)
+    _run(server, client, _Out(out, None))  # type: ignore[arg-type]
+    return [line for line in out.data.splitlines(keepends=True) if _LAST.encode() not in line]
+
+
 def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = None) -> None:
     """`pmem mcp`: serve the store at `db` (the default one) to one client over stdio. Reads see
     global memories plus those of `scope` ("auto": the project the client started the server in;
@@ -545,4 +598,8 @@ def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = 
 
 
 if __name__ == "__main__":  # python -m pmem.integrations.mcp_server (tests; users run `pmem mcp`)
+    import sys
+
+    if "--early" in sys.argv:  # regenerate mcp_early.json (see mcp_early)
+        sys.exit(mcp_early.main(sys.argv[1:], sdk_session))
     run()
