@@ -46,7 +46,6 @@ def installed() -> dict[str, str | None]:
     """The installed versions of DISTRIBUTIONS, from their `.dist-info` folders next to the
     packages (importlib.metadata costs more than pmem's whole handshake); None where unsure."""
     import importlib.util
-    import os
 
     found: dict[str, str | None] = {}
     for name in DISTRIBUTIONS:
@@ -77,7 +76,10 @@ def _read(path: Path) -> dict[str, Any] | None:
         kept = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return kept if isinstance(kept, dict) and isinstance(kept.get("answers"), dict) else None
+    shaped = isinstance(kept, dict) and isinstance(kept.get("answers"), dict) and all(
+        isinstance(by_method, dict) and all(isinstance(result, dict) for result in by_method.values())
+        for by_method in kept["answers"].values())
+    return kept if shaped else None
 
 
 def _digest() -> str:

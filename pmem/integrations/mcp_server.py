@@ -342,7 +342,12 @@ class _Early:
 
     def take(self, line: bytes) -> None:
         if self.on:
-            line = self._answer(line)
+            try:
+                line = self._answer(line)
+            except OSError:
+                raise  # the client is gone
+            except Exception:  # noqa: BLE001 - whatever this path cannot handle, the SDK can
+                self.on = False
         self._lines.put(line)
 
     def pump(self) -> None:
