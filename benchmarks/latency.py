@@ -20,9 +20,9 @@ Then whole processes (start to exit), in rounds, each command next to the others
   embedded into an llm collection once (kept in --store too).
 
 After the rounds, with the server running: the agent hook `user-prompt` (p50 and p95 over --prompts
-prompts) and MCP `initialize` (spawn included; and to the answer of `tools/list`). Each figure is
-a median of wall time and of CPU time (user + system of the process): on a shared machine the CPU
-time is the one that does not depend on what else runs.
+prompts) and MCP `initialize` (spawn included; and to the answers of `tools/list` and of a first
+`tools/call`, `recall`). Each figure is a median of wall time and of CPU time (user + system of the
+process): on a shared machine the CPU time is the one that does not depend on what else runs.
 
 It measures the pmem that `python -m pmem` imports from the temporary directory: the installed one,
 or the tree on PYTHONPATH. The JSON says which copy ran.
@@ -171,11 +171,13 @@ def build_anchor(llm: str, home: Path, n: int, data: Path, model: str, gguf: Pat
     return built
 
 
-def mcp_initialize(pmem: list[str], env: dict) -> tuple[tuple[float, float], float]:
-    """Spawn `pmem mcp`: ((wall, CPU) until `initialize` is answered, wall until `tools/list` is);
-    the CPU time is the whole process's, to its exit."""
+def mcp_initialize(pmem: list[str], env: dict, topic: str) -> tuple[tuple[float, float], float, float]:
+    """Spawn `pmem mcp` and do what a client does: ((wall, CPU) until `initialize` is answered, wall
+    until `tools/list` is, wall until a first `tools/call` (`recall` of `topic`) is); the CPU time
+    is the whole process's, to its exit."""
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "0"}}}
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "recall", "arguments": {"topic": topic}}}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.Popen([*pmem, "mcp"], env=env, cwd=env["PMEM_HOME"], stdin=subprocess.PIPE,
@@ -190,10 +192,14 @@ def mcp_initialize(pmem: list[str], env: dict) -> tuple[tuple[float, float], flo
     proc.stdin.flush()
     assert "tools" in json.loads(proc.stdout.readline())["result"]
     listed = time.perf_counter() - t
+    proc.stdin.write((json.dumps(call) + "\n").encode())
+    proc.stdin.flush()
+    assert not json.loads(proc.stdout.readline())["result"].get("isError")
+    called = time.perf_counter() - t
     proc.stdin.close()
     proc.wait(30)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (dt, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)), listed
+    return (dt, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)), listed, called
 
 
 def server_status(pmem: list[str], env: dict) -> bool:
@@ -299,9 +305,10 @@ def main() -> int:
                 prompts = [json.dumps({"prompt": f"{QUERIES[i % len(QUERIES)]} please ({i})", "session_id": f"s{i}"})
                            for i in range(args.prompts)]
                 result["hook_user_prompt"] = percentiles([run(hook, auto, p) for p in prompts])
-                mcp = [mcp_initialize(pmem, auto) for _ in range(args.runs)]
+                mcp = [mcp_initialize(pmem, auto, QUERIES[i % len(QUERIES)]) for i in range(args.runs)]
                 result["mcp_initialize"] = summary([m[0] for m in mcp])
                 result["mcp_tools_listed_s"] = round(statistics.median(m[1] for m in mcp), 3)
+                result["mcp_first_call_s"] = round(statistics.median(m[2] for m in mcp), 3)
         finally:
             subprocess.run([*pmem, "serve", "--stop"], env=auto, capture_output=True, cwd=tmp)
         result["uptime_end"] = uptime()

@@ -164,6 +164,8 @@ def test_the_handshake_and_the_tool_list_load_no_model(pmem_home, tmp_path):
         _send(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"},
               {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
         assert _reply(proc)["id"] == 2
+        _send(proc, {"jsonrpc": "2.0", "id": 9, "method": "logging/setLevel", "params": {"level": "info"}})
+        assert _reply(proc)["id"] == 9  # only the SDK answers this (tools/list may come before it)
         maps = _mapped(proc.pid)
         assert "pydantic_core" in maps  # the SDK is loaded by now: what follows is not a race
         assert "numpy" not in maps and "llama" not in maps and str(weights) not in maps

@@ -1,13 +1,18 @@
 """`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem[mcp]"`).
 
 The SDK (pydantic, its protocol types, starlette, httpx...) costs about a second of import and 40
-MB, so it is an extra, and this process answers `initialize` before it has imported it: the
-handshake is a few fields pmem knows (`early_reply`), written while the SDK imports in a thread;
-then the SDK serves the session, handed that `initialize` again under an id of pmem's whose reply
-it drops (`_Lines`, `_Out`). A client whose first message is anything else, or that asks for a
-protocol version pmem does not list, is served by the SDK from its first byte. Figures:
-benchmarks/README.md, "The anchor and the targets". Nothing heavy loads for the handshake: the database opens
-on the first tool call and the embedding model loads on the first call that needs a vector.
+MB, so it is an extra, and this process answers what a client asks first before it has imported
+it: the handshake is a few fields pmem knows (`early_reply`), and `tools/list`, `ping` and the
+empty prompt and resource lists are the SDK's own answers, generated from it into mcp_early.json
+(`mcp_early`). They are written while the SDK imports in a thread; then the SDK serves the
+session, handed every message in order, those answered early under ids of pmem's whose replies it
+drops (`_Early`, `_Out`). The first message of another kind (a `tools/call`, anything the SDK
+should judge), like a first message that is not an `initialize` pmem can answer, goes to the SDK
+untouched, and so does everything after it; a client that leaves having asked nothing else is
+never handed to the SDK. Figures: benchmarks/README.md, "The anchor and the
+targets" and "MCP: the tool list before the SDK". Nothing heavy loads for the handshake: the
+database opens on the first tool call and the embedding model loads on the first call that needs
+a vector.
 Tools run in worker threads; one lock keeps them to the one SQLite connection in turn. A call
 answers within about `actions.LOCK_WAIT` seconds on a database another process holds (waiting
 for its turn, the store's opening and the write lock included): its result, or a tool error that
@@ -16,6 +21,7 @@ says the database is locked and to try again.
 
 import json
 import os
+import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +29,7 @@ from typing import Any, BinaryIO
 
 from ..display import prompt_safe
 from ..errors import DatabaseError, PmemError
-from . import actions
+from . import actions, mcp_early
 
 EXTRA = "mcp"
 INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem[mcp]" (or pip install "mcp>=2,<3")'
@@ -230,33 +236,172 @@ def build_server(backend: Backend, *, scope_filter: Callable[[Any], Any] | None 
     return server
 
 
-# The handshake versions pmem answers itself; the SDK answers any other (tests hold this inside
-# the SDK's own list, and `early_reply` equal to the SDK's reply for each).
-EARLY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+EARLY_VERSIONS = mcp_early.EARLY_VERSIONS  # the handshake versions pmem answers itself
 # What the SDK's server declares for pmem's six tools (MCPServer's defaults).
 CAPABILITIES = {"prompts": {"listChanged": False}, "resources": {"listChanged": False, "subscribe": False},
                 "tools": {"listChanged": False}}
-REPLAY_ID = "pmem-early-initialize"  # the id the SDK sees for the `initialize` answered early
+REMEMBER_AFTER = 10.0  # seconds into a session under another SDK before its early answers are generated
+REPLAY = "pmem-early-"  # how every id the SDK sees for a request answered early begins
+# Client capabilities an early `initialize` may declare, and what each may hold (a subset of what
+# the SDK accepts in every early version, tests compare): the rest goes to the SDK.
+_CAPABILITY_FLAGS = {"roots": {"listChanged"}}
+_CAPABILITY_PARTS = {"sampling": {"context", "tools"}, "elicitation": {"form", "url"}}
+_ENVELOPE = {"jsonrpc", "id", "method", "params"}
+
+
+def _plain_id(mid: Any) -> bool:
+    """An id the SDK echoes as `json.dumps` writes it (a float, a huge number or escapes are its to judge)."""
+    if type(mid) is int:
+        return -(2**53) < mid < 2**53
+    return type(mid) is str and mid.isascii() and mid.isprintable()
+
+
+def _plain_text(value: Any) -> bool:
+    return isinstance(value, str) and (value.isascii() or not any(0xD800 <= ord(c) < 0xE000 for c in value))
+
+
+def _plain_capabilities(caps: Any) -> bool:
+    if not isinstance(caps, dict):
+        return False
+    for name, value in caps.items():
+        if not isinstance(value, dict):
+            return False
+        if name == "experimental":
+            ok = all(isinstance(v, dict) for v in value.values())
+        elif name in _CAPABILITY_FLAGS:
+            ok = set(value) <= _CAPABILITY_FLAGS[name] and all(isinstance(v, bool) for v in value.values())
+        elif name in _CAPABILITY_PARTS:
+            ok = set(value) <= _CAPABILITY_PARTS[name] and all(v == {} for v in value.values())
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
 
 
 def early_reply(message: Any) -> dict[str, Any] | None:
     """The reply to a client's first message when it is an `initialize` pmem can answer before the
     SDK has loaded (the same reply the SDK gives), else None: the SDK answers it."""
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") != "initialize":
+    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") != "initialize"
+            or not set(message) <= _ENVELOPE):
         return None
     mid, params = message.get("id"), message.get("params")
-    if isinstance(mid, bool) or not isinstance(mid, (str, int)) or not isinstance(params, dict):
+    if not _plain_id(mid) or not isinstance(params, dict) or set(params) != {"protocolVersion", "capabilities",
+                                                                             "clientInfo"}:
         return None
-    info = params.get("clientInfo")
-    if (params.get("protocolVersion") not in EARLY_VERSIONS or not isinstance(params.get("capabilities"), dict)
-            or not isinstance(info, dict) or not isinstance(info.get("name"), str)
-            or not isinstance(info.get("version"), str)):
+    info = params["clientInfo"]
+    if (params["protocolVersion"] not in EARLY_VERSIONS or not _plain_capabilities(params["capabilities"])
+            or not isinstance(info, dict) or not set(info) <= {"name", "version", "title"}
+            or not {"name", "version"} <= set(info) or not all(_plain_text(v) for v in info.values())):
         return None
     from ..version import __version__
 
     return {"jsonrpc": "2.0", "id": mid, "result": {
         "capabilities": CAPABILITIES, "instructions": INSTRUCTIONS, "protocolVersion": params["protocolVersion"],
         "serverInfo": {"name": "pmem", "version": __version__}}}
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a repeated key")  # which one counts is the SDK's to say
+    return found
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(constant)  # NaN and Infinity: not JSON
+
+
+def _parse(line: bytes) -> Any:
+    """The message in `line`, or None for anything but strict JSON (the SDK's to judge)."""
+    try:
+        return json.loads(line.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
+class _Early:
+    """The client's lines, on their way to the SDK in order: while the SDK loads, the `initialize`
+    and then the requests whose answers `mcp_early.json` keeps are answered here, and each goes on
+    under an id of pmem's whose reply `_Out` drops, so that the SDK's session is the one it would
+    have had. A message of any other kind, or the SDK starting to serve, ends the answering; from
+    then on every line goes to the SDK untouched. Notifications pass without ending it."""
+
+    def __init__(self, wire: "_Wire", answers: Callable[[], dict[str, dict[str, Any]] | None]):
+        self.wire = wire
+        self._answers = answers  # read on the first request after the handshake, not before its reply
+        self.answers: dict[str, dict[str, Any]] | None = None
+        self.drop: set[str] = set()
+        self.on = True
+        self.version: str | None = None  # of the `initialize` answered here
+        self._lines: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._tag = f"{REPLAY}{os.urandom(4).hex()}-"
+        self._count = 0
+        self.answered_all = False  # the client left, and nothing it sent needs the SDK
+        self.moved = threading.Event()  # set at the end of input (and by the SDK's import)
+
+    def take(self, line: bytes) -> None:
+        if self.on:
+            try:
+                line = self._answer(line)
+            except OSError:
+                raise  # the client is gone
+            except Exception:  # noqa: BLE001 - whatever this path cannot handle, the SDK can
+                self.on = False
+        self._lines.put(line)
+
+    def pump(self) -> None:
+        """Read the rest of the client's lines (a thread of its own), then the end of input."""
+        try:
+            for line in iter(self.wire.reader.readline, b""):
+                self.take(line)
+            self.answered_all = self.on
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._lines.put(b"")
+            self.moved.set()
+
+    def readline(self) -> str:  # the SDK's stdin
+        return self._lines.get().decode("utf-8", "replace")
+
+    def close(self) -> None:
+        pass
+
+    def _answer(self, line: bytes) -> bytes:
+        message = _parse(line)
+        if self.version is None:
+            reply = early_reply(message)
+            if reply is not None:
+                self.version = message["params"]["protocolVersion"]
+        elif self._notification(message):
+            return line
+        else:
+            reply = self._listed(message)
+        if reply is None:
+            self.on = False
+            return line
+        replay = f"{self._tag}{self._count}"
+        self._count += 1
+        self.drop.add(replay)
+        self.wire.write(mcp_early.compact(reply))
+        return mcp_early.compact({**message, "id": replay})
+
+    @staticmethod
+    def _notification(message: Any) -> bool:
+        return (isinstance(message, dict) and set(message) <= {"jsonrpc", "method", "params"}
+                and message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str)
+                and isinstance(message.get("params", {}), (dict, type(None))))
+
+    def _listed(self, message: Any) -> dict[str, Any] | None:
+        if not (isinstance(message, dict) and set(message) <= _ENVELOPE and message.get("jsonrpc") == "2.0"
+                and _plain_id(message.get("id")) and isinstance(message.get("method"), str)
+                and message.get("params") in (None, {})):
+            return None
+        if self.answers is None:
+            self.answers = self._answers() or {}
+        result = self.answers.get(self.version or "", {}).get(message["method"])
+        return None if result is None else {"jsonrpc": "2.0", "id": message["id"], "result": result}
 
 
 class _Wire:
@@ -279,16 +424,19 @@ class _Wire:
             while view:
                 view = view[os.write(self._out, view):]
 
-    def restore(self) -> None:
+    def restore(self, reading: bool = False) -> None:
+        """`reading`: a thread may still be blocked reading the client, and closing the reader
+        would wait for it; the process is leaving, so it is left open."""
         os.dup2(self._in, 0)
         os.dup2(self._out, 1)
-        self.reader.close()
+        if not reading:
+            self.reader.close()
         os.close(self._in)
         os.close(self._out)
 
 
 class _Lines:
-    """The SDK's stdin: the lines pmem read first, then the rest of the client's."""
+    """A stdin for the SDK: the given lines, then the rest of `reader`'s (tests drive it with this)."""
 
     def __init__(self, first: list[bytes], reader: BinaryIO):
         self.first = first
@@ -303,25 +451,26 @@ class _Lines:
 
 
 class _Out:
-    """The SDK's stdout: every message to the client, less the SDK's reply to the replayed
-    `initialize` (the client had pmem's)."""
+    """The SDK's stdout: every message to the client, less the SDK's replies to the requests pmem
+    answered early (`drop`, their replayed ids; the client had pmem's)."""
 
-    def __init__(self, wire: _Wire, drop: str | None):
+    def __init__(self, wire: _Wire, drop: set[str] | None):
         self.wire = wire
-        self.drop = drop
+        self.drop = drop if drop is not None else set()
         self.buf = ""
 
     def write(self, text: str) -> int:
         self.buf += text
         while "\n" in self.buf:
             line, self.buf = self.buf.split("\n", 1)
-            if self.drop is not None and self.drop in line:
+            if self.drop and REPLAY in line:
                 try:
-                    if json.loads(line).get("id") == self.drop:
-                        self.drop = None
-                        continue
+                    mid = json.loads(line).get("id")
                 except (ValueError, AttributeError):
-                    pass
+                    mid = None
+                if isinstance(mid, str) and mid in self.drop:
+                    self.drop.discard(mid)
+                    continue
             self.wire.write(line.encode("utf-8") + b"\n")
         return len(text)
 
@@ -332,13 +481,15 @@ class _Out:
         pass
 
 
-def _import_sdk(box: dict[str, BaseException]) -> None:
+def _import_sdk(box: dict[str, BaseException], done: threading.Event) -> None:
     try:
         import anyio  # noqa: F401
         import mcp.server.mcpserver  # noqa: F401
         import mcp.server.stdio  # noqa: F401
     except BaseException as exc:  # noqa: BLE001 - raised by the thread that waits for it
         box["error"] = exc
+    finally:
+        done.set()
 
 
 def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
@@ -347,34 +498,38 @@ def serve_stdio(open_store: Callable[[], Any], *, cwd: str | None = None,
     """Run until the client closes stdin. Returns normally on a client that disconnects."""
     backend = Backend(open_store, cwd=cwd or os.getcwd())
     failed: dict[str, BaseException] = {}
-    sdk = threading.Thread(target=_import_sdk, args=(failed,), name="pmem-mcp-sdk", daemon=True)
-    sdk.start()
     wire = _Wire()
+    early = _Early(wire, mcp_early.answers)
+    sdk = threading.Thread(target=_import_sdk, args=(failed, early.moved), name="pmem-mcp-sdk", daemon=True)
+    sdk.start()
+    pump: threading.Thread | None = None
     try:
         first = wire.reader.readline()
         if not first:
             return  # the client left before saying anything
-        try:
-            message = json.loads(first)
-        except (ValueError, RecursionError):
-            message = None
-        reply = early_reply(message)
-        if reply is not None:
-            wire.write(json.dumps(reply).encode("utf-8") + b"\n")
-            first = json.dumps({**message, "id": REPLAY_ID}).encode("utf-8") + b"\n"
+        early.take(first)
+        pump = threading.Thread(target=early.pump, name="pmem-mcp-stdin", daemon=True)
+        pump.start()
+        early.moved.wait()
+        if early.answered_all:
+            return  # a client that only listed the tools and left does not wait for the SDK
         sdk.join()
         if "error" in failed:
             raise MissingExtra(INSTALL_HINT) from failed["error"]
         server = build_server(backend, scope_filter=scope_filter, scope_for_write=scope_for_write)
-        _run(server, _Lines([first], wire.reader), _Out(wire, REPLAY_ID if reply is not None else None))
+        early.on = False  # the SDK answers from here on
+        if mcp_early.answers() is None:  # another SDK than mcp_early.json's: keep its answers for next time
+            threading.Thread(target=mcp_early.remember, args=(sdk_session, REMEMBER_AFTER), name="pmem-mcp-early",
+                             daemon=True).start()
+        _run(server, early, _Out(wire, early.drop))
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
     finally:
         backend.close()
-        wire.restore()
+        wire.restore(reading=pump is not None and pump.is_alive())
 
 
-def _run(server: Any, stdin: _Lines, stdout: _Out) -> None:
+def _run(server: Any, stdin: Any, stdout: _Out) -> None:
     """`server.run("stdio")` on these streams (MCPServer.run_stdio_async, given them)."""
     import anyio
     from mcp.server.stdio import stdio_server
@@ -385,6 +540,51 @@ def _run(server: Any, stdin: _Lines, stdout: _Out) -> None:
             await low.run(read, write, low.create_initialization_options())
 
     anyio.run(main)
+
+
+_LAST = "pmem-early-last"  # the id of the `ping` that closes `sdk_session`
+
+
+class _Client:
+    """The SDK's stdin in `sdk_session`: the given lines, a `ping`, then the end of input once the
+    ping is answered and nothing more has come for a moment."""
+
+    def __init__(self, lines: list[bytes], out: "_Replies"):
+        self.lines = [*lines, mcp_early.compact({"jsonrpc": "2.0", "id": _LAST, "method": "ping"})]
+        self.out = out
+
+    def readline(self) -> str:
+        if self.lines:
+            return self.lines.pop(0).decode("utf-8", "replace")
+        with self.out.more:
+            self.out.more.wait_for(lambda: _LAST.encode() in self.out.data, timeout=60)
+            while self.out.more.wait(0.2):
+                pass
+        return ""
+
+    def close(self) -> None:
+        pass
+
+
+class _Replies:
+    def __init__(self) -> None:
+        self.data = b""
+        self.more = threading.Condition()
+
+    def write(self, data: bytes) -> None:
+        with self.more:
+            self.data += data
+            self.more.notify_all()
+
+
+def sdk_session(messages: list[Any]) -> list[bytes]:
+    """The lines that pmem's tools on the SDK's own server (no early answers, no store) write for
+    `messages` (objects, or lines sent as they are), in the order written."""
+    out = _Replies()
+    server = build_server(Backend(lambda: None))
+    client = _Client([m if isinstance(m, bytes) else mcp_early.compact(m) for m in messages], out)
+    _run(server, client, _Out(out, None))  # type: ignore[arg-type]
+    return [line for line in out.data.splitlines(keepends=True) if _LAST.encode() not in line]
 
 
 def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = None) -> None:
@@ -403,4 +603,8 @@ def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = 
 
 
 if __name__ == "__main__":  # python -m pmem.integrations.mcp_server (tests; users run `pmem mcp`)
+    import sys
+
+    if "--early" in sys.argv:  # regenerate mcp_early.json (see mcp_early)
+        sys.exit(mcp_early.main(sys.argv[1:], sdk_session))
     run()
