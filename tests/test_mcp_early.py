@@ -114,7 +114,13 @@ class _Raw:
 
 def test_the_kept_answers_are_what_the_installed_sdk_serves():
     """mcp_early.json is regenerated from the SDK and compared, like man/: a changed docstring,
-    argument or annotation of a tool, or another SDK, makes it stale."""
+    argument or annotation of a tool, or another SDK, makes it stale. Under an SDK newer than the
+    file's (a fresh install picks the newest), the file is not used at all (the next test), and
+    pmem makes its answers once for that SDK (the test after it): nothing to compare then."""
+    made = json.loads(mcp_early.FILE.read_text(encoding="utf-8"))["made_with"]
+    if made != mcp_early.installed():
+        pytest.skip(f"mcp_early.json was made with {made}, this is {mcp_early.installed()}: "
+                    "regenerate it with python -m pmem.integrations.mcp_server --early")
     assert mcp_early.FILE.read_text(encoding="utf-8") == mcp_early.text(mcp_early.generate(mcp_server.sdk_session)), \
         "stale: run python -m pmem.integrations.mcp_server --early"
     assert mcp_early.answers() is not None  # made with this SDK: the early path is on in these tests
