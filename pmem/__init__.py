@@ -55,16 +55,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'pmem' has no attribute {name!r}") from None
-    import importlib
+if not TYPE_CHECKING:  # hidden from type checkers, so that a misspelt `pmem.Serach` is still an error
 
-    value = getattr(importlib.import_module(f".{module}", __name__), attr)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
+    def __getattr__(name: str) -> Any:
+        try:
+            module, attr = _LAZY[name]
+        except KeyError:
+            raise AttributeError(f"module 'pmem' has no attribute {name!r}") from None
+        import importlib
+
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value  # the next access is a plain attribute
+        return value
 
 
 def __dir__() -> list[str]:
