@@ -94,8 +94,8 @@ class _Commands(MutableMapping):
             self._module.pop(name, None)
 
     def _build(self, name: str) -> None:
-        """typer reads a command's signature when it builds it (~1.5 ms an option): only the one
-        that runs is built (its module registers up to 11)."""
+        """typer reads a command's signature when it builds it: only the one that runs is built
+        (its module registers up to 11)."""
         if name in self._module:
             self._load(self._module[name])
         if name in self._registered:
