@@ -23,7 +23,9 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_import_pmem_loads_no_store_search_config_or_numpy():
-    assert not loaded_after("import pmem") & HEAVY
+    loaded = loaded_after("import pmem")
+    assert not loaded & HEAVY
+    assert {m for m in loaded if m.startswith("pmem")} == {"pmem", "pmem.version"}
     assert not loaded_after("import pmem.timeutil, pmem.records, pmem.text") & HEAVY
 
 
