@@ -5,7 +5,6 @@ llama_cpp is imported only when a real model is loaded, so `import pmem` stays l
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import threading
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .errors import ModelError
-from .loading import default_threads, llama, load_error, log_state, open_gguf
 
 
 @runtime_checkable
@@ -52,6 +50,8 @@ class FakeEmbedder:
             yield "c:" + padded[i : i + 3], 0.5
 
     def _one(self, text: str) -> list[float]:
+        import hashlib  # here: a served command never embeds (benchmarks/README.md, "Every command's start-up")
+
         vec = [0.0] * self.dim
         for feature, weight in self._features(text):
             h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
@@ -81,6 +81,8 @@ class LlamaEmbedder:
     """
 
     def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
+        from .loading import default_threads, open_gguf  # ctypes: not for a command the server embeds for
+
         path, llama_cpp = open_gguf(path)
         self._lib = llama_cpp
         self.path = path
@@ -106,6 +108,8 @@ class LlamaEmbedder:
     @staticmethod
     def _load(path: Path, threads: int, n_ctx: int, pooling: int):
         import llama_cpp
+
+        from .loading import llama, load_error, log_state
 
         log_state["errors"] = []
         try:

@@ -31,6 +31,7 @@ import struct
 import threading
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -188,7 +189,7 @@ class PieceIndex:
     candidate substrings of one text, finds them all with one searchsorted, and checks each hit
     against the piece's bytes, so a key collision can never change a tokenisation."""
 
-    MAGIC = b"E5IX1\0\0\0"
+    MAGIC = b"E5IX2\0\0\0"  # 2: the vocabulary's facts ride along (Vocabulary)
 
     def __init__(self, blob, offsets: np.ndarray, keys: np.ndarray, ids: np.ndarray):
         self._blob, self._offsets, self._keys, self._ids = blob, offsets, keys, ids
@@ -206,32 +207,47 @@ class PieceIndex:
         return cls(blob, offsets, keys, ids)
 
     @classmethod
-    def cached(cls, cache: Path, stamp: bytes, blob, offsets: np.ndarray, skip: set[int]) -> "PieceIndex":
-        """The index from `cache` when it was built for this model file (`stamp`), else built and
-        written there (best effort: a read-only models directory only costs the build)."""
+    def read(cls, cache: Path, stamp: bytes, blob, offsets: np.ndarray) -> "tuple[PieceIndex, Vocabulary] | None":
+        """The index and the vocabulary's facts from `cache` when it was written for this model
+        file (`stamp`), else None."""
         try:
             with open(cache, "rb") as f:
                 data = f.read()
-            head = len(cls.MAGIC) + len(stamp) + 8
-            if data[:head - 8] == cls.MAGIC + stamp:
-                (n,) = struct.unpack_from("<Q", data, head - 8)
-                keys = np.frombuffer(data, np.uint64, n, head)
-                ids = np.frombuffer(data, np.int32, n, head + 8 * n)
-                return cls(blob, offsets, keys, ids)
-        except (OSError, ValueError, struct.error):
-            pass
-        index = cls.build(blob, offsets, skip)
+            head = len(cls.MAGIC) + len(stamp)
+            if data[:head] != cls.MAGIC + stamp:
+                return None
+            n, longest, n_norm, n_chars = struct.unpack_from("<QIII", data, head)
+            pos = head + 20
+            keys = np.frombuffer(data, np.uint64, n, pos)
+            ids = np.frombuffer(data, np.int32, n, pos + 8 * n)
+            pos += 12 * n
+            cps = np.frombuffer(data, "<u4", n_norm, pos).tolist()
+            ends = np.frombuffer(data, "<u4", n_norm, pos + 4 * n_norm).tolist()
+            pos += 8 * n_norm
+            chars = data[pos : pos + 4 * n_chars].decode("utf-32-le")
+            if len(chars) != n_chars or (ends and ends[-1] != n_chars):
+                return None
+        except (OSError, ValueError, struct.error, UnicodeDecodeError):
+            return None
+        norm = dict(zip(cps, [chars[a:b] for a, b in zip([0, *ends], ends)]))
+        return cls(blob, offsets, keys, ids), Vocabulary(longest, norm)
+
+    def write(self, cache: Path, stamp: bytes, vocab: "Vocabulary") -> None:
+        """Best effort: a read-only models directory only costs the next process the build."""
+        cps = np.fromiter(vocab.norm, "<u4", len(vocab.norm))
+        ends = np.cumsum([len(v) for v in vocab.norm.values()], dtype=np.int64).astype("<u4")
+        chars = "".join(vocab.norm.values())
         tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(cls.MAGIC + stamp + struct.pack("<Q", len(index._keys)))
-                f.write(index._keys.tobytes())
-                f.write(index._ids.tobytes())
+                f.write(self.MAGIC + stamp + struct.pack("<QIII", len(self._keys), vocab.longest, len(cps), len(chars)))
+                for part in (self._keys.tobytes(), self._ids.tobytes(), cps.tobytes(), ends.tobytes(),
+                             chars.encode("utf-32-le")):
+                    f.write(part)
             os.replace(tmp, cache)
         except OSError:
             tmp.unlink(missing_ok=True)
-        return index
 
     def lookup(self, pieces: list[bytes]) -> list[int]:
         """The id of each piece, -1 where it is no piece."""
@@ -249,6 +265,15 @@ class PieceIndex:
             if blob[a:b] == pieces[k]:
                 out[k] = i
         return out
+
+
+class Vocabulary(NamedTuple):
+    """What a load derives from the vocabulary and checks in it, kept in the index's cache file
+    so that a load from the cache does neither (~20 ms of each cold start, benchmarks/README.md,
+    "Every command's start-up"): the longest piece in bytes, and the normalisation table."""
+
+    longest: int
+    norm: dict[int, str]
 
 
 class UnigramTokenizer:
@@ -327,6 +352,38 @@ class UnigramTokenizer:
         return out
 
 
+def _check_vocabulary(path: Path, blob: bytes, offsets: np.ndarray) -> int:
+    """The longest piece in bytes, once the pieces are known to be in order and to hold U+2581
+    only at their start (the tokenizer's word-bounded search relies on it)."""
+    starts = offsets[:-1].astype(np.int64)
+    if (np.diff(offsets.astype(np.int64)) < 0).any():
+        raise ModelError(f"{path.name}: truncated E5S1 file")
+    raw = np.frombuffer(blob, np.uint8)
+    meta = np.flatnonzero((raw[:-2] == 0xE2) & (raw[1:-1] == 0x96) & (raw[2:] == 0x81))
+    is_start = np.zeros(len(blob) + 1, bool)
+    is_start[starts] = True
+    if not is_start[meta].all():
+        raise ModelError(f"{path.name}: a vocabulary piece holds U+2581 past its start")
+    return int(np.diff(starts, append=len(blob)).max()) if len(starts) else 0
+
+
+def _read_norm(path: Path, buf, at: int, count: int, size: int) -> dict[int, str]:
+    """The normalisation table: code point -> its replacement (a str.translate table)."""
+    norm: dict[int, str] = {}
+    p, end = at, at + size
+    try:
+        for _ in range(count):
+            cp, k = struct.unpack_from("<IB", buf, p)
+            p += 5
+            norm[cp] = "".join(map(chr, struct.unpack_from(f"<{k}I", buf, p)))
+            p += 4 * k
+    except (struct.error, ValueError):
+        raise ModelError(f"{path.name}: malformed normalisation table") from None
+    if p != end:
+        raise ModelError(f"{path.name}: malformed normalisation table")
+    return norm
+
+
 class E5Embedder:
     """An Embedder (see pmem.embed) for multilingual-e5-small, in numpy.
 
@@ -382,39 +439,32 @@ class E5Embedder:
         (blob_len,) = r.take("Q")
         offs_array = r.array("<u4", n + 1)
         scores = r.array("<f4", n)
-        if (r.pos + blob_len > len(r.buf) or int(offs_array[-1]) > blob_len
-                or (np.diff(offs_array.astype(np.int64)) < 0).any()):
+        if r.pos + blob_len > len(r.buf) or int(offs_array[-1]) > blob_len:
             raise ModelError(f"{self.path.name}: truncated E5S1 file")
         blob = r.buf[r.pos : r.pos + blob_len]  # bytes of the mapped file, copied once (~4 MB)
         r.pos += blob_len
-        starts = offs_array[:-1].astype(np.int64)
-        raw = np.frombuffer(blob, np.uint8)
-        meta = np.flatnonzero((raw[:-2] == 0xE2) & (raw[1:-1] == 0x96) & (raw[2:] == 0x81))
-        is_start = np.zeros(len(blob) + 1, bool)
-        is_start[starts] = True
-        if not is_start[meta].all():  # the tokenizer's word-bounded search relies on this
-            raise ModelError(f"{self.path.name}: a vocabulary piece holds U+2581 past its start")
-        def piece(i: int) -> bytes:
-            return blob[int(offs_array[i]) : int(offs_array[i + 1])]
-
-        control = {i for i in range(min(8, n)) if piece(i) in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
-        control |= {i for i in range(max(0, n - 4), n) if piece(i) == b"<mask>"}
         n_norm, norm_bytes = r.take("iI")
-        norm: dict[int, str] = {}
-        p, end = r.pos, r.pos + norm_bytes
-        for _ in range(n_norm):
-            cp, k = struct.unpack_from("<IB", r.buf, p)
-            p += 5
-            norm[cp] = "".join(map(chr, struct.unpack_from(f"<{k}I", r.buf, p)))
-            p += 4 * k
-        if p != end:
-            raise ModelError(f"{self.path.name}: malformed normalisation table")
-        r.pos = end
+        norm_at, r.pos = r.pos, r.pos + norm_bytes
+        # `.vocab`, not the first format's `.pieces`: two pmem versions sharing a models
+        # directory would otherwise rewrite each other's cache at every load
+        cache = self.path.with_name(self.path.name + ".vocab")
         st = self.path.stat()
-        index = PieceIndex.cached(self.path.with_name(self.path.name + ".pieces"),
-                                  struct.pack("<QQ", st.st_size, st.st_mtime_ns), blob, offs_array, control)
-        self.tokenizer = UnigramTokenizer(index, scores, norm, bos, eos, unk,
-                                          longest=int(np.diff(starts, append=len(blob)).max()))
+        stamp = struct.pack("<QQ", st.st_size, st.st_mtime_ns)
+        found = PieceIndex.read(cache, stamp, blob, offs_array)
+        if found is None:  # first load of this file: check it, derive, and keep what was derived
+            longest = _check_vocabulary(self.path, blob, offs_array)
+
+            def piece(i: int) -> bytes:
+                return blob[int(offs_array[i]) : int(offs_array[i + 1])]
+
+            control = {i for i in range(min(8, n)) if piece(i) in (b"<s>", b"</s>", b"<pad>", b"<unk>")}
+            control |= {i for i in range(max(0, n - 4), n) if piece(i) == b"<mask>"}
+            vocab = Vocabulary(longest, _read_norm(self.path, r.buf, norm_at, n_norm, norm_bytes))
+            index = PieceIndex.build(blob, offs_array, control)
+            index.write(cache, stamp, vocab)
+        else:
+            index, vocab = found
+        self.tokenizer = UnigramTokenizer(index, scores, vocab.norm, bos, eos, unk, longest=vocab.longest)
 
         (count,) = r.take("i")
         tensors: dict[str, np.ndarray] = {}

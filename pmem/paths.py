@@ -7,7 +7,6 @@ PMEM_DB overrides only the database file. Without either, platformdirs decides.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 APP = "pmem"
@@ -84,6 +83,8 @@ def ensure_private_dir(path: Path) -> Path:
 def write_atomic(path: Path, data: bytes, *, mode: int | None = None, prefix: str | None = None) -> None:
     """Replace `path` with `data` at once: a reader or a file syncer never sees half a file (a
     temporary beside it, fsynced, then renamed). `mode` sets the new file's permissions."""
+    import tempfile  # here: every command imports this module, few write a file this way
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

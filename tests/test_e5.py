@@ -325,7 +325,7 @@ def test_load_embedder_runs_e5_in_process(monkeypatch):
 
 
 def _caches(path):
-    return path.with_name(path.name + ".pieces"), path.with_name(path.name + ".f32")
+    return path.with_name(path.name + ".vocab"), path.with_name(path.name + ".f32")
 
 
 def test_the_first_load_writes_private_caches_and_the_next_uses_them(tmp_path, monkeypatch):
