@@ -270,13 +270,71 @@ def test_real_process_invalid_utf8_argument(canary):
     assert_canary(canary)
 
 
+_READ = {"x86_64": "0", "aarch64": "63"}  # the read system call's number, for /proc/PID/syscall
+
+
+def _wait_reading_stdin(pid: int, timeout: float = 60) -> None:
+    """Until the process `pid` blocks reading its stdin (where Linux says so; else 1.5 s)."""
+    import platform
+    import time
+
+    number = _READ.get(platform.machine())
+    deadline = time.monotonic() + timeout
+    while number is not None and time.monotonic() < deadline:
+        try:
+            fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        except OSError:
+            break
+        if fields[:2] == [number, "0x0"]:
+            return
+        time.sleep(0.02)
+    else:
+        if number is not None:
+            raise AssertionError("the process never read its stdin")
+    time.sleep(1.5)
+
+
+def _started(pid: int, timeout: float = 60) -> None:
+    """Until the child `pid` runs its own program (a signal before its exec is the parent's to lose)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if b"pmem" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            break
+        time.sleep(0.001)
+    time.sleep(0.05)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.06, 0.1, 0.15])
+def test_an_interrupt_while_starting_is_one_line(delay):
+    """Ctrl-C at any moment of the start (imports, building the command) is `interrupted`, 130,
+    never a traceback."""
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "pmem", "add"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    _started(p.pid)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert b"Traceback" not in err, err
+    assert p.returncode in (130, -signal.SIGINT), err  # -2: before Python's own handler, ~1 ms of the start
+    if p.returncode == 130:
+        assert err.decode().splitlines() == ["pmem: error: interrupted"]
+
+
 def test_real_process_interrupt_is_130(canary):
     import signal
     import time
 
     p = subprocess.Popen([sys.executable, "-m", "pmem", "add"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    time.sleep(1.5)  # reading stdin, which stays open
+    _wait_reading_stdin(p.pid)  # a fixed sleep lost the race on a loaded machine
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err

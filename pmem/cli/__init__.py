@@ -6,6 +6,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler (common.PmemGroup) is in place
+        sys.stderr.write("pmem: error: interrupted\n")
+        sys.exit(130)
+
+
+def _main(argv: list[str] | None) -> None:
     from .hook_run import direct, run
 
     args = sys.argv[1:] if argv is None else argv
