@@ -330,7 +330,6 @@ def test_an_interrupt_while_starting_is_one_line(delay):
 
 def test_real_process_interrupt_is_130(canary):
     import signal
-    import time
 
     p = subprocess.Popen([sys.executable, "-m", "pmem", "add"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
