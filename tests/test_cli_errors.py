@@ -270,6 +270,14 @@ def test_real_process_invalid_utf8_argument(canary):
     assert_canary(canary)
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &` in a script)
+    ignores SIGINT, and a child inherits that, so it would never see the signal."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 _READ = {"x86_64": "0", "aarch64": "63"}  # the read system call's number, for /proc/PID/syscall
 
 
@@ -317,7 +325,7 @@ def test_an_interrupt_while_starting_is_one_line(delay):
     import time
 
     p = subprocess.Popen([sys.executable, "-m", "pmem", "add"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, preexec_fn=_default_sigint)
     _started(p.pid)
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
@@ -332,7 +340,7 @@ def test_real_process_interrupt_is_130(canary):
     import signal
 
     p = subprocess.Popen([sys.executable, "-m", "pmem", "add"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, preexec_fn=_default_sigint)
     _wait_reading_stdin(p.pid)  # a fixed sleep lost the race on a loaded machine
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)
