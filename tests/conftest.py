@@ -56,6 +56,26 @@ def store(fake_config, tmp_path):
     s.close()
 
 
+@pytest.fixture
+def sdk_hold(tmp_path) -> tuple[Path, str]:
+    """A gate file, and a PYTHONPATH whose sitecustomize holds the MCP SDK's server import until the
+    gate exists: whatever a child answers before the test touches the gate, it answered without the SDK."""
+    gate = tmp_path / "gate"
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "class _Hold:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'mcp.server':\n"
+        f"            while not os.path.exists({str(gate)!r}):\n"
+        "                time.sleep(0.02)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _Hold())\n")
+    yield gate, f"{hold}{os.pathsep}{ROOT}"
+    gate.touch()  # a child still waiting on it can leave
+
+
 def schema_before(path, migration: str):
     """A new database at `path` with every migration before `migration` applied, as an older pmem
     left it; returns the open connection (the caller adds rows and closes it)."""

@@ -38,24 +38,6 @@ def _request(mid: int | str, method: str, **params) -> dict:
     return {"jsonrpc": "2.0", "id": mid, "method": method, **({"params": params} if params else {})}
 
 
-def _hold(tmp_path: Path) -> tuple[Path, str]:
-    """A gate file, and a PYTHONPATH whose sitecustomize holds the SDK's import until it exists:
-    whatever is answered before the gate opens was answered without the SDK."""
-    gate = tmp_path / "gate"
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    (hold / "sitecustomize.py").write_text(
-        "import os, sys, time\n"
-        "class _Hold:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'mcp.server':\n"
-        f"            while not os.path.exists({str(gate)!r}):\n"
-        "                time.sleep(0.02)\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, _Hold())\n")
-    return gate, f"{hold}{os.pathsep}{ROOT}"
-
-
 def _env(home: Path, **extra) -> dict:
     return {**os.environ, "PMEM_HOME": str(home), "PMEM_EMBED_MODEL": "fake-64", "PMEM_SERVER": "never",
             "PYTHONPATH": str(ROOT), **extra}
@@ -183,10 +165,10 @@ def test_a_handshake_the_sdk_refuses_is_left_to_it(capabilities, client):
 # -- whole sessions -----------------------------------------------------------------------------
 
 
-def test_the_early_tool_list_is_the_sdks_bytes_in_one_session(pmem_home, tmp_path):
+def test_the_early_tool_list_is_the_sdks_bytes_in_one_session(pmem_home, tmp_path, sdk_hold):
     """One session: `tools/list` while the SDK cannot load, then again once the SDK serves (after
     a `tools/call`, which only the SDK answers): the same bytes, and the SDK-only session's."""
-    gate, path = _hold(tmp_path)
+    gate, path = sdk_hold
     raw = _Raw(pmem_home, tmp_path, PYTHONPATH=path)
     try:
         raw.send(_initialize("2025-11-25"))
@@ -208,9 +190,9 @@ def test_the_early_tool_list_is_the_sdks_bytes_in_one_session(pmem_home, tmp_pat
     assert "Traceback" not in err
 
 
-def test_a_client_that_only_lists_the_tools_leaves_before_the_sdk_loads(pmem_home, tmp_path):
+def test_a_client_that_only_lists_the_tools_leaves_before_the_sdk_loads(pmem_home, tmp_path, sdk_hold):
     """Everything it asked was answered early: the process exits without the SDK (its gate never opens)."""
-    gate, path = _hold(tmp_path)
+    gate, path = sdk_hold
     raw = _Raw(pmem_home, tmp_path, PYTHONPATH=path)
     try:
         raw.send(_initialize(), INITIALIZED, _request(2, "tools/list"), _request(3, "ping"))
@@ -224,10 +206,10 @@ def test_a_client_that_only_lists_the_tools_leaves_before_the_sdk_loads(pmem_hom
     assert "Traceback" not in err
 
 
-def test_a_client_that_lists_before_the_sdk_loads_can_call_the_tools(pmem_home, tmp_path):
+def test_a_client_that_lists_before_the_sdk_loads_can_call_the_tools(pmem_home, tmp_path, sdk_hold):
     """With the SDK's own client: `initialize` and `list_tools` answered while the SDK's import is
     held, then, once it may load, tool calls served by it."""
-    gate, path = _hold(tmp_path)
+    gate, path = sdk_hold
     params = StdioServerParameters(command=sys.executable, args=["-m", "pmem", "mcp"], cwd=str(tmp_path),
                                    env={"PMEM_HOME": str(pmem_home), "PMEM_EMBED_MODEL": "fake-64",
                                         "PMEM_SERVER": "never", "PYTHONPATH": path,
@@ -292,11 +274,11 @@ SESSIONS = {
 
 
 @pytest.mark.parametrize("name", list(SESSIONS))
-def test_a_session_goes_as_on_the_sdk_alone(name, pmem_home, tmp_path):
+def test_a_session_goes_as_on_the_sdk_alone(name, pmem_home, tmp_path, sdk_hold):
     early, messages = SESSIONS[name]
     lines = [m if isinstance(m, bytes) else mcp_early.compact(m) for m in messages]
     alone = mcp_server.sdk_session(lines)
-    gate, path = _hold(tmp_path)
+    gate, path = sdk_hold
     raw = _Raw(pmem_home, tmp_path, PYTHONPATH=path)
     try:
         raw.send(*lines)

@@ -95,22 +95,11 @@ def _close(proc: subprocess.Popen) -> str:
     return proc.stderr.read().decode()
 
 
-def test_initialize_is_answered_while_the_sdk_is_still_loading(pmem_home, tmp_path):
+def test_initialize_is_answered_while_the_sdk_is_still_loading(pmem_home, tmp_path, sdk_hold):
     """The SDK's import is held until the test has its `initialize` reply: a server that imported
     the SDK first would never answer. Then the session goes on, served by the SDK."""
-    gate = tmp_path / "gate"
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    (hold / "sitecustomize.py").write_text(
-        "import os, sys, time\n"
-        "class _Hold:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'mcp.server':\n"
-        f"            while not os.path.exists({str(gate)!r}):\n"
-        "                time.sleep(0.02)\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, _Hold())\n")
-    proc = _spawn(pmem_home, tmp_path, PYTHONPATH=f"{hold}{os.pathsep}{ROOT}")
+    gate, path = sdk_hold
+    proc = _spawn(pmem_home, tmp_path, PYTHONPATH=path)
     try:
         _send(proc, _initialize("2025-06-18"))
         reply = _reply(proc, timeout=60)  # never comes if the server waits for the SDK

@@ -352,3 +352,17 @@ def export_conversations(entry: Entry, key: str, label: str) -> Iterator[tuple[s
             entry.skip(f"conversation {n}", "no id (uuid, conversation_id or id)")
             continue
         yield cid, conversation
+
+
+def export_threads(entry: Entry, key: str, label: str,
+                   turns: Callable[[dict, Skip], list[Turn]]) -> Iterator[tuple[str, dict, list[Turn]]]:
+    """export_conversations, with each conversation's kept turns (`turns(conversation, skip)`); a
+    conversation whose turns cannot be read at all is left out and counted."""
+    for cid, conversation in export_conversations(entry, key, label):
+        where = f"conversation {named(cid, '?')}"
+        try:
+            kept = turns(conversation, entry.skipper(where))
+        except BadRecord as exc:
+            entry.skip(where, str(exc))
+            continue
+        yield cid, conversation, kept

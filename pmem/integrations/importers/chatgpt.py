@@ -23,7 +23,7 @@ from .base import (
     Skip,
     Turn,
     conversation_memories,
-    export_conversations,
+    export_threads,
     ident,
     kind_of,
     named,
@@ -138,13 +138,7 @@ def turns(conversation: dict[str, Any], skip: Skip | None = None) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
-    for cid, conversation in export_conversations(entry, "mapping", "ChatGPT"):
-        where = f"conversation {named(cid, '?')}"
-        try:
-            kept = turns(conversation, entry.skipper(where))
-        except BadRecord as exc:
-            entry.skip(where, str(exc))
-            continue
+    for cid, conversation, kept in export_threads(entry, "mapping", "ChatGPT", turns):
         yield from conversation_memories(
             NAME, cid, kept, title=optional(conversation, "title", str) or None,
             created_at=when(optional(conversation, "create_time", int, float, str)))

@@ -23,7 +23,7 @@ from .base import (
     Skip,
     Turn,
     conversation_memories,
-    export_conversations,
+    export_threads,
     ident,
     kind_of,
     named,
@@ -118,13 +118,7 @@ def turns(conversation: dict[str, Any], skip: Skip | None = None) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
-    for cid, conversation in export_conversations(entry, "chat_messages", "Claude.ai"):
-        where = f"conversation {named(cid, '?')}"
-        try:
-            kept = turns(conversation, entry.skipper(where))
-        except BadRecord as exc:
-            entry.skip(where, str(exc))
-            continue
+    for cid, conversation, kept in export_threads(entry, "chat_messages", "Claude.ai", turns):
         project = optional(conversation, "project", dict) or {}
         name = optional(project, "name", str)
         yield from conversation_memories(
