@@ -5,6 +5,7 @@
     python benchmarks/fit_fusion.py report              # the shipped fusion, semantic and keyword, every part
     python benchmarks/fit_fusion.py time                # pmem.search.fuse on every question's lists, ms per query
     python benchmarks/fit_fusion.py terms               # each question's words in its store (dense_first's evidence)
+    python benchmarks/fit_fusion.py scale --db /tmp/pmem-scale/scale-100000.db   # search() with and without dense_first
     python benchmarks/fit_fusion.py collect --dense e5 e5-symmetric minilm minilm+e5   # dense sides compared
 
 `collect` builds the stores of benchmarks/fusion_sets.py (paraphrase among LoCoMo turns,
@@ -416,9 +417,64 @@ def timing(qs: list[dict], rounds: int = 5) -> dict:
             "load average": round(os.getloadavg()[0], 2)}
 
 
+def scale(db: Path, count: int, rounds: int) -> dict:
+    """search() on a copy of a scale.py store (its own fake-384 vectors, embedded here), with
+    dense_first and without, alternating, ms per query (medians of the rounds after the first);
+    and KeywordIndex.holds_rare alone, asked of every question's best keyword match (the most
+    a search can pay for it: search asks only where the dense side's best is past the fused five)."""
+    import shutil
+    import statistics
+    import time
+
+    from pmem.config import load
+    from pmem.store import Filter, MemoryStore
+
+    from scale_corpus import NOW, questions
+
+    s = importlib.import_module("pmem.search")
+    off = replace(s.DEFAULT_TUNING, dense_first=False)
+    qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
+    times: dict[str, list[float]] = {}
+    asked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        shutil.copy(db, path)
+        store = MemoryStore(path, config=load().with_values(embed_model="fake-384"), clock=lambda: NOW)
+        holds = store.keywords.holds_rare
+
+        def counted(*a):
+            nonlocal asked
+            asked += 1
+            return holds(*a)
+
+        store.keywords.holds_rare = counted  # type: ignore[method-assign]
+        for round_ in range(1 + rounds):
+            for q in qs:
+                for label, tuning in (("dense first", s.DEFAULT_TUNING), ("without", off)):
+                    t = time.perf_counter()
+                    s.search(store, q, Filter(), limit=10, tuning=tuning)
+                    if round_:
+                        times.setdefault(f"hybrid search, {label}", []).append(time.perf_counter() - t)
+                kw = s.keyword_ranks(store, q, Filter(), 100)
+                match = s.fts_query(q, store.keywords.languages())
+                if kw and match and round_:
+                    t = time.perf_counter()
+                    holds(match, kw[0][0], lambda n: s.rare_most(n))
+                    times.setdefault("holds_rare of the best keyword match, alone", []).append(time.perf_counter() - t)
+        memories = store.count()
+        store.close()
+    return {"memories": memories, "questions": len(qs), "rounds": rounds,
+            "holds_rare asked by search (per query)": round(asked / ((1 + rounds) * len(qs)), 3),
+            "ms per query (median)": {k: round(statistics.median(v) * 1000, 3) for k, v in times.items()},
+            "load average": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["collect", "fit", "report", "time", "terms"])
+    ap.add_argument("what", choices=["collect", "fit", "report", "time", "terms", "scale"])
+    ap.add_argument("--db", type=Path, default=None, help="scale: a store scale.py built")
+    ap.add_argument("--questions", type=int, default=16, help="scale: LoCoMo questions, and as many paraphrase ones")
+    ap.add_argument("--rounds", type=int, default=3, help="scale: rounds after the first (cold) one")
     ap.add_argument("--dense", nargs="+", default=[fusion_sets.SHIPPED], choices=list(fusion_sets.DENSE),
                     help="the dense side(s): collect every one given in one pass; report each; fit the first")
     ap.add_argument("--sets", nargs="+", default=list(fusion_sets.SETS), choices=fusion_sets.SETS)
@@ -458,6 +514,11 @@ def main() -> int:
         for dense, qs in collect(args.sets, args.dense).items():
             pickled(dense).write_bytes(pickle.dumps(qs))
             print(json.dumps({"dense": dense, "questions": len(qs), "lists": str(pickled(dense))}))
+        return 0
+    if args.what == "scale":
+        if args.db is None:
+            ap.error("scale needs --db")
+        print(json.dumps(scale(args.db, args.questions, args.rounds), indent=1))
         return 0
     if args.what == "terms":
         folder.mkdir(parents=True, exist_ok=True)
