@@ -325,7 +325,8 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
         dense: str = "", first: bool = True) -> dict:
     """A coordinate search over the bias and coefficients (each in turn moved by -6..6 in steps
     of 0.25, the best kept), `sweeps` times, for each share_max, from two starts: every question
-    near share_max, and the constants `dense` is searched with (fusion_sets.TUNING); dev part only. The objective is the mean of the
+    near share_max, and the constants `dense` is searched with (fusion_sets.TUNING); dev part
+    only; ranks with dense_first unless not `first` (tables). The objective is the mean of the
     own stores' (with the cost `below` of falling under semantic-only) and the mixed store's
     (without it: no constants of these features keep the mixed store's paraphrase and
     multilingual questions at semantic-only without giving up a tenth of LoCoMo;
