@@ -259,6 +259,7 @@ def tables(qs: list[dict], tuning=None):
         targets = [idx[t] for t in q["targets"] if t in idx]
         best = idx[min(sem, key=lambda p: (p[1], p[0]))[0]] if sem and tuning.dense_first else None
         rare = rare_of(q, tuning)
+        ev = s.evidence(q["kw"], sem, q["floor"])
         row = []
         for w in WEIGHTS:
             score = w * mk + (1 - w) * ms
@@ -269,11 +270,11 @@ def tables(qs: list[dict], tuning=None):
             at = [place(t) for t in targets]
             if best is not None and (mine := place(best)) > 1:
                 top = keys[int(np.lexsort((tie, -score))[0])]
-                if mine <= tuning.dense_first_within or (rare is not None and not rare(top)):
+                if (mine <= tuning.dense_first_within or ev.sem_gap >= tuning.dense_margin
+                        or (rare is not None and not rare(top))):
                     at = [1 if t == best else p + (p < mine) for t, p in zip(targets, at)]
             row.append(min(at, default=999))
         ranks.append(row)
-        ev = s.evidence(q["kw"], sem, q["floor"])
         feats.append([getattr(ev, n) for n in names])
     return np.array(ranks), np.array(feats), names
 

@@ -66,11 +66,14 @@ ENGLISH_SHARE_COEF = (("sem_gap", -13.74), ("kw_gap", -5.98), ("kw_many", 3.72),
 # five stay the same five: LoCoMo's R@5 and R@10 cannot change), and from anywhere among the
 # candidates where the fused best holds no rare query word: each word it holds is in more than
 # (N + 1) ** COMMON_EXPONENT - 0.5 of the store's N memories (an IDF below 0.45 of the store's
-# highest; 0.40 and below left the mixed store's paraphrase dev part 3 questions lower).
-# In a mixed store the keyword side's best was a LoCoMo turn sharing "team", "pet" or "book" with
-# a question in other words, and the share could not tell that from LoCoMo's own questions.
+# highest; 0.40 and below left the mixed store's paraphrase dev part 3 questions lower), or where
+# the dense side has a clear winner: its margin over the second (Evidence.sem_gap) is at least
+# DENSE_MARGIN (0.05-0.06 cost LoCoMo R@5; LoCoMo's median margin is 0.02, a question in other
+# words' 0.10). In a mixed store the keyword side's best was a LoCoMo turn sharing "team", "pet"
+# or "book" with a question in other words, and the share could not tell that from LoCoMo's own.
 DENSE_FIRST_WITHIN = 5
 COMMON_EXPONENT = 0.55
+DENSE_MARGIN = 0.08
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class Tuning:
     dense_first: bool = True
     dense_first_within: int = DENSE_FIRST_WITHIN
     common_exponent: float = COMMON_EXPONENT
+    dense_margin: float = DENSE_MARGIN
 
 
 DEFAULT_TUNING = Tuning()
@@ -265,10 +269,11 @@ def rare_most(memories: int, tuning: Tuning = DEFAULT_TUNING) -> int:
 
 
 def dense_first(scores: dict[Any, float], best: Any, tuning: Tuning = DEFAULT_TUNING,
-                rare: Callable[[Any], bool] | None = None) -> None:
+                rare: Callable[[Any], bool] | None = None, margin: float = 0.0) -> None:
     """Move `best` (the dense side's first) to the top of the fused `scores`, in place, where it
-    is among the first `tuning.dense_first_within` already, or where `rare` says the fused best
-    holds no rare query word (`rare(key)`: whether that memory holds one; None: only the first).
+    is among the first `tuning.dense_first_within` already, where its `margin` over the dense
+    side's second (Evidence.sem_gap) is at least `tuning.dense_margin`, or where `rare` says the
+    fused best holds no rare query word (`rare(key)`: whether that memory holds one; None: never).
     Its score becomes the least float above the fused best's; ties rank by key, as search's do."""
     if best not in scores:
         return
@@ -277,7 +282,8 @@ def dense_first(scores: dict[Any, float], best: Any, tuning: Tuning = DEFAULT_TU
         return
     mine = scores[best]
     ahead = sum(1 for key, v in scores.items() if v > mine or (v == mine and key < best))
-    if ahead < tuning.dense_first_within or (rare is not None and not rare(top)):
+    if (ahead < tuning.dense_first_within or margin >= tuning.dense_margin
+            or (rare is not None and not rare(top))):
         scores[best] = math.nextafter(high, math.inf)
 
 
@@ -292,12 +298,13 @@ def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], floor: float
     if mode == "semantic":
         return {seq: 1.0 - d for seq, d in sem}
     scores: dict[int, float] = {}
-    w = keyword_share(evidence(kw, sem, floor, tuning), tuning) if tuning.adaptive else tuning.keyword_weight
+    ev = evidence(kw, sem, floor, tuning) if tuning.adaptive or tuning.dense_first else None
+    w = keyword_share(ev, tuning) if ev is not None and tuning.adaptive else tuning.keyword_weight
     for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
         for seq, norm in _minmax(pairs):
             scores[seq] = scores.get(seq, 0.0) + weight * norm
-    if tuning.dense_first and sem:  # the nearest; equal distances by key, as the ranking breaks ties
-        dense_first(scores, min(sem, key=lambda pair: (pair[1], pair[0]))[0], tuning, rare)
+    if tuning.dense_first and sem and ev is not None:  # the nearest; equal distances by key, as ranks break ties
+        dense_first(scores, min(sem, key=lambda pair: (pair[1], pair[0]))[0], tuning, rare, ev.sem_gap)
     return scores
 
 

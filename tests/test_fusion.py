@@ -115,12 +115,31 @@ def test_dense_first_past_the_first_five_only_over_common_words():
     asked.clear()
     dense_first(dict(scores), 2, rare=rare)  # within the first five: no count is needed
     assert asked == []
+    clear = dict(scores)
+    dense_first(clear, 7, rare=rare, margin=DEFAULT_TUNING.dense_margin)  # a clear winner by meaning
+    assert max(clear, key=lambda k: clear[k]) == 7 and asked == []
+    near = dict(scores)
+    dense_first(near, 7, rare=rare, margin=DEFAULT_TUNING.dense_margin - 0.01)
+    assert near == scores
     fixed = replace(DEFAULT_TUNING, adaptive=False)  # 0.6 of the words: 1 first, then 2
     kw, sem = [(1, -9.0), (2, -1.0)], [(1, 0.4), (2, 0.1)]  # the nearest (2) listed second
     assert fuse(kw, sem, FLOOR, "q", tuning=replace(fixed, dense_first=False)) == pytest.approx({1: 0.6, 2: 0.4})
     fused = fuse(kw, sem, FLOOR, "q", tuning=fixed)
     assert fused[2] > fused[1] == pytest.approx(0.6)
     assert fuse(kw, sem, FLOOR, "q", mode="keyword", tuning=fixed) == {1: 9.0, 2: 1.0}  # --mode forces one half
+
+
+def test_fuse_moves_a_clear_winner_by_meaning_past_the_first_five():
+    fixed = replace(DEFAULT_TUNING, adaptive=False)
+    kw = [(i, -10.0) for i in range(1, 7)] + [(7, -1.0)]  # six equal matches, all ahead of 100 fused
+
+    def order(best_distance):
+        sem = [(100, best_distance)] + [(i, 0.4 + 0.01 * i) for i in range(1, 8)]
+        scores = fuse(kw, sem, FLOOR, "q", tuning=fixed)
+        return sorted(scores, key=lambda k: (-scores[k], k))
+
+    assert order(0.1)[0] == 100  # cosine 0.9 against 0.59: a margin of 0.62 on the rescaled scale
+    assert order(0.39).index(100) == 6  # 0.61 against 0.59: 0.04, and no word counts: it stays
 
 
 def test_rare_most_follows_the_store_size():
