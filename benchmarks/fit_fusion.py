@@ -4,6 +4,8 @@
     python benchmarks/fit_fusion.py fit                 # the constants of pmem.search.keyword_share, dev part only
     python benchmarks/fit_fusion.py report              # the shipped fusion, semantic and keyword, every part
     python benchmarks/fit_fusion.py time                # pmem.search.fuse on every question's lists, ms per query
+    python benchmarks/fit_fusion.py terms               # each question's words in its store (dense_first's evidence)
+    python benchmarks/fit_fusion.py scale --db /tmp/pmem-scale/scale-100000.db   # search() with and without dense_first
     python benchmarks/fit_fusion.py collect --dense e5 e5-symmetric minilm minilm+e5   # dense sides compared
 
 `collect` builds the stores of benchmarks/fusion_sets.py (paraphrase among LoCoMo turns,
@@ -17,6 +19,10 @@ for the best objective on the dev part: paraphrase dev top-1, multilingual top-1
 (twice) and R@5 (weighted --locomo), and the paraphrase set's questions decided by a rare name,
 less --below for each point an own store's part falls under semantic-only, averaged over the
 own stores and the mixed one. Held-out paraphrase questions are only reported.
+
+`terms` keeps, for every question, what pmem.search.dense_first asks the store: each keyword term's
+count of memories holding it, which keyword candidates hold it, and the store's size (the keyword
+side only: no vectors); `report` and `time` use it where the file is there.
 """
 
 from __future__ import annotations
@@ -131,6 +137,44 @@ def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
     return out
 
 
+def terms(sets) -> list[dict]:
+    """Per question of `sets` (in collect's order): the store's memories, and for each term of its
+    keyword query, how many entries hold it and which of its keyword candidates do."""
+    from pmem.search import DEFAULT_TUNING, fts_query, keyword_ranks
+    from pmem.store import Filter
+
+    emb = _embedder("multilingual-e5-small")  # the stores need vectors; only their words are read
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        for name, store, keys, qs in fusion_sets.stores(Path(tmp), emb, sets):
+            docs = store.conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+            languages = store.keywords.languages()
+            for q in qs:
+                match = fts_query(q.text, languages)
+                kw = {seq for seq, _ in keyword_ranks(store, q.text, Filter(), DEFAULT_TUNING.candidates,
+                                                      DEFAULT_TUNING.context_weight)}
+                held = {}
+                for term in (match.split(" OR ") if match else []):
+                    rows = [r[0] for r in store.conn.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?",
+                                                             (term,))]
+                    held[term] = (len(rows), sorted(keys[r] for r in rows if r in kw))
+                out.append({"store": name, "text": q.text, "docs": docs, "terms": held})
+            if hasattr(emb, "save"):
+                emb.save()
+    return out
+
+
+def rare_of(q: dict, tuning):
+    """pmem.search.dense_first's `rare` for one question, from `terms`' record (None without one)."""
+    if "terms" not in q:
+        return None
+    s = importlib.import_module("pmem.search")
+    most = s.rare_most(q["terms"]["docs"], tuning)
+    rare = {k for n, holding in q["terms"]["terms"].values() if n <= most for k in holding}
+    return rare.__contains__
+
+
 def rank(q: dict, fuse) -> list[str]:
     scores = fuse(q)
     return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
@@ -172,7 +216,7 @@ def fuser(params=None, mode: str = "hybrid", dense: str = ""):
 
     def fuse(q):
         sem = [(k, 1.0 - c) for k, c in q["sem"]]
-        return s.fuse(q["kw"], sem, q["floor"], q["text"], mode, tuning)
+        return s.fuse(q["kw"], sem, q["floor"], q["text"], mode, tuning, rare_of(q, tuning))
 
     return fuse
 
@@ -190,12 +234,15 @@ STEP = 0.05
 WEIGHTS = [round(STEP * i, 2) for i in range(int(1 / STEP) + 1)]
 
 
-def tables(qs: list[dict]):
+def tables(qs: list[dict], tuning=None):
     """Per question: the rank of its best target under the min-max fusion at each fixed keyword
-    share in WEIGHTS (questions x shares), and its Evidence fields (questions x fields)."""
+    share in WEIGHTS, the dense side's best moved first where pmem.search.dense_first would
+    (`tuning`'s, default pmem.search.DEFAULT_TUNING; with `terms`' records where they are there),
+    (questions x shares), and its Evidence fields (questions x fields)."""
     import numpy as np
 
     s = importlib.import_module("pmem.search")
+    tuning = tuning or s.DEFAULT_TUNING
     names = [name for name, _ in s.SHARE_COEF]
     ranks, feats = [], []
     for q in qs:
@@ -210,13 +257,24 @@ def tables(qs: list[dict]):
         tie = np.empty(len(keys), int)
         tie[order] = np.arange(len(keys))
         targets = [idx[t] for t in q["targets"] if t in idx]
+        best = idx[min(sem, key=lambda p: (p[1], p[0]))[0]] if sem and tuning.dense_first else None
+        rare = rare_of(q, tuning)
+        ev = s.evidence(q["kw"], sem, q["floor"])
         row = []
         for w in WEIGHTS:
             score = w * mk + (1 - w) * ms
-            row.append(min((1 + int(np.sum(score > score[t]) + np.sum((score == score[t]) & (tie < tie[t])))
-                            for t in targets), default=999))
+
+            def place(t, score=score, tie=tie):
+                return 1 + int(np.sum(score > score[t]) + np.sum((score == score[t]) & (tie < tie[t])))
+
+            at = [place(t) for t in targets]
+            if best is not None and (mine := place(best)) > 1:
+                top = keys[int(np.lexsort((tie, -score))[0])]
+                if (mine <= tuning.dense_first_within or ev.sem_gap >= tuning.dense_margin
+                        or (rare is not None and not rare(top))):
+                    at = [1 if t == best else p + (p < mine) for t, p in zip(targets, at)]
+            row.append(min(at, default=999))
         ranks.append(row)
-        ev = s.evidence(q["kw"], sem, q["floor"])
         feats.append([getattr(ev, n) for n in names])
     return np.array(ranks), np.array(feats), names
 
@@ -265,10 +323,11 @@ def picks_of(feats, bias: float, coef, share_max: float):
 
 
 def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8), below: float = 3.0,
-        dense: str = "") -> dict:
+        dense: str = "", first: bool = True) -> dict:
     """A coordinate search over the bias and coefficients (each in turn moved by -6..6 in steps
     of 0.25, the best kept), `sweeps` times, for each share_max, from two starts: every question
-    near share_max, and the constants `dense` is searched with (fusion_sets.TUNING); dev part only. The objective is the mean of the
+    near share_max, and the constants `dense` is searched with (fusion_sets.TUNING); dev part
+    only; ranks with dense_first unless not `first` (tables). The objective is the mean of the
     own stores' (with the cost `below` of falling under semantic-only) and the mixed store's
     (without it: no constants of these features keep the mixed store's paraphrase and
     multilingual questions at semantic-only without giving up a tenth of LoCoMo;
@@ -276,9 +335,9 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
     import numpy as np
 
     s = importlib.import_module("pmem.search")
-    ranks, feats, names = tables(qs)
-    dev, held = parts(qs, "dev"), parts(qs, "held-out")
     base = getattr(s, fusion_sets.TUNING.get(dense, "DEFAULT_TUNING"))  # the constants dense is searched with
+    ranks, feats, names = tables(qs, replace(base, dense_first=first))
+    dev, held = parts(qs, "dev"), parts(qs, "held-out")
     shipped = np.array([base.share_bias, *[dict(base.share_coef)[n] for n in names]])
     grid = np.arange(-6.0, 6.01, 0.25)
     best: dict = {}
@@ -343,23 +402,81 @@ def timing(qs: list[dict], rounds: int = 5) -> dict:
     import time
 
     s = importlib.import_module("pmem.search")
-    lists = [(q["kw"], [(k, 1.0 - c) for k, c in q["sem"]], q["floor"], q["text"]) for q in qs]
+    lists = [(q["kw"], [(k, 1.0 - c) for k, c in q["sem"]], q["floor"], q["text"], rare_of(q, s.DEFAULT_TUNING))
+             for q in qs]
     out = {}
-    for label, tuning in (("per-query share", s.DEFAULT_TUNING), ("fixed 0.6", replace(s.DEFAULT_TUNING, adaptive=False))):
+    for label, tuning in (("per-query share, dense first", s.DEFAULT_TUNING),
+                          ("per-query share", replace(s.DEFAULT_TUNING, dense_first=False)),
+                          ("fixed 0.6", replace(s.DEFAULT_TUNING, adaptive=False, dense_first=False))):
         times = []
         for _ in range(rounds):
             t = time.perf_counter()
-            for kw, sem, floor, text in lists:
-                s.fuse(kw, sem, floor, text, "hybrid", tuning)
+            for kw, sem, floor, text, rare in lists:
+                s.fuse(kw, sem, floor, text, "hybrid", tuning, rare)
             times.append((time.perf_counter() - t) * 1000 / len(lists))
         out[label] = round(statistics.median(times), 4)
     return {"questions": len(lists), "ms per query (median of %d rounds)" % rounds: out,
             "load average": round(os.getloadavg()[0], 2)}
 
 
+def scale(db: Path, count: int, rounds: int) -> dict:
+    """search() on a copy of a scale.py store (its own fake-384 vectors, embedded here), with
+    dense_first and without, alternating, ms per query (medians of the rounds after the first);
+    and KeywordIndex.holds_rare alone, asked of every question's best keyword match (the most
+    a search can pay for it: search asks only where the dense side's best is past the fused five)."""
+    import shutil
+    import statistics
+    import time
+
+    from pmem.config import load
+    from pmem.store import Filter, MemoryStore
+
+    from scale_corpus import NOW, questions
+
+    s = importlib.import_module("pmem.search")
+    off = replace(s.DEFAULT_TUNING, dense_first=False)
+    qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
+    times: dict[str, list[float]] = {}
+    asked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        shutil.copy(db, path)
+        store = MemoryStore(path, config=load().with_values(embed_model="fake-384"), clock=lambda: NOW)
+        holds = store.keywords.holds_rare
+
+        def counted(*a):
+            nonlocal asked
+            asked += 1
+            return holds(*a)
+
+        store.keywords.holds_rare = counted  # type: ignore[method-assign]
+        for round_ in range(1 + rounds):
+            for q in qs:
+                for label, tuning in (("dense first", s.DEFAULT_TUNING), ("without", off)):
+                    t = time.perf_counter()
+                    s.search(store, q, Filter(), limit=10, tuning=tuning)
+                    if round_:
+                        times.setdefault(f"hybrid search, {label}", []).append(time.perf_counter() - t)
+                kw = s.keyword_ranks(store, q, Filter(), 100)
+                match = s.fts_query(q, store.keywords.languages())
+                if kw and match and round_:
+                    t = time.perf_counter()
+                    holds(match, kw[0][0], lambda n: s.rare_most(n))
+                    times.setdefault("holds_rare of the best keyword match, alone", []).append(time.perf_counter() - t)
+        memories = store.count()
+        store.close()
+    return {"memories": memories, "questions": len(qs), "rounds": rounds,
+            "holds_rare asked by search (per query)": round(asked / ((1 + rounds) * len(qs)), 3),
+            "ms per query (median)": {k: round(statistics.median(v) * 1000, 3) for k, v in times.items()},
+            "load average": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["collect", "fit", "report", "time"])
+    ap.add_argument("what", choices=["collect", "fit", "report", "time", "terms", "scale"])
+    ap.add_argument("--db", type=Path, default=None, help="scale: a store scale.py built")
+    ap.add_argument("--questions", type=int, default=16, help="scale: LoCoMo questions, and as many paraphrase ones")
+    ap.add_argument("--rounds", type=int, default=3, help="scale: rounds after the first (cold) one")
     ap.add_argument("--dense", nargs="+", default=[fusion_sets.SHIPPED], choices=list(fusion_sets.DENSE),
                     help="the dense side(s): collect every one given in one pass; report each; fit the first")
     ap.add_argument("--sets", nargs="+", default=list(fusion_sets.SETS), choices=fusion_sets.SETS)
@@ -373,11 +490,26 @@ def main() -> int:
     ap.add_argument("--fitted", default="",
                     help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
     ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
+    ap.add_argument("--no-terms", action="store_true",
+                    help="leave `terms`' records out: dense_first moves the dense side's best only from the first five")
+    ap.add_argument("--no-dense-first", action="store_true", help="report, fit: the fusion without dense_first")
     args = ap.parse_args()
     folder = Path(args.lists) if args.lists else CACHE
 
     def pickled(dense: str) -> Path:
         return folder / f"lists-{dense}.pickle"
+
+    def load(dense: str) -> list[dict]:
+        """collect's lists of `dense`, each question with its record of `terms` where there is one."""
+        qs = pickle.loads(pickled(dense).read_bytes())
+        words = folder / "terms.pickle"
+        if words.exists() and not args.no_terms:
+            records = pickle.loads(words.read_bytes())
+            if [(r["store"], r["text"]) for r in records] != [(q["store"], q["text"]) for q in qs]:
+                raise SystemExit(f"{words} is of other questions than {pickled(dense)}: run `terms` again")
+            for q, r in zip(qs, records):
+                q["terms"] = r
+        return qs
 
     if args.what == "collect":
         folder.mkdir(parents=True, exist_ok=True)
@@ -385,21 +517,33 @@ def main() -> int:
             pickled(dense).write_bytes(pickle.dumps(qs))
             print(json.dumps({"dense": dense, "questions": len(qs), "lists": str(pickled(dense))}))
         return 0
+    if args.what == "scale":
+        if args.db is None:
+            ap.error("scale needs --db")
+        print(json.dumps(scale(args.db, args.questions, args.rounds), indent=1))
+        return 0
+    if args.what == "terms":
+        folder.mkdir(parents=True, exist_ok=True)
+        records = terms(args.sets)
+        (folder / "terms.pickle").write_bytes(pickle.dumps(records))
+        print(json.dumps({"questions": len(records), "terms": str(folder / "terms.pickle")}))
+        return 0
     if args.what == "report":
         for dense in args.dense:
-            qs = pickle.loads(pickled(dense).read_bytes())
-            modes = {"fused": figures(qs, fuser(fitted(args.fitted), dense=dense)),
+            qs = load(dense)
+            params = {**(fitted(args.fitted) or {}), **({"dense_first": False} if args.no_dense_first else {})}
+            modes = {"fused": figures(qs, fuser(params or None, dense=dense)),
                      "semantic": figures(qs, fuser(mode="semantic")), "keyword": figures(qs, fuser(mode="keyword"))}
             if args.brief:
                 print(brief(dense, modes))
             else:
                 print(json.dumps({"dense": dense, **modes}, indent=1))
         return 0
-    qs = pickle.loads(pickled(args.dense[0]).read_bytes())
+    qs = load(args.dense[0])
     if args.what == "time":
         print(json.dumps(timing(qs), indent=1))
         return 0
-    best = fit(qs, args.sweeps, args.locomo, args.share_max, args.below, args.dense[0])
+    best = fit(qs, args.sweeps, args.locomo, args.share_max, args.below, args.dense[0], not args.no_dense_first)
     print(json.dumps(best, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(best, indent=1) + "\n")

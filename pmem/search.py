@@ -2,7 +2,8 @@
 min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/README.md).
 The keyword list's share of it is decided per query from the evidence of both lists
 (`evidence`, `keyword_share`): a fixed 0.6, tuned where names decide (LoCoMo), let a memory
-sharing one common word with a question in other words outrank what its meaning found.
+sharing one common word with a question in other words outrank what its meaning found. After the
+fusion the dense side's best memory goes first where the words cannot overrule it (`dense_first`).
 
 That fusion ranks, but it is relative to one result list: the top hit always gets 1.0. What a
 Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,21 @@ ENGLISH_SHARE_COEF = (("sem_gap", -13.74), ("kw_gap", -5.98), ("kw_many", 3.72),
                       ("kw_best", 5.85), ("sem_best", 3.24))
 
 
+# Dense first (benchmarks/README.md, "Fusion, fourth round"): after the fusion, the dense side's best
+# memory goes first where the fused order has it among its first DENSE_FIRST_WITHIN (the first
+# five stay the same five: LoCoMo's R@5 and R@10 cannot change), and from anywhere among the
+# candidates where the fused best holds no rare query word: each word it holds is in more than
+# (N + 1) ** COMMON_EXPONENT - 0.5 of the store's N memories (an IDF below 0.45 of the store's
+# highest; 0.40 and below left the mixed store's paraphrase dev part 3 questions lower), or where
+# the dense side has a clear winner: its margin over the second (Evidence.sem_gap) is at least
+# DENSE_MARGIN (0.05-0.06 cost LoCoMo R@5; LoCoMo's median margin is 0.02, a question in other
+# words' 0.10). In a mixed store the keyword side's best was a LoCoMo turn sharing "team", "pet"
+# or "book" with a question in other words, and the share could not tell that from LoCoMo's own.
+DENSE_FIRST_WITHIN = 5
+COMMON_EXPONENT = 0.55
+DENSE_MARGIN = 0.08
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Fusion constants (see benchmarks/README.md).
@@ -71,7 +87,8 @@ class Tuning:
     side flat, as on LoCoMo, where the speakers' names are in every turn) move it towards the words.
     `adaptive=False` fixes it at `keyword_weight` (the fusion before, whose 0.6 was tuned on
     LoCoMo: R@10 0.82-0.83 for 0.6-0.7 with threads). `keyword_weight` also splits the absolute
-    `score` (relevance)."""
+    `score` (relevance). `dense_first`: the dense side's best is moved first afterwards where the
+    evidence allows (`dense_first`, the function)."""
 
     keyword_weight: float = 0.6
     candidates: int = 100
@@ -81,6 +98,10 @@ class Tuning:
     share_max: float = SHARE_MAX
     share_bias: float = SHARE_BIAS
     share_coef: tuple[tuple[str, float], ...] = SHARE_COEF
+    dense_first: bool = True
+    dense_first_within: int = DENSE_FIRST_WITHIN
+    common_exponent: float = COMMON_EXPONENT
+    dense_margin: float = DENSE_MARGIN
 
 
 DEFAULT_TUNING = Tuning()
@@ -241,19 +262,49 @@ def keyword_share(ev: Evidence, tuning: Tuning = DEFAULT_TUNING) -> float:
     return tuning.share_max / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
+def rare_most(memories: int, tuning: Tuning = DEFAULT_TUNING) -> int:
+    """The most memories a word may be in and still count as rare for dense_first, in a store of
+    `memories`: (N + 1) ** common_exponent - 0.5, rounded down (at least 1)."""
+    return max(1, int((memories + 1) ** tuning.common_exponent - 0.5))
+
+
+def dense_first(scores: dict[Any, float], best: Any, tuning: Tuning = DEFAULT_TUNING,
+                rare: Callable[[Any], bool] | None = None, margin: float = 0.0) -> None:
+    """Move `best` (the dense side's first) to the top of the fused `scores`, in place, where it
+    is among the first `tuning.dense_first_within` already, where its `margin` over the dense
+    side's second (Evidence.sem_gap) is at least `tuning.dense_margin`, or where `rare` says the
+    fused best holds no rare query word (`rare(key)`: whether that memory holds one; None: never).
+    Its score becomes the least float above the fused best's; ties rank by key, as search's do."""
+    if best not in scores:
+        return
+    top, high = min(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    if top == best:
+        return
+    mine = scores[best]
+    ahead = sum(1 for key, v in scores.items() if v > mine or (v == mine and key < best))
+    if (ahead < tuning.dense_first_within or margin >= tuning.dense_margin
+            or (rare is not None and not rare(top))):
+        scores[best] = math.nextafter(high, math.inf)
+
+
 def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], floor: float, query: str,
-         mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING) -> dict[int, float]:
+         mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING,
+         rare: Callable[[int], bool] | None = None) -> dict[int, float]:
     """The ranking score of every candidate (higher first): -bm25 in keyword mode, the cosine in
-    semantic mode; in hybrid mode each list min-max scaled and mixed at the query's keyword share."""
+    semantic mode; in hybrid mode each list min-max scaled and mixed at the query's keyword share,
+    then the dense side's best moved first where `dense_first` allows (`rare`: see there)."""
     if mode == "keyword":
         return {seq: -bm25 for seq, bm25 in kw}
     if mode == "semantic":
         return {seq: 1.0 - d for seq, d in sem}
     scores: dict[int, float] = {}
-    w = keyword_share(evidence(kw, sem, floor, tuning), tuning) if tuning.adaptive else tuning.keyword_weight
+    ev = evidence(kw, sem, floor, tuning) if tuning.adaptive or tuning.dense_first else None
+    w = keyword_share(ev, tuning) if ev is not None and tuning.adaptive else tuning.keyword_weight
     for weight, pairs in ((w, [(seq, -b) for seq, b in kw]), (1.0 - w, [(seq, 1.0 - d) for seq, d in sem])):
         for seq, norm in _minmax(pairs):
             scores[seq] = scores.get(seq, 0.0) + weight * norm
+    if tuning.dense_first and sem and ev is not None:  # the nearest; equal distances by key, as ranks break ties
+        dense_first(scores, min(sem, key=lambda pair: (pair[1], pair[0]))[0], tuning, rare, ev.sem_gap)
     return scores
 
 
@@ -324,7 +375,13 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     distance = dict(sem)
     bm25 = dict(kw)
     floor = store.thresholds().score_floor if sem else 0.0
-    scores = fuse(kw, sem, floor, query, mode, tuning)
+    rare = None
+    if mode == "hybrid" and tuning.dense_first and kw:
+        def rare(seq: int) -> bool:  # only asked where the dense side's best is far down the fused order
+            match = fts_query(query, store.keywords.languages())
+            return (seq in bm25 and match is not None
+                    and store.keywords.holds_rare(match, seq, lambda n: rare_most(n, tuning)))
+    scores = fuse(kw, sem, floor, query, mode, tuning, rare)
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     hits: list[Hit] = []
     listed: set[str] = set()   # ids already in the results

@@ -6,6 +6,7 @@ Figures behind the constants and the query plans: benchmarks/README.md ("The sto
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from .connection import Connection, Progress
 from .filter import LIVE_SQL, Filter, date_window, estimate
@@ -220,6 +221,22 @@ class KeywordIndex:
                 return rows
             return ranked(match, selective=True)  # the filter keeps few of the newest: the whole query
         return ranked(match)
+
+    def holds_rare(self, match: str, seq: int, most: Callable[[int], int]) -> bool:
+        """Whether the entry of memory `seq` (its text or its neighbours') holds a term of `match`
+        (terms OR-ed, as KeywordIndex.ranks takes them) that at most most(N) entries hold, N the
+        memories stored: one rowid lookup a term, and a count that stops past most(N) for each
+        term it holds (pmem.search.dense_first)."""
+        cap = most(self.db.memory_count())
+        for term in match.split(" OR "):
+            if self.db.execute("SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?",
+                               (term, seq)).fetchone() is None:
+                continue
+            held = self.db.execute("SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? "
+                                   "LIMIT ?)", (term, cap + 1)).fetchone()[0]
+            if held <= cap:
+                return True
+        return False
 
     def starting_with(self, words: list[str]) -> str:
         """An FTS5 expression for texts that begin with these words (with the index's stemming)."""

@@ -160,9 +160,9 @@ def test_search_uses_the_fitted_share_where_the_english_side_is_in_use(two, monk
     seen = []
     real_fuse = module.fuse
 
-    def fuse(kw, sem, floor, query, mode, tuning):
+    def fuse(kw, sem, floor, query, mode, tuning, *rest):
         seen.append(tuning)
-        return real_fuse(kw, sem, floor, query, mode, tuning)
+        return real_fuse(kw, sem, floor, query, mode, tuning, *rest)
 
     monkeypatch.setattr(module, "fuse", fuse)
     two.add(DANA)
