@@ -667,6 +667,22 @@ class Server:
                 self._running -= 1
             self.last = time.monotonic()
 
+    def fit_threads(self) -> None:
+        """With `threads` 0 (automatic), give the models that can change it the cores idle now
+        (loading.default_threads) before each request, not only at the start: a server lives
+        for hours, and two BLAS threads chosen on an idle machine made each query ~20x slower
+        once another process kept a core busy (OpenBLAS's threads wait spinning; benchmarks/
+        README.md, "The hook's process, lean")."""
+        if self.threads:
+            return
+        from .loading import default_threads
+
+        n = default_threads()
+        for model in list(self._models.values()):
+            use = getattr(model, "use_threads", None)
+            if use is not None:
+                use(n)
+
     def model(self, path: Any):
         """The embedder for this model file, loaded on first use and kept."""
         if not isinstance(path, str) or not path:
@@ -693,6 +709,7 @@ class Server:
             if not isinstance(query, bool):
                 raise UsageError("bad request: query must be true or false")
             model = self.model(req.get("model"))
+            self.fit_threads()
             vectors = _embed_with(model, texts, query)
             _send_json(conn, {"ok": True, "n": len(vectors), "dim": model.dim})
             conn.sendall(_float32(vectors))

@@ -453,6 +453,7 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
 
     from ..store import MemoryStore
 
+    server.fit_threads()
     store = MemoryStore(db, config=cfg)  # opened for each hook: see benchmarks/README.md, "A hook served whole"
     try:
         block = build_context(store, event, data, settings, flt, project, commit=commit)
