@@ -22,8 +22,10 @@ Served: when `pmem serve` runs (server = auto or always), the hook's process onl
 input and hands it to the server (`ask_server`), which runs the same `build_context` against the
 same database, settings and session files (`serve_hook`) and sends the block back: the process
 imports no store, search or model, and the server already holds the model (benchmarks/README.md,
-"A hook served whole"). No server, one of another build, a busy one or one that does not answer
-within `server_wait()`: the hook does the work itself, as before.
+"A hook served whole"). That process does not import this module either: what it needs is in
+`hook_wire`, which imports only what is cheap to start with (benchmarks/README.md, "The hook's
+process, lean"); the names are here too. No server, one of another build, a busy one or one
+that does not answer within `server_wait()`: the hook does the work itself, as before.
 """
 
 from __future__ import annotations
