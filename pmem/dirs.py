@@ -1,8 +1,8 @@
 """Where pmem keeps things, as plain strings: `pmem.paths` gives the same places as Path objects.
 
 A served agent hook finds its pmem home before anything else, before every prompt, so this
-module imports nothing but os and sys: pathlib costs that process ~10 ms and platformdirs
-(pathlib, tempfile, shutil...) ~20 ms more (benchmarks/README.md, "The hook's process, lean").
+module imports nothing but os and sys: pathlib costs that process ~23 ms of CPU here and
+platformdirs (pathlib, tempfile, shutil...) ~20 ms more (benchmarks/README.md, "The hook's process, lean").
 On Linux, where the XDG variable and HOME are plain absolute paths, the user folders are the XDG
 ones, exactly as platformdirs gives them; anywhere else (another system, Android, a relative
 or unset HOME, a variable that is not an absolute path) platformdirs decides, as it always did.
