@@ -17,7 +17,8 @@ each tree's home instead. --serve gives each tree its own home and its own `pmem
 answers its own build only), started before the runs; the hook runs with server = auto. Then it
 also reports p50/p95 of wall time and of CPU time: the hook process's, and the server's share
 while it ran (from /proc, Linux). Each run's prompt is distinct ("... please (i)"), so no cache
-of any kind answers it.
+of any kind answers it. --launch script runs what the `pmem` console script runs (a host starts
+`pmem hook ...`), instead of `python -m pmem`, which imports runpy's modules first.
 """
 
 from __future__ import annotations
@@ -76,13 +77,19 @@ def _cpu_of(pid: int | None) -> float:
         return 0.0
 
 
+# How a host starts the hook: the `pmem` console script (what `pmem hook install` writes) runs
+# these lines; `python -m pmem` imports runpy first (importlib.util, contextlib...).
+LAUNCH = {"module": ["-m", "pmem"],
+          "script": ["-c", "import sys\nfrom pmem.cli import main\nsys.exit(main())"]}
+
+
 def run_hook(tree: Path, home: Path, event: str, payload: dict, server: str = "never",
-             server_pid: int | None = None) -> tuple[float, bool, float, float]:
+             server_pid: int | None = None, launch: str = "module") -> tuple[float, bool, float, float]:
     """(wall ms, whether it printed, the hook process's CPU ms, the server's CPU ms meanwhile)."""
     env = _env(tree, home, server)
     before, served_before = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_of(server_pid)
     started = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "pmem", "hook", "claude-code", event], input=json.dumps(payload),
+    r = subprocess.run([sys.executable, *LAUNCH[launch], "hook", "claude-code", event], input=json.dumps(payload),
                        env=env, capture_output=True, text=True, timeout=60, cwd=home)  # never the cwd's pmem
     wall = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -118,6 +125,8 @@ def main() -> None:
                     help="the events timed (repeat; default both)")
     ap.add_argument("--no-lock", action="store_true", help="skip the runs under a held write lock")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--launch", choices=tuple(LAUNCH), default="module",
+                    help="python -m pmem (default), or the console script's lines, as a host runs `pmem`")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     trees = [t.resolve() for t in (args.tree or [ROOT])]
@@ -153,7 +162,7 @@ def main() -> None:
                                            "prompt": f"{PROMPTS[i % len(PROMPTS)]} please ({i})", "source": "startup"}
                                 wall, printed, cpu, served = run_hook(tree, homes[tree], event, payload,
                                                                       "auto" if args.serve else "never",
-                                                                      servers.get(tree))
+                                                                      servers.get(tree), args.launch)
                                 key = f"{tree.name} {event}" + (" (write lock held)" if locked else "")
                                 r = results.setdefault(key, {"ms": [], "printed": [], "cpu": [], "server_cpu": []})
                                 r["ms"].append(wall)
@@ -179,11 +188,12 @@ def main() -> None:
                        "server_cpu_p50_ms": round(statistics.median(r["server_cpu"])),
                        "printed": f"{sum(r['printed'])}/{len(r['printed'])}"}
     if args.json:
-        print(json.dumps({"load_start": load[0], "load_end": load[1], "results": report}, indent=2))
+        print(json.dumps({"load_start": load[0], "load_end": load[1], "launch": args.launch, "results": report},
+                         indent=2))
         return
     print(f"load: {load[0]:.2f} at the start, {load[1]:.2f} at the end  memories: "
           f"{'copied from ' + str(args.store) if args.store else args.n}  runs: {args.runs}"
-          + ("  (each tree with its own server)" if args.serve else ""))
+          + ("  (each tree with its own server)" if args.serve else "") + f"  launch: {args.launch}")
     for key, r in report.items():
         print(f"{key:45} p50 {r['median_ms']:4d} ms (q1 {r['q1_ms']}, q3 {r['q3_ms']}) p95 {r['p95_ms']:4d}  "
               f"CPU p50 {r['cpu_p50_ms']} p95 {r['cpu_p95_ms']}, server's {r['server_cpu_p50_ms']}  "

@@ -421,6 +421,12 @@ class E5Embedder:
         self._f32_map: mmap.mmap | None = None  # the dequantised weights' cache file, once mapped
         self._parse(_Reader(self._map, path))
 
+    def use_threads(self, n: int) -> None:
+        """BLAS threads for the passes after this one (`pmem serve` follows the load: Server.fit_threads)."""
+        with self._lock:
+            if n != self.threads and set_blas_threads(n):
+                self.threads = n
+
     # --- loading ----------------------------------------------------------------------------
 
     def _parse(self, r: _Reader) -> None:

@@ -1,7 +1,8 @@
 """Where pmem keeps things.
 
 One variable moves everything: PMEM_HOME holds the database, config and models.
-PMEM_DB overrides only the database file. Without either, platformdirs decides.
+PMEM_DB overrides only the database file. Without either, the user's data and config folders
+(XDG's on Linux, platformdirs' elsewhere: pmem.dirs, which finds them as strings for a hook).
 """
 
 from __future__ import annotations
@@ -9,55 +10,39 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-APP = "pmem"
+from . import dirs
+
+APP = dirs.APP
 
 
 def home() -> Path | None:
-    value = os.environ.get("PMEM_HOME")
-    return Path(value).expanduser() if value else None
+    h = dirs.home()
+    return Path(h) if h is not None else None
 
 
 def data_dir() -> Path:
-    h = home()
-    if h is not None:
-        return h
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir(APP, appauthor=False))
+    return Path(dirs.data_dir())
 
 
 def config_dir() -> Path:
-    h = home()
-    if h is not None:
-        return h
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir(APP, appauthor=False))
+    return Path(dirs.config_dir())
 
 
 def db_path(override: str | os.PathLike | None = None) -> Path:
-    if override:
-        return Path(override).expanduser()
-    value = os.environ.get("PMEM_DB")
-    if value:
-        return Path(value).expanduser()
-    return data_dir() / "pmem.db"
+    return Path(dirs.db_path(override))
 
 
 def config_path() -> Path:
-    return config_dir() / "config.toml"
+    return Path(dirs.config_path())
 
 
 def models_dir() -> Path:
-    value = os.environ.get("PMEM_MODELS_DIR")
-    if value:
-        return Path(value).expanduser()
-    return data_dir() / "models"
+    return Path(dirs.models_dir())
 
 
 def socket_path() -> Path:
     """The Unix socket `pmem serve` listens on (and commands look for)."""
-    return data_dir() / "pmem.sock"
+    return Path(dirs.socket_path())
 
 
 def serve_log_path() -> Path:

@@ -61,14 +61,19 @@ from typing import Any, Callable, Sequence
 
 from . import notices, paths
 from .errors import ModelError, PmemError, UsageError
+from .serve_client import (  # shared with an agent hook's thin process
+    CONNECT_TIMEOUT,
+    MAX_REQUEST,
+    PROTOCOL,
+    SUPPORTED,
+    build_id,
+    first_wait,
+)
 
-PROTOCOL = 2  # 2: embed requests say whether the texts are search queries
-MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request line; a larger embed runs in the client
 MAX_CONNECTIONS = 64  # open at once, whatever their state
 WORKERS = 4  # threads running requests (one model embeds one batch at a time anyway)
 REQUEST_TIMEOUT = 10.0  # seconds a connection may take to send its request line
 SEND_TIMEOUT = 10.0  # seconds the server waits for a client to take its reply
-CONNECT_TIMEOUT = 1.0
 LOCK_WAIT = 60.0  # seconds a server waits for another that is starting (loading its model) to answer
 REPLY_BASE = 3.0  # seconds any reply may take: a busy server, a slow machine
 # Measured with MiniLM on 1 thread of the 2-core machine at load average 12: 28 ms per short
@@ -76,47 +81,11 @@ REPLY_BASE = 3.0  # seconds any reply may take: a busy server, a slow machine
 REPLY_PER_TEXT = 0.05
 REPLY_PER_CHAR = 1 / 1_000
 _CHARS_COUNTED = 4_000  # a text is cut to 512 tokens: more characters cost nothing
-SUPPORTED = hasattr(socket, "AF_UNIX")
 _OUT_OF_FDS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 # A refusal that says nothing about the request: the client uses its local model instead.
 BUSY = {"ok": False, "busy": True, "error": "the pmem server is busy"}
 
 socket_path = paths.socket_path
-FIRST_WAIT = 0.1  # seconds a command gives the server before it loads the model itself (idle machine)
-
-
-def first_wait() -> float:
-    """FIRST_WAIT, stretched by how busy the CPUs are (a healthy server waits its turn for a core
-    too, as a cold start would), at most 1 s."""
-    try:
-        busy = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except (AttributeError, OSError):
-        busy = 1.0
-    return min(1.0, FIRST_WAIT * max(1.0, busy))
-
-
-def build_id() -> str:
-    """This pmem's version and the identity of its code: a command that finds a server of another
-    build stops it and starts its own (an upgrade must not keep old code serving). Every module
-    counts, not only the model's: a server answers hooks with pmem's search and store code too
-    (`ops`). ~1 ms for the ~100 files; zlib's checksums, not hashlib (whose OpenSSL costs an agent
-    hook ~4 ms of CPU): it tells builds apart, it guards nothing."""
-    import zlib
-
-    from .version import __version__
-
-    here = Path(__file__).resolve().parent
-    parts = [__version__]
-    for folder, subfolders, names in os.walk(here):
-        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in sorted(n for n in names if n.endswith(".py")):
-            try:
-                st = os.stat(os.path.join(folder, name))
-            except OSError:
-                continue
-            parts.append(f"{os.path.relpath(os.path.join(folder, name), here)}:{st.st_size}:{st.st_mtime_ns}")
-    data = "|".join(parts).encode()
-    return f"{__version__}+{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def reply_timeout(texts: Sequence[str] = ()) -> float:
@@ -698,6 +667,22 @@ class Server:
                 self._running -= 1
             self.last = time.monotonic()
 
+    def fit_threads(self) -> None:
+        """With `threads` 0 (automatic), give the models that can change it the cores idle now
+        (loading.default_threads) before each request, not only at the start: a server lives
+        for hours, and two BLAS threads chosen on an idle machine made each query ~20x slower
+        once another process kept a core busy (OpenBLAS's threads wait spinning; benchmarks/
+        README.md, "The hook's process, lean")."""
+        if self.threads:
+            return
+        from .loading import default_threads
+
+        n = default_threads()
+        for model in list(self._models.values()):
+            use = getattr(model, "use_threads", None)
+            if use is not None:
+                use(n)
+
     def model(self, path: Any):
         """The embedder for this model file, loaded on first use and kept."""
         if not isinstance(path, str) or not path:
@@ -724,6 +709,7 @@ class Server:
             if not isinstance(query, bool):
                 raise UsageError("bad request: query must be true or false")
             model = self.model(req.get("model"))
+            self.fit_threads()
             vectors = _embed_with(model, texts, query)
             _send_json(conn, {"ok": True, "n": len(vectors), "dim": model.dim})
             conn.sendall(_float32(vectors))

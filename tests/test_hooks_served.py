@@ -294,6 +294,117 @@ def test_a_served_hooks_process_imports_no_store_search_or_model(seeded, start_s
     assert not {m for m in added if m.startswith(("pmem.store", "pmem.search", "pmem.recall", "pmem.db"))}
 
 
+# What the served process does not import either: what made it ~100 ms of CPU before every prompt
+# (benchmarks/README.md, "The hook's process, lean"), the CLI, and what only the work needs.
+LEAN_OUT = ("dataclasses", "inspect", "pathlib", "platformdirs", "typing", "json", "re", "enum", "socket",
+            "selectors", "threading", "tomllib", "typer", "pmem.config", "pmem.paths", "pmem.serve",
+            "pmem.integrations.hooks", "pmem.cli.app")
+CONSOLE_SCRIPT = "import sys\nfrom pmem.cli import main\nsys.exit(main())"  # what the `pmem` script runs
+
+
+def _bare_modules(env: dict) -> set[str]:
+    """What this interpreter has loaded before any code runs (site, sitecustomize...)."""
+    out = subprocess.run([sys.executable, "-c", "import sys; print(repr(sorted(sys.modules)))"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    return set(eval(out))  # noqa: S307 - our own repr of a list of names
+
+
+@pytest.fixture
+def xdg_home(monkeypatch, fake_config):
+    """A user without PMEM_HOME: the data and config in the XDG folders of a HOME of its own, a
+    seeded store there, and a project folder."""
+    base = Path(tempfile.mkdtemp(prefix="px-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_") and k != "PMEM_HOME"}
+    env.update(HOME=str(base), XDG_DATA_HOME=str(base / "d"), XDG_CONFIG_HOME=str(base / "c"),
+               PYTHONPATH=str(ROOT), PMEM_SERVER="auto", PMEM_HOOK_TIMEOUT="3")
+    project = base / "trip-planner"
+    (project / ".git").mkdir(parents=True)
+    data = base / "d" / "pmem"
+    data.mkdir(parents=True, mode=0o700)
+    with MemoryStore(data / "pmem.db", config=fake_config) as s:
+        s.add("The cabin wifi password is hunter2")
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, ""], env={**env, "PMEM_SERVER": "never"},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "serving"
+        assert (data / "pmem.sock").exists()
+        yield env, project, data
+    finally:
+        proc.kill()
+        proc.wait(10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_served_hooks_process_is_lean(xdg_home, tmp_path):
+    """Started as the `pmem` script starts it, by a user with no PMEM_HOME: the process finds the
+    socket, asks and prints, and imports none of LEAN_OUT (on top of what a bare interpreter has)."""
+    env, project, data = xdg_home
+    out = tmp_path / "modules.json"
+    code = CONSOLE_SCRIPT.replace("sys.exit(main())", "try:\n    main()\nfinally:\n"
+                                  f"    open({str(out)!r}, 'w').write(repr(sorted(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code, "hook", "claude-code", "user-prompt"], capture_output=True,
+                       text=True, env=env, cwd=project, timeout=60,
+                       input=json.dumps(payload("user-prompt", "lean", project, "cabin wifi password")))
+    assert r.returncode == 0 and "hunter2" in r.stdout, r.stderr
+    loaded = set(eval(out.read_text()))  # noqa: S307 - our own repr of a list of names
+    assert not (loaded - _bare_modules(env)) & set(LEAN_OUT)
+    assert not loaded & set(HEAVY)
+    assert json.loads((data / "hook-sessions" / os.listdir(data / "hook-sessions")[0]).read_text())["turn"] == 1
+
+
+def test_a_served_hook_answers_while_the_host_keeps_stdin_open(xdg_home):
+    env, project, data = xdg_home
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", CONSOLE_SCRIPT, "hook", "codex", "user-prompt"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            cwd=project)
+    try:
+        proc.stdin.write(json.dumps(payload("user-prompt", "open", project, "cabin wifi password")).encode() + b"\n")
+        proc.stdin.flush()
+        out, err = proc.stdout.read(), proc.stderr.read()  # to the process's end; its stdin stays open
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    assert "hunter2" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert not {line.rsplit("|", 1)[1].strip() for line in err.decode().splitlines()
+                if line.startswith("import time:")} & set(LEAN_OUT)  # served, by the lean path
+
+
+def test_a_served_hook_gives_up_in_time_on_a_silent_open_stdin(xdg_home):
+    env, project, data = xdg_home
+    proc = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "hook", "gemini", "user-prompt"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, "PMEM_HOOK_TIMEOUT": "1"},
+                            cwd=project)
+    started = time.monotonic()
+    try:
+        out = proc.stdout.read()  # the process leaves with stdin still open
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert out.strip() == b"{}" and time.monotonic() - started < 10
+    assert "gave up after 1 s" in (data / "hook-errors.log").read_text()
+
+
+def test_config_files_that_set_the_hooks_own_settings_are_read_whole(seeded, start_server):
+    """config.toml naming server or hook_timeout: the process reads it with config.load (its
+    server = never is obeyed: nothing asked); a file naming neither is the server's to read."""
+    home, project = seeded
+    start_server()
+    (home / "config.toml").write_text('server = "never"\n')
+    before = requests(home)
+    ran = hook("claude-code", "user-prompt", payload("user-prompt", "c1", project, "cabin wifi password"), "")
+    assert ran.local and "hunter2" in ran.out
+    assert requests(home) == before + 1  # this status only
+    (home / "config.toml").write_text('server = "always"\nhook_timeout = 3\n')
+    ran = hook("claude-code", "user-prompt", payload("user-prompt", "c2", project, "cabin wifi password"), "")
+    assert ran.served and "hunter2" in ran.out
+    (home / "config.toml").write_text("hook_budget = 200\n")  # the server applies it
+    small = hook("codex", "user-prompt", payload("user-prompt", "c3", project, "cabin wifi password"), "")
+    alone = hook("codex", "user-prompt", payload("user-prompt", "c4", project, "cabin wifi password"), "never")
+    assert small.served and small.out == alone.out
+    assert len(json.loads(small.out)["hookSpecificOutput"]["additionalContext"]) <= 200
+
+
 # -- the server's side --------------------------------------------------------------------------
 
 
@@ -312,7 +423,7 @@ def _request(project: Path, **changes) -> dict:
            "input": json.dumps(payload("user-prompt", "unit", project, "cabin wifi password")),
            "db": str(paths.db_path()), "cwd": str(project), "home": str(paths.data_dir()),
            "models": str(paths.models_dir()), "config": str(paths.config_path()),
-           "env": hooks._settings_env(os.environ), "deadline": time.time() + 5}
+           "env": hooks.settings_env(os.environ), "deadline": time.time() + 5}
     return {**req, **changes}
 
 
@@ -336,6 +447,8 @@ def test_the_server_runs_the_hook_the_process_would(seeded, server, fake_config)
 @pytest.mark.parametrize("change, why", [
     ({"build": "0.0.1+other"}, "another build"),
     ({"home": "/elsewhere"}, "another home"),
+    ({"home": 5}, "another home"),
+    ({"home": ""}, "another home"),
     ({"config": "/elsewhere/config.toml"}, "another config"),
     ({"env": {"PMEM_SYNC_PASSPHRASE": "x"}}, "settings' variables only"),
     ({"db": "relative.db"}, "absolute"),
@@ -353,6 +466,15 @@ def test_the_server_refuses_what_is_not_this_hooks_work(seeded, server, change, 
         error = str(exc)
     assert why in error
     assert not hooks.state_dir().exists() or not list(hooks.state_dir().iterdir())  # nothing kept
+
+
+def test_the_server_takes_the_home_as_the_process_found_it(seeded, server):
+    """pmem.dirs gives the home as the variable holds it (no pathlib to normalise it): the same
+    folder written another way is the same home."""
+    home, project = seeded
+    sent = Replies()
+    hooks.serve_hook(server, _request(project, home=str(home) + "//", config=str(home) + "/./config.toml"), sent)
+    assert sent.sent[0]["ok"] is True and "hunter2" in sent.sent[0]["block"]
 
 
 def test_the_server_opens_only_an_existing_database_of_its_user(seeded, server, tmp_path):

@@ -14,11 +14,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    from .hook_run import direct, run
+    from .hook_run import direct, run_direct
 
     args = sys.argv[1:] if argv is None else argv
     if direct(args):  # before every prompt: no typer, no other command (see hook_run)
-        run(args[1], args[2])
+        run_direct(args[1], args[2])
         return
     from .app import app
 

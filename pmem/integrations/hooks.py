@@ -22,8 +22,10 @@ Served: when `pmem serve` runs (server = auto or always), the hook's process onl
 input and hands it to the server (`ask_server`), which runs the same `build_context` against the
 same database, settings and session files (`serve_hook`) and sends the block back: the process
 imports no store, search or model, and the server already holds the model (benchmarks/README.md,
-"A hook served whole"). No server, one of another build, a busy one or one that does not answer
-within `server_wait()`: the hook does the work itself, as before.
+"A hook served whole"). That process does not import this module either: what it needs is in
+`hook_wire`, which imports only what is cheap to start with (benchmarks/README.md, "The hook's
+process, lean"); the names are here too. No server, one of another build, a busy one or one
+that does not answer within `server_wait()`: the hook does the work itself, as before.
 """
 
 from __future__ import annotations
@@ -32,38 +34,37 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import paths
 from ..display import prompt_safe
+from .hook_wire import (  # noqa: F401 - the hook's names, kept here for its callers
+    CLIENTS,
+    EVENT_NAMES,
+    EVENTS,
+    MAX_STDIN,
+    SERVER_MARGIN,
+    SERVER_WAIT,
+    SERVER_WAIT_MAX,
+    ask_server,
+    format_output,
+    read_input,
+    server_wait,
+    settings_env,
+)
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..serve import Server
     from ..store import Filter, MemoryStore
 
-CLIENTS = ("claude-code", "codex", "gemini")
-EVENTS = ("session-start", "user-prompt", "compact")
-# Each client's names for the events pmem installs (Gemini calls the prompt hook BeforeAgent).
-# Claude Code needs no compact hook: it runs SessionStart with source "compact" after one.
-EVENT_NAMES = {
-    "claude-code": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit"},
-    "codex": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit", "compact": "PostCompact"},
-    "gemini": {"session-start": "SessionStart", "user-prompt": "BeforeAgent", "compact": "PreCompress"},
-}
 # Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
 # or not it then compresses (benchmarks/README.md, "Hooks and the hosts"); only "manual" (/compress)
 # means the history was summarised. So there a memory may come back after this many prompts.
 DEDUP_TURNS = {"gemini": 20}
-MAX_STDIN = 1_000_000  # characters of hook JSON read; a prompt longer than this is cut
-# Seconds a hook gives `pmem serve` to answer on an idle machine (stretched by the load, as
-# serve.first_wait is) before it does the work itself; a served prompt takes ~60 ms there.
-SERVER_WAIT = 0.25
-SERVER_WAIT_MAX = 1.5
-SERVER_MARGIN = 0.05  # the server keeps nothing it finishes this close to the hook giving up
 MAX_PROMPT_CHARS = 2_000  # of the prompt used as the query
 STATE_DAYS = 7  # session state files older than this are removed
 LOG_MAX_BYTES = 256_000
@@ -100,25 +101,6 @@ class HookInput:
     source: str | None = None  # startup, resume, clear, compact
     trigger: str | None = None  # a compaction's: manual or auto
     raw: dict[str, Any] = field(default_factory=dict)
-
-
-def read_input(stream: BinaryIO, limit: int = MAX_STDIN * 4) -> str:
-    """The hook's stdin, up to the end of its first JSON object (a host may leave the pipe open
-    after writing it), else to EOF (a prompt typed by hand); at most `limit` bytes."""
-    buf = bytearray()
-    read = getattr(stream, "read1", None) or stream.read
-    while len(buf) < limit:
-        chunk = read(min(65536, limit - len(buf)))
-        if not chunk:
-            break
-        buf += chunk
-        if buf.rstrip()[-1:] in (b"}", b"]") and buf.lstrip()[:1] in (b"{", b"["):
-            try:
-                _DECODER.raw_decode(buf.decode("utf-8", "replace").strip())
-                break
-            except ValueError:
-                pass  # a brace inside a string, or a nested object's end: read on
-    return buf.decode("utf-8", "replace")
 
 
 _DECODER = json.JSONDecoder()
@@ -343,16 +325,6 @@ def project_query(cwd: str | None) -> str | None:
     return name or None
 
 
-def format_output(client: str, event: str, block: str) -> str:
-    """What the hook prints: plain text for Claude Code, the JSON object Codex and Gemini read."""
-    if not block:
-        return "{}" if client == "gemini" else ""
-    if client == "claude-code":
-        return block
-    return json.dumps({"hookSpecificOutput": {"hookEventName": EVENT_NAMES[client][event],
-                                              "additionalContext": block}}, ensure_ascii=False)
-
-
 def settings_for(cfg: Settings, client: str) -> HookSettings:
     """The hook settings of `cfg` (hook_budget, hook_timeout) for `client`."""
     return HookSettings(budget=max(200, int(cfg.hook_budget)), timeout=float(cfg.hook_timeout),
@@ -427,52 +399,6 @@ def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callabl
 # --- served by `pmem serve` ------------------------------------------------------------------
 
 
-def server_wait(left: float) -> float:
-    """Seconds a hook with `left` seconds to go waits for the server: SERVER_WAIT, stretched by
-    the load as a command's first wait is (serve.first_wait), at most SERVER_WAIT_MAX and half
-    of what is left (the work done here needs the rest)."""
-    from ..serve import FIRST_WAIT, first_wait
-
-    return max(0.0, min(left / 2, SERVER_WAIT_MAX, SERVER_WAIT * first_wait() / FIRST_WAIT))
-
-
-def _settings_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The PMEM_* variables that override settings (config.env_name), and nothing else: the
-    server reads the hook's settings with them, never the environment it was started with."""
-    from ..config import KEYS, env_name
-
-    return {env_name(k): environ[env_name(k)] for k in KEYS if environ.get(env_name(k), "") != ""}
-
-
-def ask_server(client: str, event: str, text: str, db: str | os.PathLike | None,
-               wait: float) -> tuple[str | None, str]:
-    """Hand one hook to `pmem serve`: (the block it made, "served"), or (None, why): "none" (no
-    server, or it refused: another build, another home, busy, an error) or "unanswered" (nothing
-    within `wait` seconds: a stopped or wedged server, which the work done here should not ask
-    again). `db`: the database the hook works on (None: the default)."""
-    from .. import serve
-
-    if not serve.SUPPORTED:
-        return None, "none"
-    sock = serve.socket_path()
-    if not sock.exists():
-        return None, "none"
-    build = serve.build_id()
-    request = {"op": "hook", "build": build, "client": client, "event": event, "input": text,
-               "db": os.path.abspath(paths.db_path(db)), "cwd": os.getcwd(), "home": str(paths.data_dir()),
-               "models": str(paths.models_dir()), "config": str(paths.config_path()),
-               "env": _settings_env(os.environ), "deadline": time.time() + wait}
-    try:
-        reply = serve.call(request, path=sock, timeout=wait)
-    except TimeoutError:  # socket.timeout: connected (a stopped server's backlog) or not, no reply
-        return None, "unanswered"
-    except (OSError, ValueError):
-        return None, "none"
-    if reply.get("ok") is True and reply.get("build") == build and isinstance(reply.get("block"), str):
-        return reply["block"], "served"
-    return None, "none"
-
-
 def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
     """`pmem serve`'s "hook" request (ask_server's): the same `build_context` the hook runs
     itself, against the database the request names, with the hook's settings and session file.
@@ -504,7 +430,8 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
     if not (isinstance(db, str) and os.path.isabs(db) and isinstance(cwd, str) and os.path.isabs(cwd)):
         raise UsageError("bad request: db and cwd must be absolute paths")
     for key, here in (("home", paths.data_dir()), ("models", paths.models_dir()), ("config", paths.config_path())):
-        if req.get(key) != str(here):
+        sent = req.get(key)  # as the hook's process found it (pmem.dirs): a string, not normalised
+        if not isinstance(sent, str) or not sent or Path(sent) != here:
             raise UsageError(f"this pmem server serves another {key}")
     try:
         st = os.stat(db)
@@ -528,6 +455,7 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
 
     from ..store import MemoryStore
 
+    server.fit_threads()
     store = MemoryStore(db, config=cfg)  # opened for each hook: see benchmarks/README.md, "A hook served whole"
     try:
         block = build_context(store, event, data, settings, flt, project, commit=commit)
