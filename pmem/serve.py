@@ -36,7 +36,7 @@ Every request carries {"v": PROTOCOL}; a server answers a request of another ver
 and a client that gets one loads the model itself. Version 2 added "query": models that embed
 search queries and stored texts differently (e5's "query: " / "passage: ", `query_aware`) are told
 which; version 1 servers would have embedded every query as a passage.
-    {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], ...}
+    {"op": "status"}                          -> {"ok": true, "pid": ..., "models": [...], "warm": ..., ...}
     {"op": "hook", "build": ..., ...}         -> {"ok": true, "block": ..., "build": ...}
                                                  (an agent hook's whole work: `ops`, pmem.integrations.hooks)
     {"op": "stop"}                            -> {"ok": true}
@@ -392,13 +392,15 @@ class Server:
     `pmem.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes).
     `ops` adds requests this module knows nothing of: `ops[name](server, request, reply)` calls
     `reply(header)` once, and may tidy up after it (the CLI gives "hook", an agent hook run whole
-    here, which closes its database after replying; this module imports none of it)."""
+    here, which closes its database after replying; this module imports none of it). `warm`, if
+    given, runs on a thread of its own once the server answers (what the ops will need, loaded
+    before the first request needs it)."""
 
     def __init__(self, path: Path | None = None, *, loader: Callable[..., Any], threads: int = 0,
                  idle: float = 0.0, max_connections: int = MAX_CONNECTIONS, workers: int = WORKERS,
                  request_timeout: float = REQUEST_TIMEOUT, started_by: str = "", build: str | None = None,
                  ops: dict[str, Callable[["Server", dict[str, Any], Callable[[dict[str, Any]], None]], None]]
-                 | None = None):
+                 | None = None, warm: Callable[[], None] | None = None):
         if not SUPPORTED:
             raise UsageError("`pmem serve` needs Unix sockets, which this platform does not have")
         self.path = path or socket_path()
@@ -415,6 +417,10 @@ class Server:
         self.requests = 0
         self._loader = loader
         self._ops = dict(ops or {})
+        self._warm = warm
+        self._warmed_up = threading.Event()  # set once `warm` has run (status says "warm")
+        if warm is None:
+            self._warmed_up.set()
         self._models: dict[str, Any] = {}
         self._models_lock = threading.Lock()
         self._stop = threading.Event()
@@ -494,6 +500,8 @@ class Server:
 
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="pmem-serve")
         self._release_lock()  # answering from now on: a server started after this one finds it
+        if self._warm is not None:
+            threading.Thread(target=self._warmed, name="pmem-serve-warm", daemon=True).start()
         selector = selectors.DefaultSelector()
         selector.register(self._sock, selectors.EVENT_READ, None)
         try:
@@ -517,6 +525,14 @@ class Server:
                 self._drop(selector, conn)
             selector.close()
             self.close()
+
+    def _warmed(self) -> None:
+        try:
+            self._warm()  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - only a head start: the request that needs it tries again
+            pass
+        finally:
+            self._warmed_up.set()
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -719,7 +735,8 @@ class Server:
             _send_json(conn, {"ok": True, "pid": os.getpid(), "version": __version__, "build": self.build,
                               "socket": str(self.path), "started": self.started, "started_by": self.started_by,
                               "requests": self.requests, "idle_limit": self.idle, "leaves_at": self.leaves_at(),
-                              "threads": self.threads, "models": sorted(self._models)})
+                              "threads": self.threads, "models": sorted(self._models),
+                              "warm": self._warmed_up.is_set()})
         elif op == "stop":
             _send_json(conn, {"ok": True})
             self.shutdown()

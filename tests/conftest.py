@@ -5,6 +5,9 @@ Test doubles live in fakes.py; test modules import from these two and never from
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,32 @@ def sdk_hold(tmp_path) -> tuple[Path, str]:
         "sys.meta_path.insert(0, _Hold())\n")
     yield gate, f"{hold}{os.pathsep}{ROOT}"
     gate.touch()  # a child still waiting on it can leave
+
+
+@pytest.fixture
+def spawned():
+    """Start `python -c SCRIPT ARGS...` processes, each once it has printed its `ready` line; at the
+    end each is continued (a test may have stopped it) and killed."""
+    procs: list[subprocess.Popen] = []
+
+    def spawn(script: str, *args: str, ready: str, env: dict | None = None, stderr=None) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=stderr, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == ready, proc.stderr.read() if proc.stderr is not None else line
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def schema_before(path, migration: str):

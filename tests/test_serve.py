@@ -396,29 +396,18 @@ server.serve()
 
 
 @pytest.fixture
-def server_process(short_home):
+def server_process(short_home, spawned):
     """Start `Server` in a process of its own (to stop it, or starve it of descriptors)."""
-    procs = []
-
     def start(nofile: int = 0, max_connections: int = srv.MAX_CONNECTIONS) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(nofile), str(max_connections)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout.readline().strip() == "listening", proc.stderr.read()
+        proc = spawned(SERVER_SCRIPT, str(nofile), str(max_connections), ready="listening",
+                       stderr=subprocess.PIPE)
         for _ in range(200):  # answering: past the lock a starting server holds
             if srv.status() is not None:
                 break
             time.sleep(0.02)
         return proc
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.kill()
-        proc.wait(10)
-        proc.stdout.close()
-        proc.stderr.close()
+    return start
 
 
 def test_a_stopped_server_is_given_up_on_within_seconds(server_process, tmp_path):

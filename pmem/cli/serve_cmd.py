@@ -84,10 +84,11 @@ def serve(
         return
 
     from ..embed import load_model_file_once
-    from ..integrations.hooks import serve_hook
+    from ..integrations.hooks import serve_hook, warm_hook
 
+    # agent hooks run here whole (the hook's process stays thin), their code loaded at the start
     server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file_once, started_by=started_by or "",
-                        ops={"hook": serve_hook})  # agent hooks run here whole: the hook's process stays thin
+                        ops={"hook": serve_hook}, warm=warm_hook)
     try:
         # claims the socket: a second server stops here; one started by a command waits a moment
         # for a server it replaces, and leaves quietly when another command's server won the race

@@ -399,6 +399,16 @@ def run_hook(client: str, event: str, stdin: str | BinaryIO, open_store: Callabl
 # --- served by `pmem serve` ------------------------------------------------------------------
 
 
+def warm_hook() -> None:
+    """What serve_hook needs, loaded when the server starts answering (`Server(warm=...)`): without
+    it a server's first hook took 0.1-0.3 s longer than the next (the search's and store's modules,
+    the sqlite driver and sqlite-vec: ~0.09 s of it), and under load that was past the hook's own
+    wait, so it worked itself."""
+    from .. import db, provision, scope, search, store  # noqa: F401
+
+    db.connect(":memory:").close()
+
+
 def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
     """`pmem serve`'s "hook" request (ask_server's): the same `build_context` the hook runs
     itself, against the database the request names, with the hook's settings and session file.
