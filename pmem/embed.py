@@ -104,6 +104,8 @@ class LlamaEmbedder:
         self._pack = max(1, min(pack_tokens, n_batch))
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._lock = threading.Lock()  # one llama context: one batch at a time
+        self.threads = threads
+        self._n_threads = threads  # what the context runs with now (embed's `threads` changes it)
 
     @staticmethod
     def _load(path: Path, threads: int, n_ctx: int, pooling: int):
@@ -138,15 +140,20 @@ class LlamaEmbedder:
             tokens = tokens[: self.max_tokens - 1] + tokens[-1:]
         return tokens
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: list[str], threads: int = 0, pack_tokens: int = 0) -> list[list[float]]:
+        """`threads` and `pack_tokens`, for this call only (0: the model's own): a caller that
+        knows better than the load average (one query beside another model's forward pass) or
+        embeds short texts in bulk (bigger packs, bigger matrix products) says so."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts")
         out: list[list[float]] = []
         group: list[list[int]] = []
         used = 0
+        pack = max(1, min(pack_tokens, int(self._llm.n_batch))) if pack_tokens else self._pack
         with self._lock:
+            self._use_threads(threads or self.threads)
             for tokens in map(self.tokenize, texts):
-                if group and (used + len(tokens) > self._pack or len(group) >= self._n_seq):
+                if group and (used + len(tokens) > pack or len(group) >= self._n_seq):
                     out.extend(self._encode(group))
                     group, used = [], 0
                 group.append(tokens)
@@ -154,6 +161,11 @@ class LlamaEmbedder:
             if group:
                 out.extend(self._encode(group))
         return out
+
+    def _use_threads(self, n: int) -> None:
+        if n != self._n_threads:  # a context's threads change per call; nothing is reloaded
+            self._lib.llama_set_n_threads(self._llm.ctx, n, n)
+            self._n_threads = n
 
     def _encode(self, group: list[list[int]]) -> list[list[float]]:
         lib, batch = self._lib, self._batch
