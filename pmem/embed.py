@@ -234,7 +234,17 @@ class SymmetricEmbedder:
 # --- choosing one -------------------------------------------------------------------------
 
 _cache: dict[tuple[str, int], Embedder] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.Lock()  # the dicts here; never held while a model loads
+_key_locks: dict[tuple[str, int], threading.RLock] = {}
+
+
+def _loading(key: tuple[str, int]) -> "threading.RLock":
+    """The lock that one model's load holds: MiniLM loading on a thread must not keep e5 (loaded,
+    or loading) from this thread (benchmarks/README.md, "The second vector's cost, fourth round")."""
+    with _cache_lock:
+        return _key_locks.setdefault(key, threading.RLock())
+
+
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
@@ -256,7 +266,7 @@ def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
 
 def _local(key: tuple[str, int]) -> Embedder:
     """The model of `key` (resolved path, threads) loaded in this process, once."""
-    with _cache_lock:
+    with _loading(key):
         if key not in _cache:
             _cache[key] = load_model_file(key[0], threads=key[1])
         return _cache[key]
@@ -309,7 +319,7 @@ _symmetric: dict[tuple[str, int], SymmetricEmbedder] = {}
 def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Embedder:
     """The model file at `path`, loaded here once per process, or served (load_embedder)."""
     key = (str(Path(path).resolve()), threads)
-    with _cache_lock:
+    with _loading(key):
         if key in _cache:
             return _cache[key]
         if server == "never":

@@ -159,10 +159,12 @@ class EnglishVectors:
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             from ..embed import LlamaEmbedder
 
-            if isinstance(model, LlamaEmbedder):  # served: the server decides
-                vectors = model.embed(texts, threads=QUERY_THREADS) if query else model.embed(texts, pack_tokens=BULK_PACK)
-            else:
+            if not isinstance(model, LlamaEmbedder):  # served: the server decides
                 vectors = model.embed(texts)
+            elif query:
+                vectors = model.embed(texts, threads=QUERY_THREADS)
+            else:
+                vectors = model.embed(texts, pack_tokens=BULK_PACK)
         except ModelError as exc:
             self._fail(f"{exc}; searching English memories by {MAIN} alone")
             return None
