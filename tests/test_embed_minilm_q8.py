@@ -67,13 +67,13 @@ def test_a_copy_that_cannot_be_made_leaves_the_f16_file_in_use(models, monkeypat
 def test_threads_and_pack_per_call_change_nothing_in_the_vectors(models):
     m = LlamaEmbedder(provision.quantized_model("all-MiniLM-L6-v2", models), threads=2)
     try:
-        lib, ctx = m._lib, m._llm.ctx
+        lib, ctx = m._lib, m._ctx
         usual = m.embed(TEXTS)
         assert lib.llama_n_threads(ctx) == 2
         one = m.embed(TEXTS[:1], threads=1)[0]
         assert lib.llama_n_threads(ctx) == lib.llama_n_threads_batch(ctx) == 1  # the context runs on one
         assert _cos(one, usual[0]) > 0.99999
-        packed = m.embed(TEXTS, pack_tokens=512)
+        packed = m.embed(TEXTS, pack_tokens=32)
         assert lib.llama_n_threads(ctx) == 2  # back to the model's own
         assert all(_cos(a, b) > 0.99999 for a, b in zip(packed, usual))
     finally:
@@ -106,3 +106,31 @@ def test_a_model_loading_on_one_thread_does_not_hold_up_another(monkeypatch, tmp
         release.set()
         worker.join(5)
     assert embed._load_path(slow, 1, "never", 1.0) is got["slow"]  # each loaded once
+
+
+@pytest.mark.model
+def test_the_embedder_loads_llama_cpps_bindings_alone_and_the_package_completes_on_demand(models):
+    """The embedder runs on llama.cpp's C API, without the package's __init__ (the high-level Llama,
+    chat formats, jinja2: 0.1 s of a cold English search); the first name asked of the package
+    runs it, so the generator (llama_cpp.Llama) works in the same process."""
+    import subprocess
+    import sys
+
+    path = provision.quantized_model("all-MiniLM-L6-v2", models)
+    code = f"""if True:
+        import sys
+        from pmem.embed import LlamaEmbedder
+        m = LlamaEmbedder({str(path)!r}, threads=1)
+        assert len(m.embed(["a sentence"])[0]) == 384
+        assert "llama_cpp.llama" not in sys.modules and "jinja2" not in sys.modules, sorted(sys.modules)
+        import llama_cpp
+        from llama_cpp import Llama
+        assert "llama_cpp.llama" in sys.modules and llama_cpp.Llama is Llama
+        assert llama_cpp.llama_cpp.llama_backend_init is llama_cpp.llama_backend_init
+        try:
+            llama_cpp.no_such_name
+        except AttributeError:
+            print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr

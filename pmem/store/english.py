@@ -41,9 +41,9 @@ PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bu
 BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
 # How MiniLM runs here (benchmarks/README.md, "The second vector's cost, fourth round"): its Q8_0
 # copy (provision.quantized_model); a query on one thread, as e5's forward pass has the others;
-# memories in packs of 512 tokens (128: ~20% slower for short texts).
+# memories in packs of 32 tokens (CPU per short memory: 128 +12%, 512 +55%; no gain from packing).
 QUERY_THREADS = 1
-BULK_PACK = 512
+BULK_PACK = 32
 
 # MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
 # reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
