@@ -134,3 +134,28 @@ def test_the_embedder_loads_llama_cpps_bindings_alone_and_the_package_completes_
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_two_models_loading_at_once_launch_one_server(monkeypatch, tmp_path):
+    """A cold English search loads e5 and MiniLM on two threads, each finding no server: the
+    process launches one server for the commands after it, not two."""
+    from pmem import serve
+
+    launched, both_asked = [], threading.Barrier(2, timeout=5)
+
+    def connect(path, threads, fallback, local):
+        both_asked.wait()  # each load has found no server before either launches one
+        return embed.FakeEmbedder(8), "none"
+
+    monkeypatch.setattr(serve, "connect", connect)
+    monkeypatch.setattr(serve, "start_in_background", lambda *a, **k: launched.append(a) or True)
+    monkeypatch.setattr(embed, "load_model_file", lambda path, threads=0: embed.FakeEmbedder(8))
+    monkeypatch.setattr(embed, "_cache", {})
+    monkeypatch.setattr(embed, "_started", [])
+    loads = [threading.Thread(target=embed._load_path, args=(tmp_path / name, 1, "auto", 15.0))
+             for name in ("e5.e5s1", "minilm.gguf")]
+    for t in loads:
+        t.start()
+    for t in loads:
+        t.join(10)
+    assert len(launched) == 1
