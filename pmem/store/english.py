@@ -114,6 +114,7 @@ class EnglishVectors:
         self._failed = False  # MiniLM could not be loaded in this process: e5 alone, said once
         self._pending: dict[str, bytes] = {}
         self._preparing: threading.Thread | None = None  # prepare()'s embedding, while e5 embeds
+        self._error: Exception | None = None  # what it raised, for wait() to raise here
         self._load_lock = threading.Lock()
         self.pool = POOL
 
@@ -184,7 +185,11 @@ class EnglishVectors:
             return self.wait
 
         def run() -> None:
-            blobs = self._embed(todo)
+            try:
+                blobs = self._embed(todo)
+            except Exception as exc:  # noqa: BLE001 - raised again on the caller's thread, by wait()
+                self._error = exc
+                return
             if blobs is None:
                 return
             if len(self._pending) + len(todo) > PENDING_MAX:
@@ -200,6 +205,9 @@ class EnglishVectors:
         worker, self._preparing = self._preparing, None
         if worker is not None:
             worker.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def put(self, seqs: Iterable[int]) -> None:
         """Write the second vector of each of these rows whose text is English, from what was

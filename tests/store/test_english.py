@@ -348,3 +348,19 @@ def test_add_import_and_sync_apply_write_the_second_vector(real, tmp_path):
         assert second_rows(other)[there] == second_rows(real)[seq_of(real, n.id)]
     finally:
         other.close()
+
+
+def test_an_error_of_the_second_model_beside_the_main_one_reaches_the_caller(two):
+    """What MiniLM's thread raises (not a ModelError: that is a notice, and e5 alone) is raised
+    on the thread that writes, as it was when MiniLM ran there, never a traceback from a thread."""
+    class Broken(Named):
+        def embed(self, texts, query: bool = False):
+            raise MemoryError("out of memory")
+
+    two.vectors.english.embedder = Broken(en.MODEL, 32)
+    with pytest.raises(MemoryError):
+        two.add(DANA)
+    assert two.count() == 0
+    two.vectors.english.embedder = Named(en.MODEL, 32)
+    m, _ = two.add(DANA)
+    assert set(second_rows(two)) == {seq_of(two, m.id)}
