@@ -354,21 +354,21 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
 
 
 _symmetric: dict[tuple[str, int], SymmetricEmbedder] = {}
-_started: list[float] = []  # when this process last launched a background server (time.monotonic)
+_started: dict[str, float] = {}  # socket -> when this process last launched a server for it (monotonic)
 STARTING_S = 60.0  # a server launched this long ago may still be loading its models
 
 
-def _first_start() -> bool:
-    """Whether to launch a server now: not when this process launched one within STARTING_S (e5
-    and MiniLM load on two threads at once in a cold English search, each finding no server;
-    two servers were launched for one home)."""
+def _first_start(sock: str) -> bool:
+    """Whether to launch a server for `sock` now: not when this process launched one within
+    STARTING_S (e5 and MiniLM load on two threads at once in a cold English search, each finding
+    no server; two servers were launched for one home)."""
     import time
 
     with _cache_lock:
         now = time.monotonic()
-        if _started and now - _started[-1] < STARTING_S:
+        if now - _started.get(sock, -STARTING_S) < STARTING_S:
             return False
-        _started[:] = [now]
+        _started[sock] = now
         return True
 
 
@@ -389,7 +389,7 @@ def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Em
                                    local=lambda: load_model_file(key[0], threads=key[1]))
         if how == "server":
             return found
-        if how in ("none", "other") and _first_start():
+        if how in ("none", "other") and _first_start(str(serve.socket_path())):
             import sys
 
             word = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isalpha() else ""  # search, add, mcp, hook

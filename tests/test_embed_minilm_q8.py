@@ -151,7 +151,7 @@ def test_two_models_loading_at_once_launch_one_server(monkeypatch, tmp_path):
     monkeypatch.setattr(serve, "start_in_background", lambda *a, **k: launched.append(a) or True)
     monkeypatch.setattr(embed, "load_model_file", lambda path, threads=0: embed.FakeEmbedder(8))
     monkeypatch.setattr(embed, "_cache", {})
-    monkeypatch.setattr(embed, "_started", [])
+    monkeypatch.setattr(embed, "_started", {})
     loads = [threading.Thread(target=embed._load_path, args=(tmp_path / name, 1, "auto", 15.0))
              for name in ("e5.e5s1", "minilm.gguf")]
     for t in loads:
