@@ -2,10 +2,13 @@
 what English memories' second vector costs a command (pmem/store/english.py).
 
     python benchmarks/english_cli.py --tree main=/path/to/main/checkout --tree this=.
+    python benchmarks/english_cli.py --tree off=/path/to/main --off off --tree main=/path/to/main --tree this=.
 
 Each tree gets its own PMEM_HOME, imports the same 302 short memories (the issue's Dana and Tokyo
 memories among 300 others), then runs 5 x (search, add) alternating between the trees with
 `server = never` (cold: the command loads its models) and with a `pmem serve` per home; medians.
+A tree named with `--off` runs with `embed_english = none` (e5 alone: the cost before the second
+vectors, on the same tree). Wall time, and the CPU time (user + system) of each command.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of a pmem checkout (twice or more)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--off", action="append", default=[], help="NAME of a tree run with embed_english = none")
     args = ap.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
     root = Path(tempfile.mkdtemp(prefix="pmem-cli-", dir="/tmp"))  # short: the socket's path
@@ -45,15 +49,27 @@ def main() -> int:
         e = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_") or k == "PMEM_MODELS_DIR"}
         e.update(PYTHONPATH=str(Path(trees[tree]).resolve()), PMEM_HOME=str(root / tree), PMEM_SERVER=server,
                  NO_COLOR="1")
+        if tree in args.off:
+            e["PMEM_EMBED_ENGLISH"] = "none"
+        # Users keep bytecode; a sandbox that sets this makes a tree with no __pycache__ of its own
+        # compile every module in every command (+0.12 s of CPU a served search here)
+        e.pop("PYTHONDONTWRITEBYTECODE", None)
         return e
 
+    cpu: dict[str, list[float]] = {}
+
     def run(tree: str, server: str, *cmd: str) -> tuple[float, str]:
+        before = os.times()
         t = time.perf_counter()
         # cwd: `python -m` puts the working directory first on sys.path, before PYTHONPATH's tree
         p = subprocess.run([sys.executable, "-m", "pmem", *cmd], env=env(tree, server), capture_output=True, text=True,
                            cwd=root)
         if p.returncode:
             raise SystemExit(p.stderr)
+        after = os.times()
+        if cmd[0] in ("search", "add") and cmd[1] != "warm up":
+            cpu.setdefault(f"{tree}: {'cold' if server == 'never' else 'served'} {cmd[0]}, CPU s", []).append(
+                after.children_user - before.children_user + after.children_system - before.children_system)
         return time.perf_counter() - t, p.stdout
 
     out: dict = {"load before": round(os.getloadavg()[0], 2)}
@@ -82,6 +98,7 @@ def main() -> int:
     for tree in trees:
         run(tree, "auto", "serve", "--stop")
     out.update({k: round(statistics.median(v), 3) for k, v in times.items()})
+    out.update({k: round(statistics.median(v), 3) for k, v in cpu.items()})
     out["load after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=1))
     return 0

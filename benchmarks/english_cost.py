@@ -6,10 +6,12 @@
 A copy of a scale.py store is relabelled as the default model's (multilingual-e5-small-symmetric)
 and every English memory gets a second vector (its own 384-d vector again: what is stored does
 not change what a search costs). The same questions are then searched, alternating, on the copy
-with `embed_english = none` and `minilm`, both with the real models embedding the query in this
-process (e5, and MiniLM on its own thread): hybrid search and the dense side alone, and the dense
-side with both query vectors embedded beforehand (the store's own cost: e5's nearest POOL, MiniLM's
-rescoring); medians of the rounds after the first (cold) one, ms per query.
+with `embed_english = none`, with `minilm` as the third round shipped it (MiniLM's f16 file, the
+`threads` setting's threads, `--before`), and with `minilm` as this tree loads it, all with the
+real models embedding the query in this process (e5, and MiniLM on its own thread): hybrid search
+and the dense side alone, and the dense side with both query vectors embedded beforehand (the
+store's own cost: e5's nearest POOL, MiniLM's rescoring); medians of the rounds after the first
+(cold) one, ms per query. `--cpu` adds the process's CPU time per hybrid search.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main() -> int:
     ap.add_argument("--db", type=Path, required=True, help="a store scale.py built (fake-384 vectors)")
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3, help="rounds after the first (cold) one")
+    ap.add_argument("--before", action="store_true", help="also `minilm` as the third round ran it")
+    ap.add_argument("--cpu", action="store_true", help="also the process's CPU time per hybrid search")
     args = ap.parse_args()
     os.environ["PMEM_SERVER"] = "never"
     import importlib
@@ -54,7 +58,18 @@ def main() -> int:
             on.conn.execute("UPDATE settings SET value = ? WHERE key = 'embed_model'", (en.MAIN,))
             on.conn.execute("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT v.seq, v.embedding "
                             "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE pmem_lang(m.text) = 'en'")
-        on.vectors.english.embedder = minilm
+
+        class AsBefore:
+            """MiniLM as the third round ran it: its f16 file, every call at the model's threads."""
+
+            name, dim = minilm.name, minilm.dim
+
+            def embed(self, texts):
+                return minilm.embed(texts)
+
+        on.vectors.english.embedder = None  # this tree's own choice of file, threads and packs
+        before = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
+        before.vectors.english.embedder = AsBefore()
         off = MemoryStore(path, config=cfg.with_values(embed_english="none"), embedder=e5, clock=lambda: NOW)
         assert on.vectors.english.in_use() and not off.vectors.english.in_use()
         qs = questions()[: args.questions]
@@ -72,26 +87,34 @@ def main() -> int:
 
         ready = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
         ready.vectors.english.embedder = Ready()
+        stores = [("none", off), ("minilm, before", before), ("minilm", on)]
+        if not args.before:
+            stores.pop(1)
         for round_ in range(1 + args.rounds):
             for q in qs:
-                for label, store in (("none", off), ("minilm", on)):
-                    t = time.perf_counter()
+                for label, store in stores:
+                    c, t = time.process_time(), time.perf_counter()
                     S.search(store, q, Filter(), limit=10)
-                    hybrid = time.perf_counter() - t
+                    hybrid, cpu = time.perf_counter() - t, time.process_time() - c
                     t = time.perf_counter()
                     S.semantic_ranks(store, q, Filter(), 100)
                     dense = time.perf_counter() - t
                     t = time.perf_counter()
-                    S.semantic_ranks(ready if label == "minilm" else off, q, Filter(), 100, vector=e5_vectors[q])
+                    S.semantic_ranks(off if label == "none" else ready, q, Filter(), 100, vector=e5_vectors[q])
                     given = time.perf_counter() - t
                     if round_:
                         times.setdefault(f"hybrid, embed_english = {label}", []).append(hybrid)
+                        if args.cpu:
+                            times.setdefault(f"hybrid, CPU, embed_english = {label}", []).append(cpu)
                         times.setdefault(f"dense side, embed_english = {label}", []).append(dense)
-                        times.setdefault(f"dense side, query vectors given, embed_english = {label}", []).append(given)
+                        if label != "minilm, before":
+                            times.setdefault(f"dense side, query vectors given, embed_english = {label}",
+                                             []).append(given)
         out = {"memories": on.count(), "second vectors": on.vectors.english.count(), "questions": len(qs),
+               "MiniLM file": on.vectors.english.embedder.name,  # type: ignore[union-attr]
                "ms per query (median)": {k: round(statistics.median(v) * 1000, 2) for k, v in times.items()},
                "load average": round(os.getloadavg()[0], 2)}
-        for store in (on, off, ready):
+        for store in (on, before, off, ready):
             store.close()
     print(json.dumps(out, indent=1))
     return 0

@@ -101,6 +101,7 @@ def run_checks(settings: Settings | PmemError, db_override=None,
             staged = conn.execute("SELECT (SELECT value FROM settings WHERE key = 'reindex_model'), "
                                   "(SELECT count(*) FROM reindex_vec), (SELECT count(*) FROM memories)").fetchone() \
                 if "reindex_vec" in tables else None
+            english = _english_check(cfg, conn, tables, row[0] if row else None)
             conn.close()
             resume = f" (an interrupted reindex to {staged[0]} has {staged[1]} of {staged[2]} done; " \
                      f"`pmem reindex` resumes it)" if staged else ""
@@ -118,6 +119,8 @@ def run_checks(settings: Settings | PmemError, db_override=None,
                 checks.append(Check("vectors", True, f"stored vectors come from {in_use}, which this store keeps "
                                     f"using; new stores use {cfg.embed_model} ({gain}){resume}",
                                     "pmem reindex", level="info"))
+            if english is not None:
+                checks.append(english)
         except PmemError as exc:
             checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
     from . import provision
@@ -147,6 +150,25 @@ def run_checks(settings: Settings | PmemError, db_override=None,
     checks.append(_server_check(cfg))
     checks.append(_hooks_check())
     return checks
+
+
+def _english_check(cfg: Settings, conn, tables: set[str], stored: str | None) -> Check | None:
+    """English memories without their second vector (pmem/store/english.py: a store from before
+    it, or one whose MiniLM could not load): searched by e5 alone until `pmem reindex` fills them.
+    Counted from the store's counters (`lang:` counts every memory not guessed English), not by
+    guessing each text's language again."""
+    from .store import english
+
+    if cfg.embed_english != "minilm" or stored != english.MAIN or not {"memories", "counts"} <= tables:
+        return None
+    total, other = conn.execute("SELECT (SELECT count(*) FROM memories), (SELECT coalesce(sum(n), 0) FROM counts "
+                                "WHERE key >= 'lang:' AND key < 'lang;')").fetchone()
+    have = conn.execute("SELECT count(*) FROM memory_vec_en").fetchone()[0] if "memory_vec_en" in tables else 0
+    missing = total - other - have
+    if missing <= 0:
+        return None
+    return Check("english vectors", True, f"{missing:,} English memories have no second vector ({english.MODEL}) "
+                 f"yet, so a search ranks them by {english.MAIN} alone", "pmem reindex", level="info")
 
 
 def _chat_runs_check(cfg: Settings) -> Check:

@@ -81,72 +81,113 @@ class LlamaEmbedder:
     """
 
     def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
-        from .loading import default_threads, open_gguf  # ctypes: not for a command the server embeds for
+        from .loading import default_threads, open_gguf_bindings  # ctypes: not for a command the server embeds for
 
-        path, llama_cpp = open_gguf(path)
-        self._lib = llama_cpp
+        path, lib = open_gguf_bindings(path)  # the C API alone (loading.open_gguf_bindings: 0.1 s less)
+        self._lib = lib
         self.path = path
         self.name = path.stem
+        self._model = self._ctx = self._batch = None
         threads = threads or default_threads()
-        self._llm = self._load(path, threads, max_tokens, llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)
-        if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:
+        self._model = self._load_model(path)
+        self._ctx = self._context(path, threads, max_tokens, lib.LLAMA_POOLING_TYPE_UNSPECIFIED)
+        if lib.llama_pooling_type(self._ctx) == lib.LLAMA_POOLING_TYPE_NONE:
             # The GGUF does not say how to pool: mean pooling is the sentence-embedding default.
-            self._llm.close()
-            self._llm = self._load(path, threads, max_tokens, llama_cpp.LLAMA_POOLING_TYPE_MEAN)
-        if self._llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_RANK:
-            self._llm.close()
+            lib.llama_free(self._ctx)
+            self._ctx = self._context(path, threads, max_tokens, lib.LLAMA_POOLING_TYPE_MEAN)
+        if lib.llama_pooling_type(self._ctx) == lib.LLAMA_POOLING_TYPE_RANK:
+            self.close()
             raise ModelError(f"{path.name} is a reranker, not an embedding model")
-        self.dim = int(self._llm.n_embd())
-        n_batch = int(self._llm.n_batch)
-        self._n_seq = int(self._llm.context_params.n_seq_max)
-        train = int(llama_cpp.llama_model_n_ctx_train(self._llm.model)) or max_tokens
+        self.dim = int(lib.llama_model_n_embd(self._model))
+        n_batch = int(lib.llama_n_batch(self._ctx))
+        self._n_batch = n_batch
+        self._n_seq = int(lib.llama_n_seq_max(self._ctx))
+        self._vocab = lib.llama_model_get_vocab(self._model)
+        train = int(lib.llama_model_n_ctx_train(self._model)) or max_tokens
         self.max_tokens = min(max_tokens, train, n_batch)
         self._pack = max(1, min(pack_tokens, n_batch))
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._lock = threading.Lock()  # one llama context: one batch at a time
+        self.threads = threads
+        self._n_threads = threads  # what the context runs with now (embed's `threads` changes it)
 
-    @staticmethod
-    def _load(path: Path, threads: int, n_ctx: int, pooling: int):
-        import llama_cpp
+    _backend: list[bool] = []  # llama_backend_init, once per process
 
-        from .loading import llama, load_error, log_state
+    def _load_model(self, path: Path):
+        """The weights, as llama_cpp.Llama() would load them for pmem (no GPU layers, extra
+        buffer types off: loading.EXTRA_BUFFER_TYPES), memory-mapped."""
+        from .loading import EXTRA_BUFFER_TYPES, load_error, log_state
 
+        lib = self._lib
+        if not self._backend:
+            lib.llama_backend_init()
+            self._backend.append(True)
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        if "use_extra_bufts" in {name for name, _ in type(params)._fields_}:
+            params.use_extra_bufts = EXTRA_BUFFER_TYPES
         log_state["errors"] = []
-        try:
-            return llama(
-                llama_cpp,
-                model_path=str(path),
-                embedding=True,
-                n_ctx=n_ctx,
-                n_batch=n_ctx,
-                n_ubatch=n_ctx,  # non-causal models need a whole batch in one ubatch
-                n_threads=threads,
-                n_threads_batch=threads,
-                pooling_type=pooling,
-                n_gpu_layers=0,
-                verbose=False,
-            )
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelError(f"cannot load {path.name}: {load_error(exc)}") from None
+        model = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if not model:
+            raise ModelError(f"cannot load {path.name}: {load_error(ValueError('failed to load model'))}")
+        return model
+
+    def _context(self, path: Path, threads: int, n_ctx: int, pooling: int):
+        """A context of what Llama(embedding=True) makes: one batch of n_ctx tokens in one ubatch
+        (non-causal models need a whole batch in one), as many sequences as fit."""
+        from .loading import load_error, log_state
+
+        lib = self._lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = params.n_batch = params.n_ubatch = n_ctx
+        params.n_threads = params.n_threads_batch = threads
+        params.pooling_type = pooling
+        params.embeddings = True
+        params.n_seq_max = min(n_ctx, int(lib.llama_max_parallel_sequences()))
+        fields = {name for name, _ in type(params)._fields_}
+        if "kv_unified" in fields:
+            params.kv_unified = True
+        if "flash_attn_type" in fields:
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        log_state["errors"] = []
+        ctx = lib.llama_init_from_model(self._model, params)
+        if not ctx:
+            self.close()
+            raise ModelError(f"cannot load {path.name}: {load_error(ValueError('failed to create a context'))}")
+        return ctx
 
     def tokenize(self, text: str) -> list[int]:
         """Model tokens with [CLS]/[SEP] (or BOS/EOS) added, cut to the context size."""
-        tokens = self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=True, special=False)
+        lib = self._lib
+        data = text.encode("utf-8", "replace")
+        room = len(data) + 8  # a token takes a byte at least; the specials added
+        buf = (lib.llama_token * room)()
+        n = lib.llama_tokenize(self._vocab, data, len(data), buf, room, True, False)
+        if n < 0:  # never for WordPiece, but the API allows it: -n is the room needed
+            room = -n
+            buf = (lib.llama_token * room)()
+            n = lib.llama_tokenize(self._vocab, data, len(data), buf, room, True, False)
+        tokens = list(buf[:max(n, 0)])
         if not tokens:
-            tokens = [max(0, int(self._lib.llama_vocab_bos(self._lib.llama_model_get_vocab(self._llm.model))))]
+            tokens = [max(0, int(lib.llama_vocab_bos(self._vocab)))]
         if len(tokens) > self.max_tokens:
             tokens = tokens[: self.max_tokens - 1] + tokens[-1:]
         return tokens
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def embed(self, texts: list[str], threads: int = 0, pack_tokens: int = 0) -> list[list[float]]:
+        """`threads` and `pack_tokens`, for this call only (0: the model's own): a caller that
+        knows better than the load average (one query beside another model's forward pass) or
+        embeds short texts in bulk (bigger packs, bigger matrix products) says so."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts")
         out: list[list[float]] = []
         group: list[list[int]] = []
         used = 0
+        pack = max(1, min(pack_tokens, self._n_batch)) if pack_tokens else self._pack
         with self._lock:
+            self._use_threads(threads or self.threads)
             for tokens in map(self.tokenize, texts):
-                if group and (used + len(tokens) > self._pack or len(group) >= self._n_seq):
+                if group and (used + len(tokens) > pack or len(group) >= self._n_seq):
                     out.extend(self._encode(group))
                     group, used = [], 0
                 group.append(tokens)
@@ -154,6 +195,11 @@ class LlamaEmbedder:
             if group:
                 out.extend(self._encode(group))
         return out
+
+    def _use_threads(self, n: int) -> None:
+        if n != self._n_threads:  # a context's threads change per call; nothing is reloaded
+            self._lib.llama_set_n_threads(self._ctx, n, n)
+            self._n_threads = n
 
     def _encode(self, group: list[list[int]]) -> list[list[float]]:
         lib, batch = self._lib, self._batch
@@ -167,12 +213,12 @@ class LlamaEmbedder:
                 batch.logits[k] = True
                 k += 1
         batch.n_tokens = k
-        rc = lib.llama_encode(self._llm.ctx, batch)
+        rc = lib.llama_encode(self._ctx, batch)
         if rc != 0:
             raise ModelError(f"{self.name}: llama.cpp could not embed this batch (code {rc})")
         vectors = []
         for seq in range(len(group)):
-            ptr = lib.llama_get_embeddings_seq(self._llm.ctx, seq)
+            ptr = lib.llama_get_embeddings_seq(self._ctx, seq)
             if not ptr:
                 raise ModelError(f"{self.name}: llama.cpp returned no pooled embedding")
             vec = ptr[: self.dim]
@@ -181,12 +227,18 @@ class LlamaEmbedder:
         return vectors
 
     def close(self) -> None:
+        lib = getattr(self, "_lib", None)
+        if lib is None:
+            return
         if getattr(self, "_batch", None) is not None:
-            self._lib.llama_batch_free(self._batch)
+            lib.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "_llm", None) is not None:
-            self._llm.close()
-            self._llm = None
+        if getattr(self, "_ctx", None) is not None:
+            lib.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None) is not None:
+            lib.llama_model_free(self._model)
+            self._model = None
 
     def __del__(self):  # pragma: no cover - best effort at interpreter exit
         try:
@@ -222,7 +274,17 @@ class SymmetricEmbedder:
 # --- choosing one -------------------------------------------------------------------------
 
 _cache: dict[tuple[str, int], Embedder] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.Lock()  # the dicts here; never held while a model loads
+_key_locks: dict[tuple[str, int], threading.RLock] = {}
+
+
+def _loading(key: tuple[str, int]) -> "threading.RLock":
+    """The lock that one model's load holds: MiniLM loading on a thread must not keep e5 (loaded,
+    or loading) from this thread (benchmarks/README.md, "The second vector's cost, fourth round")."""
+    with _cache_lock:
+        return _key_locks.setdefault(key, threading.RLock())
+
+
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
@@ -244,7 +306,7 @@ def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
 
 def _local(key: tuple[str, int]) -> Embedder:
     """The model of `key` (resolved path, threads) loaded in this process, once."""
-    with _cache_lock:
+    with _loading(key):
         if key not in _cache:
             _cache[key] = load_model_file(key[0], threads=key[1])
         return _cache[key]
@@ -292,12 +354,28 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
 
 
 _symmetric: dict[tuple[str, int], SymmetricEmbedder] = {}
+_started: dict[str, float] = {}  # socket -> when this process last launched a server for it (monotonic)
+STARTING_S = 60.0  # a server launched this long ago may still be loading its models
+
+
+def _first_start(sock: str) -> bool:
+    """Whether to launch a server for `sock` now: not when this process launched one within
+    STARTING_S (e5 and MiniLM load on two threads at once in a cold English search, each finding
+    no server; two servers were launched for one home)."""
+    import time
+
+    with _cache_lock:
+        now = time.monotonic()
+        if now - _started.get(sock, -STARTING_S) < STARTING_S:
+            return False
+        _started[sock] = now
+        return True
 
 
 def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Embedder:
     """The model file at `path`, loaded here once per process, or served (load_embedder)."""
     key = (str(Path(path).resolve()), threads)
-    with _cache_lock:
+    with _loading(key):
         if key in _cache:
             return _cache[key]
         if server == "never":
@@ -311,7 +389,7 @@ def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Em
                                    local=lambda: load_model_file(key[0], threads=key[1]))
         if how == "server":
             return found
-        if how in ("none", "other"):
+        if how in ("none", "other") and _first_start(str(serve.socket_path())):
             import sys
 
             word = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isalpha() else ""  # search, add, mcp, hook

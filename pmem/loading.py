@@ -78,6 +78,64 @@ def open_gguf(path: Path | str):
     return path, llama_cpp
 
 
+_bindings_lock = threading.RLock()
+
+
+def open_gguf_bindings(path: Path | str):
+    """open_gguf for a caller of llama.cpp's C API alone (the embedder): (path, llama_cpp.llama_cpp).
+
+    `import llama_cpp` runs the package's __init__, which imports the high-level `Llama`, its chat
+    formats and jinja2: 0.1 s of CPU on top of the bindings' 0.025 s, in every cold English search
+    and add (benchmarks/README.md, "The second vector's cost, fourth round"). So where nothing has
+    imported the package yet, it goes into sys.modules unexecuted and only its bindings module is
+    run; the first name asked of the package itself (`llama_cpp.Llama`, by the generator) runs
+    its __init__ then, so every other user sees the whole package."""
+    path = Path(path).expanduser()
+    check_gguf(path)
+    try:
+        low = _bindings()
+    except ImportError:
+        try:  # a package laid out otherwise: the whole of it, as open_gguf takes it
+            import llama_cpp
+            low = llama_cpp.llama_cpp
+        except (ImportError, AttributeError):
+            raise ModelError("llama-cpp-python is not installed; it is needed to run GGUF models") from None
+    _silence_llama_logs(low)
+    return path, low
+
+
+def _bindings():
+    import importlib.util
+    import sys
+
+    with _bindings_lock:
+        if "llama_cpp" not in sys.modules:
+            spec = importlib.util.find_spec("llama_cpp")
+            if spec is None or spec.loader is None:
+                raise ImportError("llama_cpp")
+            package = importlib.util.module_from_spec(spec)
+            loader = spec.loader
+
+            def complete(name: str):
+                with _bindings_lock:
+                    if package.__dict__.pop("__getattr__", None) is not None:
+                        loader.exec_module(package)
+                return getattr(package, name)  # AttributeError where the package has no such name
+
+            package.__dict__["__getattr__"] = complete
+            sys.modules["llama_cpp"] = package
+            try:
+                import llama_cpp.llama_cpp as low
+            except BaseException:
+                sys.modules.pop("llama_cpp", None)
+                raise
+            return low
+        import llama_cpp.llama_cpp as low
+
+        return low
+
+
+
 # llama.cpp's "extra buffer types" hold its repacked and AMX weight layouts. The AMX kernels of a
 # natively built llama.cpp crash on some Intel Xeons (SIGSEGV in decode; SIGILL where the kernel
 # does not grant AMX), so every model loads without them. What that costs was measured on and off:

@@ -51,7 +51,7 @@ def test_the_server_holds_minilm_too_and_a_served_search_asks_it_for_both(short_
     _pmem(short_home, "add", "Deploys to production need approval from Dana", PMEM_SERVER="never")
     _pmem(short_home, "serve", "--detach")
     info = _status(short_home)
-    assert sorted(Path(m).name for m in info["models"]) == ["all-MiniLM-L6-v2.f16.gguf",
+    assert sorted(Path(m).name for m in info["models"]) == ["all-MiniLM-L6-v2.q8_0.gguf",
                                                             "multilingual-e5-small.q4.e5s1"]
     before = info["requests"]
     out = _pmem(short_home, "search", "who signs off on releases", "--limit", "1").stdout

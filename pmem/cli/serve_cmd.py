@@ -122,13 +122,12 @@ def _load_english(server, cfg) -> None:
     """The second model of English memories too (pmem/store/english.py), where the database
     uses it: a search asks for both. One that cannot load now loads on first request, or never."""
     from ..errors import ModelError
-    from ..provision import resolve_model
     from ..store import english
 
     if cfg.embed_english != "minilm" or store_embed_model(cfg) != english.MAIN:
         return
     try:
-        server.model(str(resolve_model(english.MODEL, "embed", progress=False)))
+        server.model(str(english.model_file(progress=False)))
     except ModelError:
         pass
 

@@ -22,6 +22,7 @@ import bisect
 import json
 import struct
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from ..config import Config
@@ -30,6 +31,7 @@ from .connection import Connection, Progress
 
 if TYPE_CHECKING:
     from ..embed import Embedder
+    from ..provision import Reporting
 
 MODEL = "all-MiniLM-L6-v2"
 MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
@@ -37,6 +39,11 @@ WEIGHT = 0.5  # MiniLM's share of an English pair's cosine (0.3-0.7 measured; 0.
 POOL = 200  # e5's nearest memories MiniLM rescores (400: the same as every memory; 100: 1 point less)
 PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
 BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
+# How MiniLM runs here (benchmarks/README.md, "The second vector's cost, fourth round"): its Q8_0
+# copy (provision.quantized_model); a query on one thread, as e5's forward pass has the others;
+# memories in packs of 32 tokens (CPU per short memory: 128 +12%, 512 +55%; no gain from packing).
+QUERY_THREADS = 1
+BULK_PACK = 32
 
 # MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
 # reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
@@ -74,6 +81,13 @@ def create_tables(conn) -> None:
                  "WHEN old.text IS NOT new.text BEGIN DELETE FROM memory_vec_en WHERE seq = old.seq; END")
 
 
+def model_file(progress: "Reporting" = None) -> Path:
+    """MiniLM's file as the second vectors use it, here and in `pmem serve` (its Q8_0 copy)."""
+    from ..provision import quantized_model
+
+    return quantized_model(MODEL, progress=progress)
+
+
 def is_english(text: str) -> bool:
     from ..stemming import index_language
 
@@ -99,6 +113,9 @@ class EnglishVectors:
         self.embedder: "Embedder | None" = None  # loaded on first use; benchmarks set their own
         self._failed = False  # MiniLM could not be loaded in this process: e5 alone, said once
         self._pending: dict[str, bytes] = {}
+        self._preparing: threading.Thread | None = None  # prepare()'s embedding, while e5 embeds
+        self._error: Exception | None = None  # what it raised, for wait() to raise here
+        self._load_lock = threading.Lock()
         self.pool = POOL
 
     def active(self) -> bool:
@@ -113,55 +130,89 @@ class EnglishVectors:
         return self._owner.config
 
     def _model(self) -> "Embedder | None":
-        if self.embedder is None and not self._failed:
-            from .. import notices
-            from ..embed import load_embedder
+        """MiniLM, loaded on first use (on whichever thread asks first: query_vector and prepare
+        load it beside e5's work); None, said once, where it cannot be loaded."""
+        with self._load_lock:
+            if self.embedder is None and not self._failed:
+                from ..embed import load_embedder
 
-            try:
-                self.embedder = load_embedder(MODEL, threads=self.config.threads, server=self.config.server,
-                                              idle_minutes=self.config.server_idle_minutes)
-            except ModelError as exc:
-                self._failed = True
-                notices.notice(f"{exc}; searching English memories by {MAIN} alone (embed_english = none "
+                try:
+                    self.embedder = load_embedder(str(model_file()), threads=self.config.threads,
+                                                  server=self.config.server,
+                                                  idle_minutes=self.config.server_idle_minutes)
+                except ModelError as exc:
+                    self._fail(f"{exc}; searching English memories by {MAIN} alone (embed_english = none "
                                "turns the second model off)")
-        return self.embedder
+            return self.embedder
 
-    def _embed(self, texts: list[str]) -> list[bytes] | None:
+    def _fail(self, message: str) -> None:
+        from .. import notices
+
+        self._failed = True
+        notices.notice(message)
+
+    def _embed(self, texts: list[str], query: bool = False) -> list[bytes] | None:
         model = self._model()
         if model is None:
             return None
         try:
             if len(texts) > BULK_EMBED and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
-            vectors = model.embed(texts)
-        except ModelError as exc:
-            from .. import notices
+            from ..embed import LlamaEmbedder
 
-            self._failed = True
-            notices.notice(f"{exc}; searching English memories by {MAIN} alone")
+            if not isinstance(model, LlamaEmbedder):  # served: the server decides
+                vectors = model.embed(texts)
+            elif query:
+                vectors = model.embed(texts, threads=QUERY_THREADS)
+            else:
+                vectors = model.embed(texts, pack_tokens=BULK_PACK)
+        except ModelError as exc:
+            self._fail(f"{exc}; searching English memories by {MAIN} alone")
             return None
         return [struct.pack(f"<{len(v)}f", *v) for v in vectors]
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def prepare(self, texts: Sequence[str]) -> None:
-        """Embed the English ones of memory texts about to be written (VectorIndex.embed: before
-        any write lock is taken)."""
+    def prepare(self, texts: Sequence[str]) -> Callable[[], None]:
+        """Start embedding the English ones of memory texts about to be written, on another
+        thread (MiniLM's load and forward passes beside e5's: VectorIndex.embed starts this before
+        its own model and waits at its end, before any write lock is taken). Returns the wait."""
+        self.wait()
         if not self.active():
-            return
+            return self.wait
         todo = [t for t in dict.fromkeys(texts) if t and t not in self._pending and is_english(t)]
         if not todo:
-            return
-        blobs = self._embed(todo)
-        if blobs is None:
-            return
-        if len(self._pending) + len(todo) > PENDING_MAX:
-            self._pending.clear()  # never consumed (a duplicate add, extract's sources): re-embedded if written
-        self._pending.update(zip(todo, blobs))
+            return self.wait
+
+        def run() -> None:
+            try:
+                blobs = self._embed(todo)
+            except Exception as exc:  # noqa: BLE001 - raised again on the caller's thread, by wait()
+                self._error = exc
+                return
+            if blobs is None:
+                return
+            if len(self._pending) + len(todo) > PENDING_MAX:
+                self._pending.clear()  # never consumed (a duplicate add, extract's sources): re-embedded if written
+            self._pending.update(zip(todo, blobs))
+
+        self._preparing = threading.Thread(target=run, name="pmem-english-prepare", daemon=True)
+        self._preparing.start()
+        return self.wait
+
+    def wait(self) -> None:
+        """Until what prepare() started is done (the pending vectors are then this thread's)."""
+        worker, self._preparing = self._preparing, None
+        if worker is not None:
+            worker.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def put(self, seqs: Iterable[int]) -> None:
         """Write the second vector of each of these rows whose text is English, from what was
         prepared, else embedded now (undo restoring a kept vector, a caller's own vectors)."""
+        self.wait()
         if not self.active():
             return
         rows = self.db.execute("SELECT seq, text FROM memories WHERE seq IN (SELECT value FROM json_each(?)) "
@@ -230,18 +281,18 @@ class EnglishVectors:
         return is_english(query) and self.in_use()
 
     def query_vector(self, query: str) -> Callable[[], bytes | None]:
-        """Start embedding `query` with MiniLM on another thread (while e5 embeds and ranks on
-        this one: llama.cpp and numpy both release the GIL); returns what waits for it."""
+        """Start embedding `query` with MiniLM on another thread, loading MiniLM there first in
+        a cold command (while e5 loads, embeds and ranks on this one: llama.cpp and numpy both
+        release the GIL); returns what waits for it."""
         out: list[bytes | None] = [None]
 
         def run() -> None:
             try:
-                blobs = self._embed([query])
+                blobs = self._embed([query], query=True)
                 out[0] = blobs[0] if blobs else None
             except Exception:  # noqa: BLE001 - this search goes on by e5 alone
                 out[0] = None
 
-        self._model()  # loaded here: a first load's notice and errors on the caller's thread
         worker = threading.Thread(target=run, name="pmem-english-query", daemon=True)
         worker.start()
 
@@ -257,7 +308,7 @@ class EnglishVectors:
         `combined`, best first again; as given when MiniLM cannot be had. `vector`: what
         query_vector returned, else the query is embedded here."""
         if vector is None:
-            blobs = self._embed([query])
+            blobs = self._embed([query], query=True)
             blob = blobs[0] if blobs else None
         else:
             blob = vector()

@@ -274,9 +274,10 @@ class VectorIndex:
         prepared = self._prepared
         if prepared is not None and texts and all(t in prepared for t in texts):
             if not query:
-                self.english.prepare(texts)
+                self.english.prepare(texts)()
             return [prepared[t] for t in texts]
         self.check_model()
+        english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
         if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
@@ -287,8 +288,8 @@ class VectorIndex:
             out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
             if progress:
                 progress(min(start + batch, len(texts)), len(texts))
-        if not query:
-            self.english.prepare(texts)
+        if english is not None:
+            english()
         return out
 
     @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import threading
 
 import pytest
 
@@ -173,6 +174,62 @@ def test_search_uses_the_fitted_share_where_the_english_side_is_in_use(two, monk
     assert seen[-1] is module.DEFAULT_TUNING
 
 
+class Waiting(Named):
+    """A main model whose embedding waits (up to 5 s) for the second model's to have started."""
+
+    def __init__(self, name: str, started: threading.Event):
+        super().__init__(name)
+        self.started, self.overlapped = started, []
+
+    def embed(self, texts, query: bool = False):
+        self.overlapped.append(self.started.wait(5))
+        return super().embed(texts, query)
+
+
+class Starting(Named):
+    """A second model that says when it starts, and on which thread it ran."""
+
+    def __init__(self, name: str, dim: int, started: threading.Event):
+        super().__init__(name, dim)
+        self.started, self.threads = started, []
+
+    def embed(self, texts, query: bool = False):
+        self.threads.append(threading.current_thread().name)
+        self.started.set()
+        return super().embed(texts, query)
+
+
+def test_the_second_model_embeds_memories_beside_the_main_one(tmp_path, fake_config):
+    """A cold `pmem add` loads and runs MiniLM while e5 embeds, not after it."""
+    started = threading.Event()
+    s = MemoryStore(tmp_path / "side.db", config=fake_config.with_values(embed_model=en.MAIN),
+                    embedder=Waiting(en.MAIN, started))
+    s.vectors.english.embedder = second = Starting(en.MODEL, 32, started)
+    try:
+        m, _ = s.add(DANA)
+        assert s.vectors.embedder.overlapped == [True]  # type: ignore[attr-defined]
+        assert second.threads == ["pmem-english-prepare"]
+        assert second_rows(s)[seq_of(s, m.id)] == struct.pack("<32f", *FakeEmbedder(32).embed([DANA])[0])
+    finally:
+        s.close()
+
+
+def test_a_cold_search_loads_the_second_model_on_its_own_thread(two, monkeypatch):
+    """MiniLM's load (import llama_cpp, the file) overlaps e5's load and query, not precedes them."""
+    two.add(DANA)
+    loaded_on = []
+
+    def load(spec, **kw):
+        loaded_on.append((spec, threading.current_thread().name))
+        return Named(en.MODEL, 32)
+
+    monkeypatch.setattr("pmem.embed.load_embedder", load)
+    monkeypatch.setattr(en, "model_file", lambda progress=None: "minilm.q8_0.gguf")
+    two.vectors.english.embedder = None
+    assert search(two, QUESTION, limit=1)[0].memory.text == DANA
+    assert loaded_on == [("minilm.q8_0.gguf", "pmem-english-query")]
+
+
 # --- the real models ---------------------------------------------------------------------------------
 
 SMALL = [DANA, TOKYO, "The dentist moved my appointment to Friday at 3.", "Our cat Miso eats twice a day.",
@@ -198,6 +255,7 @@ def real(tmp_path, monkeypatch):
 def test_the_issues_question_finds_dana_first(real):
     real.insert([Memory(id="", text=t) for t in SMALL])
     assert real.vectors.english.in_use()
+    assert real.vectors.english.embedder.name == "all-MiniLM-L6-v2.q8_0"  # its Q8_0 copy, made on first use
     for mode in ("hybrid", "semantic"):
         assert search(real, QUESTION, mode=mode, limit=3)[0].memory.text == DANA, mode
     # e5 alone ranks the flight first
@@ -221,8 +279,12 @@ def test_other_languages_are_scored_by_e5_alone(real):
         english = [s for s in got if s != ru_seq]
         if query.startswith("где"):
             assert got == pytest.approx(e5)
-        else:
-            assert all(abs(got[s] - e5[s]) > 1e-4 for s in english)  # English pairs: both models
+        else:  # English pairs: both models
+            (vec,) = real.vectors.english._model().embed([query])
+            minilm = dict(real.conn.execute("SELECT seq, 1 - vec_distance_cosine(embedding, ?) FROM memory_vec_en",
+                                            (struct.pack(f"<{len(vec)}f", *vec),)))
+            assert english and all(got[s] == pytest.approx(1 - en.combined(1 - e5[s], minilm[s]), abs=1e-5)
+                                   for s in english)
     hits = search(real, "what does my sister do for work", limit=1)
     assert hits[0].memory.text == RUSSIAN
 
@@ -286,3 +348,19 @@ def test_add_import_and_sync_apply_write_the_second_vector(real, tmp_path):
         assert second_rows(other)[there] == second_rows(real)[seq_of(real, n.id)]
     finally:
         other.close()
+
+
+def test_an_error_of_the_second_model_beside_the_main_one_reaches_the_caller(two):
+    """What MiniLM's thread raises (not a ModelError: that is a notice, and e5 alone) is raised
+    on the thread that writes, as it was when MiniLM ran there, never a traceback from a thread."""
+    class Broken(Named):
+        def embed(self, texts, query: bool = False):
+            raise MemoryError("out of memory")
+
+    two.vectors.english.embedder = Broken(en.MODEL, 32)
+    with pytest.raises(MemoryError):
+        two.add(DANA)
+    assert two.count() == 0
+    two.vectors.english.embedder = Named(en.MODEL, 32)
+    m, _ = two.add(DANA)
+    assert set(second_rows(two)) == {seq_of(two, m.id)}

@@ -1,0 +1,84 @@
+"""`pmem doctor` on a store whose English memories lack their second vector (pmem/store/english.py):
+a store from before the second vectors says so in one line, naming `pmem reindex`."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmem import Memory, doctor
+from pmem.embed import FakeEmbedder
+from pmem.store import MemoryStore
+from pmem.store import english as en
+
+RUSSIAN = "Моя сестра Лена живёт в Порту и работает архитектором."
+
+
+class Named(FakeEmbedder):
+    """A fake under another model's name: the store treats its vectors as that model's."""
+
+    def __init__(self, name: str, dim: int = 64):
+        super().__init__(dim)
+        self.name = name
+
+    def embed(self, texts, query: bool = False):
+        return super().embed(texts)
+
+
+def _english_checks(cfg, path):
+    return [c for c in doctor.run_checks(cfg, db_override=path) if c.name == "english vectors"]
+
+
+@pytest.fixture
+def cfg(fake_config):
+    return fake_config.with_values(embed_model=en.MAIN)
+
+
+def _store(path, cfg):
+    s = MemoryStore(path, config=cfg, embedder=Named(en.MAIN))
+    s.vectors.english.embedder = Named(en.MODEL, 32)
+    return s
+
+
+def test_doctor_names_reindex_for_english_memories_without_a_second_vector(tmp_path, cfg):
+    path = tmp_path / "old.db"
+    s = _store(path, cfg)
+    s.insert([Memory(id="", text=t) for t in ("The dog's vet is at Parkside Animal Clinic.",
+                                             "Taxes must be filed by 31 January.", RUSSIAN)])
+    assert _english_checks(cfg, path) == []  # every English memory has its second vector
+    s.conn.execute("DELETE FROM memory_vec_en")  # as a store written before them (or MiniLM failed to load)
+    s.close()
+
+    (check,) = _english_checks(cfg, path)
+    assert check.ok and check.level == "info" and check.fix == "pmem reindex"
+    assert check.detail.startswith("2 English memories")  # the Russian one never has one
+
+    s = _store(path, cfg)
+    s.reindex()
+    s.close()
+    assert _english_checks(cfg, path) == []
+
+
+def test_doctor_says_nothing_of_second_vectors_where_they_are_off(tmp_path, cfg):
+    path = tmp_path / "off.db"
+    s = _store(path, cfg)
+    s.insert([Memory(id="", text="Deploys to production need approval from Dana")])
+    s.conn.execute("DELETE FROM memory_vec_en")
+    s.close()
+    assert _english_checks(cfg.with_values(embed_english="none"), path) == []
+    assert len(_english_checks(cfg, path)) == 1
+
+
+def test_the_doctor_command_prints_the_hint(tmp_path, cfg, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    path = tmp_path / "cli.db"
+    s = _store(path, cfg)
+    s.insert([Memory(id="", text="Deploys to production need approval from Dana")])
+    s.conn.execute("DELETE FROM memory_vec_en")
+    s.close()
+    monkeypatch.setenv("PMEM_EMBED_MODEL", en.MAIN)
+    out = CliRunner().invoke(app, ["--db", str(path), "doctor"]).output
+    assert "[info] english vectors: 1 English memories have no second vector" in out
+    assert "hint: pmem reindex" in out.split("english vectors", 1)[1]
