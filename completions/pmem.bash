@@ -34,7 +34,7 @@ _pmem_words() {
         "export") words="--format -f --output -o --active --include-forgotten --scope --help" ;;
         "stats") words="--json --help" ;;
         "path") words="--json --help" ;;
-        "reindex") words="--help" ;;
+        "reindex") words="--missing --help" ;;
         "doctor") words="--json --help" ;;
         "dream") words="--apply --yes -y --only --max-seconds --purge --include --no-model --no-upkeep --full --json --help" ;;
         "extract") words="--tag -t --at --source --dry-run --review --model --allow-secret --thread --json --help" ;;

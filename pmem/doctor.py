@@ -154,7 +154,7 @@ def run_checks(settings: Settings | PmemError, db_override=None,
 
 def _english_check(cfg: Settings, conn, tables: set[str], stored: str | None) -> Check | None:
     """English memories without their second vector (pmem/store/english.py: a store from before
-    it, or one whose MiniLM could not load): searched by e5 alone until `pmem reindex` fills them.
+    it, or one whose MiniLM could not load): searched by e5 alone until `pmem reindex --missing` fills them.
     Counted from the store's counters (`lang:` counts every memory not guessed English), not by
     guessing each text's language again."""
     from .store import english
@@ -168,7 +168,7 @@ def _english_check(cfg: Settings, conn, tables: set[str], stored: str | None) ->
     if missing <= 0:
         return None
     return Check("english vectors", True, f"{missing:,} English memories have no second vector ({english.MODEL}) "
-                 f"yet, so a search ranks them by {english.MAIN} alone", "pmem reindex", level="info")
+                 f"yet, so a search ranks them by {english.MAIN} alone", "pmem reindex --missing", level="info")
 
 
 def _chat_runs_check(cfg: Settings) -> Check:

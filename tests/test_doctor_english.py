@@ -1,5 +1,6 @@
 """`pmem doctor` on a store whose English memories lack their second vector (pmem/store/english.py):
-a store from before the second vectors says so in one line, naming `pmem reindex`."""
+a store from before the second vectors says so in one line, naming `pmem reindex --missing`, which
+fills them and nothing else."""
 
 from __future__ import annotations
 
@@ -49,11 +50,26 @@ def test_doctor_names_reindex_for_english_memories_without_a_second_vector(tmp_p
     s.close()
 
     (check,) = _english_checks(cfg, path)
-    assert check.ok and check.level == "info" and check.fix == "pmem reindex"
+    assert check.ok and check.level == "info" and check.fix == "pmem reindex --missing"
     assert check.detail.startswith("2 English memories")  # the Russian one never has one
 
     s = _store(path, cfg)
     s.reindex()
+    s.close()
+    assert _english_checks(cfg, path) == []
+
+
+def test_reindex_missing_fills_the_second_vectors_and_leaves_the_stored_ones(tmp_path, cfg):
+    path = tmp_path / "upgrade.db"
+    s = _store(path, cfg)
+    s.insert([Memory(id="", text=t) for t in ("The dog's vet is at Parkside Animal Clinic.",
+                                             "Taxes must be filed by 31 January.", RUSSIAN)])
+    before = s.conn.execute("SELECT seq, embedding FROM memory_vec ORDER BY seq").fetchall()
+    s.conn.execute("DELETE FROM memory_vec_en")
+    assert s.fill_missing() == 2  # the English two; the Russian one never has one
+    assert s.conn.execute("SELECT count(*) FROM memory_vec_en").fetchone()[0] == 2
+    assert s.conn.execute("SELECT seq, embedding FROM memory_vec ORDER BY seq").fetchall() == before
+    assert s.fill_missing() == 0  # nothing left to do
     s.close()
     assert _english_checks(cfg, path) == []
 
@@ -81,4 +97,29 @@ def test_the_doctor_command_prints_the_hint(tmp_path, cfg, monkeypatch):
     monkeypatch.setenv("PMEM_EMBED_MODEL", en.MAIN)
     out = CliRunner().invoke(app, ["--db", str(path), "doctor"]).output
     assert "[info] english vectors: 1 English memories have no second vector" in out
-    assert "hint: pmem reindex" in out.split("english vectors", 1)[1]
+    assert "hint: pmem reindex --missing" in out.split("english vectors", 1)[1]
+
+
+@pytest.mark.model
+def test_the_reindex_command_fills_what_is_missing_with_the_real_minilm(tmp_path, cfg, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    path = tmp_path / "cli-fill.db"
+    s = _store(path, cfg)
+    s.insert([Memory(id="", text="Deploys to production need approval from Dana"), Memory(id="", text=RUSSIAN)])
+    s.conn.execute("DELETE FROM memory_vec_en")
+    before = s.conn.execute("SELECT embedding FROM memory_vec ORDER BY seq").fetchall()
+    s.close()
+    monkeypatch.setenv("PMEM_EMBED_MODEL", en.MAIN)
+    r = CliRunner().invoke(app, ["--db", str(path), "reindex", "--missing"])
+    assert r.exit_code == 0, r.output
+    assert "embedded 1 English memories' second vectors" in r.output
+    s = MemoryStore(path, config=cfg, embedder=Named(en.MAIN))
+    try:
+        assert s.conn.execute("SELECT count(*) FROM memory_vec_en").fetchone()[0] == 1
+        assert s.conn.execute("SELECT embedding FROM memory_vec ORDER BY seq").fetchall() == before
+    finally:
+        s.close()
+    assert _english_checks(cfg, path) == []

@@ -52,7 +52,11 @@ def path(as_json: bool = JsonOpt) -> None:
         out.key_values((k, v) for k, v in data.items() if v)
 
 
-def reindex() -> None:
+def reindex(
+    missing: bool = typer.Option(False, "--missing",
+                                 help="Only embed what is missing (English memories' second vectors, after an "
+                                      "upgrade); the stored vectors stay."),
+) -> None:
     """Re-embed every memory with the configured embedding model (after changing models).
 
     Interrupted (Ctrl-C, a crash), it resumes where it stopped when run again with the same
@@ -60,9 +64,15 @@ def reindex() -> None:
     search answers from the old model's vectors only when that model is configured.
 
     \b
-    Example:
+    Examples:
       PMEM_EMBED_MODEL=~/models/bge-small.gguf pmem reindex
+      pmem reindex --missing     # what `pmem doctor` says is missing, nothing else
     """
+    if missing:
+        with open_store() as store, out.Progress("embedding what is missing") as progress:
+            n = store.fill_missing(progress=progress)
+        out.note(f"embedded {n} English memories' second vectors")
+        return
     with open_store() as store, out.Progress("re-embedding") as progress:
         n = store.reindex(progress=progress)
         name, dim = store.vector_model()

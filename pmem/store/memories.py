@@ -239,6 +239,11 @@ class MemoryStore(DreamReads):
         """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
         return self.vectors.reindex(progress, batch)
 
+    def fill_missing(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Only what is missing: English memories' second vectors (EnglishVectors.fill); the stored
+        vectors stay as they are. Returns how many were filled."""
+        return self.vectors.english.fill(progress, batch)
+
     def reindex_progress(self) -> tuple[str, int, int] | None:
         """(target model, memories staged, memories) of an interrupted reindex, else None."""
         return self.vectors.reindex_progress()
