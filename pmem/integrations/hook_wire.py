@@ -105,19 +105,27 @@ def _complete(buf: bytes | bytearray) -> bool:
     return True
 
 
-def read_input(stream, limit: int = MAX_STDIN * 4) -> str:
-    """The hook's stdin, up to the end of its first JSON object (a host may leave the pipe open
-    after writing it), else to EOF (a prompt typed by hand); at most `limit` bytes."""
+def _read_object(read, limit: int) -> str | None:
+    """Chunks of `read(n)` up to the end of the first JSON object, or to EOF (b""), at most
+    `limit` bytes; None where `read` gives None (its deadline passed)."""
     buf = bytearray()
-    read = getattr(stream, "read1", None) or stream.read
     while len(buf) < limit:
         chunk = read(min(65536, limit - len(buf)))
+        if chunk is None:
+            return None
         if not chunk:
             break
         buf += chunk
         if _complete(buf):
             break
     return buf.decode("utf-8", "replace")
+
+
+def read_input(stream, limit: int = MAX_STDIN * 4) -> str:
+    """The hook's stdin, up to the end of its first JSON object (a host may leave the pipe open
+    after writing it), else to EOF (a prompt typed by hand); at most `limit` bytes."""
+    read = getattr(stream, "read1", None) or stream.read
+    return _read_object(lambda n: read(n) or b"", limit) or ""
 
 
 def read_stdin(deadline: float, limit: int = MAX_STDIN * 4) -> str | None:
@@ -126,18 +134,13 @@ def read_stdin(deadline: float, limit: int = MAX_STDIN * 4) -> str | None:
     import select
     import time
 
-    buf = bytearray()
-    while len(buf) < limit:
+    def read(n: int) -> bytes | None:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([0], [], [], left)[0]:
             return None
-        chunk = os.read(0, min(65536, limit - len(buf)))
-        if not chunk:
-            break
-        buf += chunk
-        if _complete(buf):
-            break
-    return buf.decode("utf-8", "replace")
+        return os.read(0, n)
+
+    return _read_object(read, limit)
 
 
 def format_output(client: str, event: str, block: str) -> str:
