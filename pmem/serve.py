@@ -75,6 +75,7 @@ WORKERS = 4  # threads running requests (one model embeds one batch at a time an
 REQUEST_TIMEOUT = 10.0  # seconds a connection may take to send its request line
 SEND_TIMEOUT = 10.0  # seconds the server waits for a client to take its reply
 LOCK_WAIT = 60.0  # seconds a server waits for another that is starting (loading its model) to answer
+PATH_CHECK = 1.0  # seconds between a server's looks at whether its socket's path is still its own
 REPLY_BASE = 3.0  # seconds any reply may take: a busy server, a slow machine
 # Measured with MiniLM on 1 thread of the 2-core machine at load average 12: 28 ms per short
 # text, 2.6 s per 4,000-character text (512 tokens); the allowances are about 1.5-2x that.
@@ -430,7 +431,7 @@ class Server:
         self._running = 0  # connections handed to the workers
         self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}  # silent so far, oldest first
         self._short_of_fds_at = 0.0
-        self._inode: int | None = None
+        self._node: tuple[int, int] | None = None  # the socket file this server made (inode, ctime)
 
     # lifecycle
     def bind(self, wait: float = 0.0) -> None:
@@ -463,10 +464,19 @@ class Server:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
-        self._inode = os.stat(self.path).st_ino
+        self._node = self._path_node()
         sock.listen(128)
         sock.setblocking(False)
         self._sock = sock
+
+    def _path_node(self) -> tuple[int, int] | None:
+        """(inode, ctime) of the file at the socket's path, None when there is none: an inode
+        number alone can come back for the next file made there."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_ctime_ns
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -504,11 +514,17 @@ class Server:
             threading.Thread(target=self._warmed, name="pmem-serve-warm", daemon=True).start()
         selector = selectors.DefaultSelector()
         selector.register(self._sock, selectors.EVENT_READ, None)
+        look = time.monotonic() + PATH_CHECK
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if self.idle and now - self.last > self.idle and not self._running and not self._waiting:
                     break
+                if now >= look:
+                    look = now + PATH_CHECK
+                    if self._path_node() != self._node and not self._running:
+                        break  # another server took the path over (this one was stopped, or slow to
+                        # answer its status): no client reaches this one any more, so it leaves
                 wait = 0.2
                 for conn, (deadline, _) in list(self._waiting.items()):
                     if now >= deadline:
@@ -548,7 +564,7 @@ class Server:
             try:
                 # Only our own socket: a server stopped (SIGSTOP) long enough for another to take
                 # the path over must not remove the newer one's when it ends.
-                if os.stat(self.path).st_ino == self._inode:
+                if self._path_node() == self._node:
                     self.path.unlink()
             except FileNotFoundError:
                 pass

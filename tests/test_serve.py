@@ -490,6 +490,22 @@ def test_a_server_that_lost_its_path_leaves_the_new_one_alone(server_process, sh
     assert not newer.path.exists()
 
 
+def test_a_server_whose_path_was_taken_over_leaves_by_itself(server_process, short_home):
+    """A server that another took the path from (it was stopped, or too slow to answer the new
+    one's status under load) is out of every client's reach: it leaves, and the newer one's socket
+    stays."""
+    proc = server_process()
+    os.kill(proc.pid, signal.SIGSTOP)
+    newer = srv.Server(loader=CountingFake)
+    newer.bind()
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(10 + srv.PATH_CHECK)  # no signal: it notices by itself
+        assert newer.path.exists()
+    finally:
+        newer.close()
+
+
 def test_reply_timeout_grows_with_the_request():
     assert srv.reply_timeout() == srv.REPLY_BASE
     assert srv.reply_timeout(["x"] * 100) > srv.reply_timeout(["x"])
