@@ -286,3 +286,25 @@ def test_smollm2_provisioning(tmp_path_factory):
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == provision.REGISTRY[SMOL].files[SMOL_MEMBER]
     assert provision.resolve_model(SMOL, "chat", path.parent) == path
+
+
+@pytest.mark.model
+def test_pulling_minilm_makes_the_copy_the_second_vectors_run_from(tmp_path, monkeypatch):
+    import shutil
+
+    from conftest import models_dir
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+    from pmem.store import english
+
+    models = tmp_path / "models"
+    models.mkdir(mode=0o700)
+    f16 = provision.ensure_model(english.MODEL, models_dir(), progress=False)
+    shutil.copy(f16, models / f16.name)  # as fetched: the wheel's file, no copy beside it yet
+    monkeypatch.setenv("PMEM_MODELS_DIR", str(models))
+    result = CliRunner().invoke(app, ["models", "pull", english.MODEL])
+    assert result.exit_code == 0, result.output
+    q8 = models / "all-MiniLM-L6-v2.q8_0.gguf"
+    assert result.stdout.split() == [str(models / f16.name), str(q8)]
+    assert provision.is_gguf(q8) and english.model_file(progress=False) == q8

@@ -96,3 +96,7 @@ def models_pull(
         with PullBars() as bars:
             path = provision.pull(name, source=source, force=force, progress=bars)
         out.echo(str(path))
+        if name == english.MODEL and second:  # the copy the second vectors run from, made now, not
+            q8 = english.model_file(progress=False)  # by the first English command (~0.3 s)
+            if q8 != path:
+                out.echo(str(q8))
