@@ -121,6 +121,25 @@ def test_batch_matches_single_and_query_differs(tiny):
         tiny.embed("cat")
 
 
+@pytest.mark.parametrize("rows", [1, 3, embed_e5._FEW_ROWS, embed_e5._FEW_ROWS + 1])
+def test_a_linear_layer_gives_the_same_product_either_way_round(rows):
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 32)).astype(np.float32)
+    w = rng.standard_normal((48, 32)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    got = embed_e5._linear(x, w, b)
+    assert got.shape == (rows, 48)
+    assert np.allclose(got, x.astype(np.float64) @ w.T.astype(np.float64) + b, atol=1e-4)
+
+
+def test_a_short_pass_embeds_as_a_long_one_does(tiny, monkeypatch):
+    texts = ["cat", "dog dogs", "кота"]
+    few = tiny.embed_array(texts, query=True)  # a few rows: the weight on the left of each product
+    monkeypatch.setattr(embed_e5, "_FEW_ROWS", 0)  # every pass as a long one
+    many = tiny.embed_array(texts, query=True)
+    assert np.allclose(few, many, atol=1e-6)
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "not an E5S1"), (b"GGUF" + bytes(100), "not an E5S1"), (b"E5S1" + struct.pack("<I", 1), "truncated"),
     (b"E5S1" + struct.pack("<I", 7) + bytes(64), "version 7"),
@@ -284,6 +303,8 @@ def test_e5_matches_the_reference_engine(e5, kind):
     worst = int(np.argmin(cos))
     assert cos.min() >= 0.99, f"cosine {cos[worst]:.4f} for {texts[worst]!r}"
     assert any(len(e5.tokenize(t)) > 510 for t in texts) or kind == "queries"  # a windowed text is covered
+    alone = np.vstack([e5.embed_array([t], query=kind == "queries") for t in texts[:6]])  # a search's pass
+    assert np.allclose(alone, got[:6], atol=1e-5)
 
 
 @pytest.mark.model
