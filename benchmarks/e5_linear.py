@@ -2,12 +2,18 @@
 
     python benchmarks/e5_linear.py                      # queries of the retrieval sets, and sequence lengths
     python benchmarks/e5_linear.py --rounds 5 --lengths 16 64 128 256 512
+    python benchmarks/e5_linear.py --db /tmp/pmem-scale/scale-100000.db --rounds 3   # whole searches at scale
 
 pmem.embed_e5._linear multiplies a pass of up to `_FEW_ROWS` tokens as (W @ x.T).T and a longer
 one as x @ W.T. This times e5's forward pass (CPU time of this process, one BLAS thread as a query
 runs) both ways in one process: blocks of every question (`_FEW_ROWS` = 0, then the shipped value,
 alternating, --rounds times each), and passes of --lengths tokens, so the threshold can be read
 off where the two orders cross. Medians; the vectors of both orders are compared too.
+
+With --db (a scale.py store, relabelled and given second vectors as benchmarks/english_cost.py
+does), whole in-process hybrid searches instead, at the threads pmem picks: each question with
+`embed_english = none` and `minilm`, each under both orders, interleaved question by question, so
+"x @ W.T, none" is the search as it was before second vectors and this change.
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def questions(n: int) -> list[str]:
     """n questions: half the paraphrase set's, half LoCoMo dev's first conversation's."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fusion_sets
     import locomo
 
@@ -39,8 +45,11 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3, help="blocks of each order, alternating")
     ap.add_argument("--lengths", type=int, nargs="*", default=[16, 32, 64, 128, 256, 512])
+    ap.add_argument("--db", type=Path, help="a store scale.py built: whole searches instead")
     args = ap.parse_args()
     os.environ["PMEM_SERVER"] = "never"
+    if args.db:
+        return searches(args)
     import numpy as np
 
     from pmem import embed_e5 as E
@@ -90,6 +99,54 @@ def main() -> int:
     out["one pass of N tokens, ms"] = lengths
     E._FEW_ROWS = shipped
     out["load average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+def searches(args) -> int:
+    import importlib
+    import shutil
+    import tempfile
+
+    from pmem import embed_e5 as E
+    from pmem.config import load
+    from pmem.embed import load_embedder
+    from pmem.store import Filter, MemoryStore
+    from pmem.store import english as en
+    from scale_corpus import NOW
+    from scale_corpus import questions as scale_questions
+
+    S = importlib.import_module("pmem.search")  # the module (pmem.search is also a function's name)
+    shipped = E._FEW_ROWS
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        shutil.copy(args.db, path)
+        cfg = load().with_values(embed_model=en.MAIN)
+        e5 = load_embedder(en.MAIN, server="never")
+        on = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
+        with on.transaction():
+            on.conn.execute("UPDATE settings SET value = ? WHERE key = 'embed_model'", (en.MAIN,))
+            on.conn.execute("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT v.seq, v.embedding "
+                            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE pmem_lang(m.text) = 'en'")
+        off = MemoryStore(path, config=cfg.with_values(embed_english="none"), embedder=e5, clock=lambda: NOW)
+        qs = scale_questions(args.questions)
+        cells = [(rows, label, store) for label, store in (("none", off), ("minilm", on)) for rows in (0, shipped)]
+        times: dict[str, list[float]] = {}
+        for round_ in range(1 + args.rounds):
+            for q in qs:
+                for rows, label, store in cells:
+                    E._FEW_ROWS = rows
+                    t = time.perf_counter()
+                    S.search(store, q, Filter(), limit=10)
+                    if round_:
+                        name = f"{'W @ x.T' if rows else 'x @ W.T'}, embed_english = {label}"
+                        times.setdefault(name, []).append(time.perf_counter() - t)
+        E._FEW_ROWS = shipped
+        out = {"memories": on.count(), "questions": len(qs), "e5 threads": e5.inner.threads,
+               "hybrid search, ms (median)": {k: round(statistics.median(v) * 1000, 2) for k, v in times.items()},
+               "load average": [round(x, 2) for x in os.getloadavg()]}
+        on.close()
+        off.close()
     print(json.dumps(out, indent=1))
     return 0
 
