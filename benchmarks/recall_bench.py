@@ -6,6 +6,10 @@
                                                        # (search R@5/R@10), recall_neighbours 0-3
     python benchmarks/recall_bench.py --cost           # import time and index size, threads vs none
     python benchmarks/recall_bench.py --thread none    # before threads: turns as islands
+    python benchmarks/recall_bench.py --cache DIR      # the stores of retrieval.py --suite (fusion_sets.py), vectors
+                                                       # cached in DIR: evidence in the block, median tokens, by set
+    python benchmarks/recall_bench.py --cache DIR --explain    # and each miss: where search ranks the
+                                                       # evidence, and what the block spent its budget on
 
 One memory per dialogue turn, each session a thread (`locomo.turn_records(conv, "session")`), one
 database per conversation, real all-MiniLM-L6-v2. "Evidence in the recall block": the share of
@@ -190,6 +194,89 @@ def via_cli(tmp: Path, budget: int | None) -> dict:
             "mean_tokens": round(statistics.mean(tokens))}
 
 
+def suite_blocks(cache: Path, sets: list[str], explain: bool, neighbours: int | None = None) -> dict:
+    """Evidence in the recall block over fusion_sets' stores (one per LoCoMo conversation, the
+    paraphrase and multilingual sets, one mixed store), their vectors cached as retrieval.py
+    --suite caches them. With `explain`, each miss: the evidence's rank in the ranking recall
+    reads (search, 60 candidates) and further down (300), the matches and the neighbours the block
+    holds, their tokens, and the rank of the first match left out."""
+    import fusion_sets
+
+    from pmem import config, recall, search
+    from pmem.config import Settings
+    from pmem.recall import MIN_SCORE, _cost, _line
+    from pmem.store import english as en
+
+    model = Settings().embed_model
+    emb = fusion_sets.embedder(model, cache)
+    second = fusion_sets.embedder(en.MODEL, cache) \
+        if config.load().embed_english == "minilm" and model == en.MAIN else None
+    cells: dict[str, dict[str, list]] = {}
+    misses: list[dict] = []
+    causes: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        for name, store, _keys, qs in fusion_sets.stores(Path(tmp), emb, sets, second):
+            for q in qs:
+                block = recall(store, q.text, fmt="json", neighbours=neighbours)
+                keys = [m.meta.get("key") for m in block.memories()]
+                inside = bool(q.targets & set(keys))
+                extra = [m for m in block.relevant if m.id in block.neighbour_of]
+                cell = cells.setdefault(f"{name} store|{q.set}", {"in": [], "tokens": [], "memories": [], "neighbours": []})
+                cell["in"].append((q.group, inside))
+                cell["tokens"].append(block.tokens)
+                cell["memories"].append(len(block.relevant))
+                cell["neighbours"].append(len(extra))
+                if inside or not explain:
+                    continue
+                ranked = search(store, q.text, limit=60)
+                kept = [h for h in ranked if h.keyword_rank is not None or h.score >= MIN_SCORE]
+                at = [i for i, h in enumerate(ranked) if h.memory.meta.get("key") in q.targets]
+                best = ranked[at[0]] if at else None
+                far = [i for i, h in enumerate(search(store, q.text, limit=300)) if h.memory.meta.get("key") in q.targets]
+                shown = set(keys)
+                first_out = next((i for i, h in enumerate(kept) if h.memory.meta.get("key") not in shown), None)
+                if at and not any(h.memory.meta.get("key") in q.targets for h in kept):
+                    cause = "below the score cut-off"
+                elif at:
+                    cause = "ranked in the 60, past the budget"
+                elif far:
+                    cause = "ranked past 60"
+                else:
+                    cause = "not in the first 300"
+                by = causes.setdefault(f"{name} store|{q.set}", {})
+                by[cause] = by.get(cause, 0) + 1
+                misses.append({"store": name, "set": q.set, "group": q.group, "question": q.text, "cause": cause,
+                               "rank": at[:3], "rank_of_300": far[:3], "first_match_left_out": first_out,
+                               "score": None if best is None else round(best.score, 4),
+                               "cosine": None if best is None or best.distance is None else round(1 - best.distance, 4),
+                               "keyword_rank": None if best is None else best.keyword_rank,
+                               "matches": len(block.relevant) - len(extra), "neighbours": len(extra),
+                               "neighbour_tokens": sum(_cost(_line(m, "md")) for m in extra),
+                               "tokens": block.tokens})
+            for saver in (emb, getattr(emb, "inner", None), second):
+                if hasattr(saver, "save"):
+                    saver.save()
+    out: dict = {"model": model, "english": en.MODEL if second is not None else "none",
+                 "load average": os.getloadavg()[0], "sets": {}}
+    for key, c in sorted(cells.items()):
+        groups: dict[str, list[bool]] = {}
+        for group, inside in c["in"]:
+            groups.setdefault(group, []).append(inside)
+        every = [inside for _, inside in c["in"]]
+        out["sets"][key] = {"n": len(every), "in block": sum(every), "evidence_in_block": round(sum(every) / len(every), 3),
+                            "by_group": {g: round(sum(v) / len(v), 3) for g, v in sorted(groups.items())},
+                            "median_tokens": statistics.median(c["tokens"]),
+                            "mean_memories": round(statistics.mean(c["memories"]), 1),
+                            "blocks_with_neighbours": sum(1 for n in c["neighbours"] if n),
+                            "neighbours": sum(c["neighbours"])}
+        if explain:
+            out["sets"][key]["misses_by_cause"] = causes.get(key, {})
+    if explain:
+        out["misses"] = misses
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--via", choices=["cli", "lib"], default="lib")
@@ -201,11 +288,17 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=None, help="recall budget (default: the setting, 1500)")
     ap.add_argument("--neighbour-matches", type=int, default=None,
                     help="how many of recall's best matches bring neighbours (default: pmem.recall.NEIGHBOUR_MATCHES)")
+    ap.add_argument("--cache", default="", help="the stores of retrieval.py --suite, vectors cached in this folder")
+    ap.add_argument("--sets", nargs="+", default=["locomo"], help="--cache: which sets (fusion_sets.SETS)")
+    ap.add_argument("--explain", action="store_true", help="--cache: each miss, its evidence's rank and the block")
     args = ap.parse_args()
     if args.neighbour_matches is not None:
         import pmem.recall  # noqa: F401
 
         sys.modules["pmem.recall"].NEIGHBOUR_MATCHES = args.neighbour_matches
+    if args.cache:
+        print(json.dumps(suite_blocks(Path(args.cache), args.sets, args.explain, args.neighbours), indent=1, ensure_ascii=False))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
         if args.via == "cli":

@@ -61,7 +61,8 @@ class Settings:
         choices=("auto", "label", "rewrite"))
     recall_budget: int = _setting(1500, "default token budget of `pmem recall`", low=0, high=_INT_MAX)
     recall_neighbours: int = _setting(1, "thread neighbours on each side that `pmem recall` brings with each of "
-                                         "its best three matches", low=0, high=_INT_MAX)
+                                         "its best three matches, in the budget the matches leave",
+                                         low=0, high=_INT_MAX)
     recall_min_score: float = _setting(0.02, "score (0..1, as `pmem search` shows it) below which `pmem recall` "
                                              "leaves a meaning-only match (no query word) out as noise",
                                        low=0.0, high=1.0)

@@ -29,7 +29,8 @@ NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that co
 MIN_SCORE = 0.02  # default recall_min_score: meaning-only matches scoring less are left out
 # Only the best few matches bring neighbours: on LoCoMo (benchmarks/README.md: Threads) neighbours
 # for every match spent the budget on context and left evidence out (0.882 of questions with their
-# evidence in the block, against 0.911 with none); for the best three it stayed at 0.911.
+# evidence in the block, against 0.911 with none); for the best three it stayed at 0.911. They
+# come after every match that fits (benchmarks/README.md: The recall block's budget).
 NEIGHBOUR_MATCHES = 3
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -128,8 +129,9 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         min_similarity: instead of min_score, leave out only meaning-only matches whose cosine
             is below this (every keyword match stays).
         neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches
-            brings, nearest first while they fit (default: the `recall_neighbours` setting); a
-            match and its neighbours are shown as one block in thread order, each memory once.
+            brings, nearest first, in the budget the matches leave (default: the
+            `recall_neighbours` setting); a match and its neighbours are shown as one block in
+            thread order, each memory once.
 
     Returns:
         A Recalled. Raises UsageError for an unknown format, a budget below 1 or negative
@@ -201,21 +203,27 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         if not fits(result.core, m):
             result.left_out += 1
     included = {m.id for m in result.core}
-    came_with: dict[str, str] = {}  # neighbour -> the match it came with, for grouping blocks
+    best: list[Memory] = []  # the best matches in the block that bring neighbours
     for rank, m in enumerate(others):
         if m.id in included:
-            result.neighbour_of.pop(m.id, None)  # already here as a neighbour: now a match itself
-        elif fits(result.relevant, m):
-            included.add(m.id)
-        else:
+            continue
+        if not fits(result.relevant, m):
             result.left_out += 1
             continue
-        if query and neighbours and m.thread is not None and rank < NEIGHBOUR_MATCHES:
-            before, after = store.thread_neighbours(m, neighbours, neighbours, others_flt)
-            for n in _nearest_first(before, after):
-                if n.id not in included and fits(result.relevant, n):
-                    included.add(n.id)
-                    result.neighbour_of[n.id] = came_with[n.id] = m.id
+        included.add(m.id)
+        if m.thread is not None and rank < NEIGHBOUR_MATCHES:
+            best.append(m)
+    # Neighbours get what the matches leave, never a match's place: the keyword index already
+    # ranks a turn by its neighbours' words, so the neighbours worth reading rank as matches, and
+    # on LoCoMo those that did not never held the evidence (benchmarks/README.md: The recall
+    # block's budget). In a store the matches do not fill, they still come.
+    came_with: dict[str, str] = {}  # neighbour -> the match it came with, for grouping blocks
+    for m in best if query and neighbours else ():
+        before, after = store.thread_neighbours(m, neighbours, neighbours, others_flt)
+        for n in _nearest_first(before, after):
+            if n.id not in included and fits(result.relevant, n):
+                included.add(n.id)
+                result.neighbour_of[n.id] = came_with[n.id] = m.id
     if came_with:
         result.relevant = _blocks(result.relevant, came_with)
     result.tokens = used
@@ -238,28 +246,28 @@ def _nearest_first(before: list[Memory], after: list[Memory]) -> list[Memory]:
 
 def _blocks(memories: list[Memory], came_with: dict[str, str]) -> list[Memory]:
     """Group a thread's members into blocks in thread order, each placed where its first member
-    was recalled: a neighbour joins the block of the match it came with, and a match joins a
-    block of its thread that it touches (positions at most one apart), merging blocks it bridges."""
+    was recalled: a memory joins the blocks of its thread that it touches (positions at most one
+    apart), a neighbour also the block of the match it came with, and the blocks it bridges merge.
+    Neighbours are recalled after every match, so a neighbour can bridge two matches' blocks."""
     blocks: list[list[Memory]] = []
     block_of: dict[str, list[Memory]] = {}
     for m in memories:
+        joins: list[list[Memory]] = []
         if m.id in came_with and came_with[m.id] in block_of:
-            block = block_of[came_with[m.id]]
-            block.append(m)
-            block_of[m.id] = block
-            continue
-        pos = m.thread_pos or 0
-        touching = [] if m.thread is None else [
-            b for b in blocks if b[0].thread == m.thread
-            and min(x.thread_pos or 0 for x in b) - 1 <= pos <= max(x.thread_pos or 0 for x in b) + 1]
-        if not touching:
-            touching = [[]]
-            blocks.append(touching[0])
-        first = touching[0]
+            joins.append(block_of[came_with[m.id]])
+        if m.thread is not None:
+            pos = m.thread_pos or 0
+            joins += [b for b in blocks if b[0].thread == m.thread and not any(b is j for j in joins)
+                      and min(x.thread_pos or 0 for x in b) - 1 <= pos <= max(x.thread_pos or 0 for x in b) + 1]
+        if not joins:
+            joins = [[]]
+            blocks.append(joins[0])
+        joins.sort(key=lambda b: next(i for i, x in enumerate(blocks) if x is b))
+        first = joins[0]
         first.append(m)
-        for other in touching[1:]:  # m bridges two blocks: the later one joins the first
+        for other in joins[1:]:  # m bridges blocks: the later ones join the first
             first.extend(other)
-            blocks.remove(other)
+            blocks[:] = [b for b in blocks if b is not other]
         for x in first:
             block_of[x.id] = first
     for block in blocks:

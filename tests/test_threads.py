@@ -252,7 +252,7 @@ def test_recall_never_exceeds_the_budget_with_neighbours(store, fmt):
                              thread=f"chat-{t}") for i in range(30)])
     store.add("core fact", pinned=True)
     for neighbours in (0, 1, 3):
-        for budget in (30, 120, 500, 1500):
+        for budget in (30, 120, 500, 1500, 4000):
             r = recall(store, "cabin trip", budget=budget, fmt=fmt, neighbours=neighbours)
             out = render(r, fmt)
             if fmt != "json":
@@ -260,8 +260,10 @@ def test_recall_never_exceeds_the_budget_with_neighbours(store, fmt):
             assert r.tokens <= budget
             ids = [m.id for m in r.memories()]
             assert len(ids) == len(set(ids))
-            if neighbours and budget >= 500:
-                assert r.neighbour_of
+            if neighbours and budget >= 4000:  # every match fits, with room left for context
+                assert r.neighbour_of and not r.left_out
+            if r.left_out:  # matches of one size were left out: no neighbour took their place
+                assert not r.neighbour_of
 
 
 # -- JSONL ---------------------------------------------------------------------------------------

@@ -210,8 +210,8 @@ def recall(
 ) -> None:
     """Print what another LLM should know: core memories, then the most relevant, under a budget.
 
-    The best three matches that are part of a thread (a conversation) bring their neighbours,
-    each as one block in thread order, as long as they fit.
+    The best three matches that are part of a thread (a conversation) bring their neighbours
+    in the budget the matches leave, each as one block in thread order.
 
     \b
     Examples:
