@@ -5,8 +5,9 @@ Figures behind the constants and the query plans: benchmarks/README.md ("The sto
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .connection import Connection, Progress
 from .filter import LIVE_SQL, Filter, date_window, estimate
@@ -237,6 +238,23 @@ class KeywordIndex:
             if held <= cap:
                 return True
         return False
+
+    def neighbours(self, seqs: Sequence[int]) -> dict[int, list[int]]:
+        """The live thread neighbours within the window (those whose words a keyword entry holds)
+        of each live threaded memory among `seqs`, by seq: for the dense side's thread lift
+        (pmem.search.thread_lift). A memory with no thread, or not live, has none."""
+        before, after = self.window()
+        parts = [_nearest("c.thread", "c.thread_pos", "c.seq", count, side, "seq")
+                 for count, side in ((before, -1), (after, 1)) if count > 0]
+        if not parts or not seqs:
+            return {}
+        out: dict[int, list[int]] = {}
+        for seq, near in self.db.execute(
+                f"SELECT c.seq, w.seq FROM json_each(?) p JOIN memories c ON c.seq = p.value "
+                f"JOIN memories w ON w.seq IN ({' UNION ALL '.join(parts)}) "
+                f"WHERE c.thread IS NOT NULL AND {LIVE_SQL.format(a='c')}", (json.dumps(list(seqs)),)):
+            out.setdefault(seq, []).append(near)
+        return out
 
     def starting_with(self, words: list[str]) -> str:
         """An FTS5 expression for texts that begin with these words (with the index's stemming)."""
