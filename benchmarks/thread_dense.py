@@ -2,6 +2,7 @@
 
     python benchmarks/thread_dense.py lists            # every memory's cosines (cached vectors), the variants' lists
     python benchmarks/thread_dense.py report           # each variant's figures next to the shipped dense side
+    python benchmarks/thread_dense.py scale --db /tmp/pmem-scale/scale-100000.db   # search() with the lift and without
 
 The keyword side indexes each threaded turn with its neighbours' words (benchmarks/README.md,
 "Threads"); the dense side scores each turn alone, so "Yes, last Tuesday!" is far in meaning from
@@ -16,6 +17,7 @@ pickles lists in `fit_fusion.py collect`'s shape, so `fit_fusion.py report --den
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import pickle
@@ -240,14 +242,78 @@ def report(lists: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def scale(db: Path, count: int, rounds: int, thread_size: int) -> dict:
+    """search() on a copy of a scale.py store (fake-384 vectors), its memories put in threads of
+    `thread_size` in storage order (scale.py's stores have none; 0: left so), with
+    pmem.search.thread_lift and without, alternating, hybrid and semantic, ms per query (medians
+    of the rounds after the first); and KeywordIndex.neighbours alone on each question's dense
+    candidates (the lift's one read)."""
+    import shutil
+    import sqlite3
+    import statistics
+    import time
+    from dataclasses import replace
+
+    from pmem.config import load
+    from pmem.store import Filter, MemoryStore
+
+    from scale_corpus import NOW, questions
+
+    s = importlib.import_module("pmem.search")
+    off = replace(s.DEFAULT_TUNING, thread_lift=0.0)
+    qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
+    times: dict[str, list[float]] = {}
+    threaded = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        shutil.copy(db, path)
+        if thread_size:
+            conn = sqlite3.connect(path)  # the keyword entries keep no neighbours' words: only the dense side is timed
+            conn.execute("DROP TRIGGER IF EXISTS memories_au")
+            conn.execute("UPDATE memories SET thread = 'scale:' || (seq / ?), thread_pos = seq % ?",
+                         (thread_size, thread_size))
+            conn.commit()
+            conn.close()
+        store = MemoryStore(path, config=load().with_values(embed_model="fake-384"), clock=lambda: NOW)
+        threaded = store.conn.execute("SELECT count(*) FROM memories WHERE thread IS NOT NULL").fetchone()[0]
+        for round_ in range(1 + rounds):
+            for q in qs:
+                for mode in ("hybrid", "semantic"):
+                    for label, tuning in (("thread lift", s.DEFAULT_TUNING), ("without", off)):
+                        t = time.perf_counter()
+                        s.search(store, q, Filter(), limit=10, mode=mode, tuning=tuning)
+                        if round_:
+                            times.setdefault(f"{mode} search, {label}", []).append(time.perf_counter() - t)
+                sem = s.semantic_ranks(store, q, Filter(), s.DEFAULT_TUNING.candidates)
+                if round_:
+                    t = time.perf_counter()
+                    store.keywords.neighbours([seq for seq, _ in sem])
+                    times.setdefault("KeywordIndex.neighbours of the dense candidates, alone", []).append(
+                        time.perf_counter() - t)
+        memories = store.count()
+        store.close()
+    return {"memories": memories, "threaded": threaded, "questions": len(qs), "rounds": rounds,
+            "ms per query (median)": {k: round(statistics.median(v) * 1000, 3) for k, v in times.items()},
+            "load average": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["lists", "report"])
+    ap.add_argument("what", choices=["lists", "report", "scale"])
+    ap.add_argument("--db", type=Path, default=None, help="scale: a store scale.py built")
+    ap.add_argument("--questions", type=int, default=16, help="scale: LoCoMo questions, and as many paraphrase ones")
+    ap.add_argument("--rounds", type=int, default=3, help="scale: rounds after the first (cold) one")
+    ap.add_argument("--thread-size", type=int, default=20, help="scale: memories a thread (0: none)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), help="of VARIANTS")
     ap.add_argument("--lists", default="", help="the folder of fit_fusion.py collect's pickles (default: the cache)")
     args = ap.parse_args()
     folder = Path(args.lists) if args.lists else CACHE
     out = folder / "thread-dense.pickle"
+    if args.what == "scale":
+        if args.db is None:
+            ap.error("scale needs --db")
+        print(json.dumps(scale(args.db, args.questions, args.rounds, args.thread_size), indent=1))
+        return 0
     if args.what == "lists":
         lists = make_lists(args.variants, folder)
         out.write_bytes(pickle.dumps(lists))

