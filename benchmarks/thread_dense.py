@@ -72,10 +72,12 @@ def neighbours(records, before: int, after: int):
     return out
 
 
-def scores(records, qs):
+def scores(records, qs, context=None):
     """The shipped dense side's score of every (question, memory), as fit_fusion.dense_lists
     computes it: rescaled from each model's floor, e5 alone unless both are English. Returns
-    (full, pooled): `pooled` leaves every memory past e5's nearest POOL at -9 (what search ranks)."""
+    (full, pooled): `pooled` leaves every memory past e5's nearest POOL at -9 (what search ranks).
+    `context` (b, neighbour indices): each memory's vector of each model replaced by its context
+    vector, the unit mean of its own and b times each neighbour's."""
     import numpy as np
 
     from pmem.stemming import index_language
@@ -86,6 +88,10 @@ def scores(records, qs):
     for model, symmetric in fusion_sets.DENSE[BASE]:
         emb = fit_fusion._embedder(model)
         m = np.asarray(emb.embed(texts, query=symmetric), np.float32)
+        if context is not None:
+            b, idx = context
+            m = m + b * np.where((idx >= 0)[..., None], m[np.clip(idx, 0, None)], 0.0).sum(axis=1)
+            m /= np.linalg.norm(m, axis=1, keepdims=True)
         q = np.asarray(emb.embed([x.text for x in qs], query=True), np.float32)
         mats.append((q @ m.T, fusion_sets.floor(model, symmetric)))
         if hasattr(emb, "save"):
@@ -129,6 +135,14 @@ for _where in ("near", "cand"):
     VARIANTS[f"mean0.5-w22-{_where}"] = ("mean", 0.5, (2, 2), _where)
 for _b in (0.1, 0.15, 0.2, 0.25, 0.3):
     VARIANTS[f"lift{_b}-w22-list"] = ("lift", _b, (2, 2), "list")
+
+
+# Context vectors: the memory's vector (each model's) replaced by the unit mean of its own and b
+# times each live neighbour's in the window ("ctx"), or the better of that and its own ("ctxmax").
+for _b in (0.25, 0.5, 1.0):
+    for _w in ((1, 1), (2, 2)):
+        VARIANTS[f"ctx{_b}-w{_w[0]}{_w[1]}"] = ("ctx", _b, _w, "all")
+        VARIANTS[f"ctxmax{_b}-w{_w[0]}{_w[1]}"] = ("ctxmax", _b, _w, "all")
 
 
 def fold(rule: str, b: float, s, nb):
@@ -190,6 +204,8 @@ def variant_lists(full, pooled, nbrs, rule: str, b: float, window, where: str, n
 def make_lists(names: list[str], folder: Path) -> dict[str, list[dict]]:
     """The shipped lists with the dense side of each variant in `names` (plus BASE recomputed,
     which must equal `fit_fusion.py collect`'s)."""
+    import numpy as np
+
     shipped = pickle.loads((folder / f"lists-{BASE}.pickle").read_bytes())
     out: dict[str, list[dict]] = {name: [] for name in ["recomputed", *names]}
     at = 0
@@ -204,9 +220,13 @@ def make_lists(names: list[str], folder: Path) -> dict[str, list[dict]]:
         variants = {"recomputed": None, **{name: VARIANTS[name] for name in names}}
         for name, spec in variants.items():
             if spec is None:
-                import numpy as np
-
                 lists = [[(int(i), float(row[i])) for i in np.argsort(-row, kind="stable")[:n]] for row in pooled]
+            elif spec[0].startswith("ctx"):
+                rule, b, (before, after), _ = spec
+                idx = nbrs[:, list(range(before)) + [nbrs.shape[1] // 2 + k for k in range(after)]]
+                ctx, _ = scores(records, qs, (b, idx))
+                score = ctx if rule == "ctx" else np.maximum(full, ctx)
+                lists = [[(int(i), float(row[i])) for i in np.argsort(-row, kind="stable")[:n]] for row in score]
             else:
                 lists = variant_lists(full, pooled, nbrs, *spec, n)
             for q, lst in zip(base, lists):

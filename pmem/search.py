@@ -2,8 +2,9 @@
 min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/README.md).
 The keyword list's share of it is decided per query from the evidence of both lists
 (`evidence`, `keyword_share`): a fixed 0.6, tuned where names decide (LoCoMo), let a memory
-sharing one common word with a question in other words outrank what its meaning found. After the
-fusion the dense side's best memory goes first where the words cannot overrule it (`dense_first`).
+sharing one common word with a question in other words outrank what its meaning found. Before the
+fusion a threaded memory's dense distance borrows from a nearer neighbour's (`thread_lift`); after
+it the dense side's best memory goes first where the words cannot overrule it (`dense_first`).
 
 That fusion ranks, but it is relative to one result list: the top hit always gets 1.0. What a
 Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
