@@ -5,8 +5,9 @@ Figures behind the constants and the query plans: benchmarks/README.md ("The sto
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .connection import Connection, Progress
 from .filter import LIVE_SQL, Filter, date_window, estimate
@@ -237,6 +238,23 @@ class KeywordIndex:
             if held <= cap:
                 return True
         return False
+
+    def neighbours(self, seqs: Sequence[int]) -> dict[int, list[int]]:
+        """The live thread neighbours within the window (those whose words a keyword entry holds)
+        of each live threaded memory among `seqs`, by seq: for the dense side's thread lift
+        (pmem.search.thread_lift). A memory with no thread, or not live, has none."""
+        before, after = self.window()
+        parts = [_nearest("c.thread", "c.thread_pos", "c.seq", count, side, "seq")
+                 for count, side in ((before, -1), (after, 1)) if count > 0]
+        if not parts or not seqs or self.db.execute(
+                "SELECT 1 FROM memories WHERE thread IS NOT NULL LIMIT 1").fetchone() is None:
+            return {}
+        # one correlated read a candidate, through memories_thread: ~2 ms for 100 at 100,000
+        rows = self.db.execute(
+            f"SELECT c.seq, (SELECT json_group_array(seq) FROM ({' UNION ALL '.join(parts)})) FROM json_each(?) p "
+            f"JOIN memories c ON c.seq = p.value WHERE c.thread IS NOT NULL AND {LIVE_SQL.format(a='c')}",
+            (json.dumps(list(seqs)),)).fetchall()
+        return {seq: near for seq, near in ((seq, json.loads(near)) for seq, near in rows) if near}
 
     def starting_with(self, words: list[str]) -> str:
         """An FTS5 expression for texts that begin with these words (with the index's stemming)."""
