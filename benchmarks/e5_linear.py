@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def questions(n: int) -> list[str]:
     """n questions: half the paraphrase set's, half LoCoMo dev's first conversation's."""
     import fusion_sets
+
     import locomo
 
     _, para = fusion_sets.paraphrase_records()
@@ -113,6 +114,7 @@ def searches(args) -> int:
     from pmem.embed import load_embedder
     from pmem.store import Filter, MemoryStore
     from pmem.store import english as en
+
     from scale_corpus import NOW
     from scale_corpus import questions as scale_questions
 
