@@ -106,14 +106,12 @@ def main() -> int:
 
 def searches(args) -> int:
     import importlib
-    import shutil
     import tempfile
 
+    from english_cost import english_copy
+
     from pmem import embed_e5 as E
-    from pmem.config import load
-    from pmem.embed import load_embedder
     from pmem.store import Filter, MemoryStore
-    from pmem.store import english as en
 
     from scale_corpus import NOW
     from scale_corpus import questions as scale_questions
@@ -121,15 +119,7 @@ def searches(args) -> int:
     S = importlib.import_module("pmem.search")  # the module (pmem.search is also a function's name)
     shipped = E._FEW_ROWS
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "store.db"
-        shutil.copy(args.db, path)
-        cfg = load().with_values(embed_model=en.MAIN)
-        e5 = load_embedder(en.MAIN, server="never")
-        on = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
-        with on.transaction():
-            on.conn.execute("UPDATE settings SET value = ? WHERE key = 'embed_model'", (en.MAIN,))
-            on.conn.execute("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT v.seq, v.embedding "
-                            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE pmem_lang(m.text) = 'en'")
+        path, cfg, e5, on = english_copy(args.db, Path(tmp))
         off = MemoryStore(path, config=cfg.with_values(embed_english="none"), embedder=e5, clock=lambda: NOW)
         qs = scale_questions(args.questions)
         cells = [(rows, label, store) for label, store in (("none", off), ("minilm", on)) for rows in (0, shipped)]

@@ -30,6 +30,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_corpus import NOW, questions  # noqa: E402
 
 
+def english_copy(db: Path, tmp: Path):
+    """A copy of scale.py's store `db` in `tmp`, relabelled as the default model's, every English
+    memory given a second vector (its own vector again): (path, config, e5, the store)."""
+    from pmem.config import load
+    from pmem.embed import load_embedder
+    from pmem.store import MemoryStore
+    from pmem.store import english as en
+
+    path = tmp / "store.db"
+    shutil.copy(db, path)
+    cfg = load().with_values(embed_model=en.MAIN)
+    e5 = load_embedder(en.MAIN, server="never")
+    store = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
+    with store.transaction():
+        store.conn.execute("UPDATE settings SET value = ? WHERE key = 'embed_model'", (en.MAIN,))
+        store.conn.execute("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT v.seq, v.embedding "
+                           "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE pmem_lang(m.text) = 'en'")
+    return path, cfg, e5, store
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", type=Path, required=True, help="a store scale.py built (fake-384 vectors)")
@@ -41,23 +61,14 @@ def main() -> int:
     os.environ["PMEM_SERVER"] = "never"
     import importlib
 
-    from pmem.config import load
     from pmem.embed import load_embedder
     from pmem.store import Filter, MemoryStore
     from pmem.store import english as en
 
     S = importlib.import_module("pmem.search")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "store.db"
-        shutil.copy(args.db, path)
-        cfg = load().with_values(embed_model=en.MAIN)
-        e5 = load_embedder(en.MAIN, server="never")
+        path, cfg, e5, on = english_copy(args.db, Path(tmp))
         minilm = load_embedder(en.MODEL, server="never")
-        on = MemoryStore(path, config=cfg, embedder=e5, clock=lambda: NOW)
-        with on.transaction():
-            on.conn.execute("UPDATE settings SET value = ? WHERE key = 'embed_model'", (en.MAIN,))
-            on.conn.execute("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT v.seq, v.embedding "
-                            "FROM memory_vec v JOIN memories m ON m.seq = v.seq WHERE pmem_lang(m.text) = 'en'")
 
         class AsBefore:
             """MiniLM as the third round ran it: its f16 file, every call at the model's threads."""
