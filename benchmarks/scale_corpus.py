@@ -59,3 +59,52 @@ def questions(count: int = 16) -> list[str]:
     qs = [q["question"] for conv in locomo.load(DATA) for q in locomo.questions(conv)]
     step = len(qs) // count
     return [qs[i * step] for i in range(count)]
+
+
+def interleaved(queries: list[str], cells: dict, rounds: int) -> dict[str, float]:
+    """Milliseconds per query (medians over the rounds after a first, cold one) of each of `cells`
+    (label -> a call on one query), the cells run one after another on each query so that a change
+    of load falls on all of them alike. A cell returns None to be timed whole, or the seconds of
+    the part it timed itself (its preparation left out), or False for nothing to time."""
+    import statistics
+    import time
+
+    times: dict[str, list[float]] = {}
+    for round_ in range(1 + rounds):
+        for q in queries:
+            for label, cell in cells.items():
+                t = time.perf_counter()
+                part = cell(q)
+                spent = time.perf_counter() - t if part is None else part
+                if round_ and spent is not False:
+                    times.setdefault(label, []).append(spent)
+    return {label: round(statistics.median(v) * 1000, 3) for label, v in times.items()}
+
+
+def with_and_without(store, label: str, on, off, alone: tuple[str, object], queries: list[str],
+                     rounds: int) -> dict[str, float]:
+    """interleaved() of pmem.search.search in hybrid and semantic mode with Tuning `on` (called
+    `label`) and `off` ("without"), and of `alone` = (its label, a call on each query's dense
+    candidates' seqs: the one read a rule adds) timed by itself."""
+    import time
+
+    from pmem.search import DEFAULT_TUNING, search, semantic_ranks
+    from pmem.store import Filter
+
+    def timed(mode, tuning):
+        def cell(q):
+            search(store, q, Filter(), limit=10, mode=mode, tuning=tuning)
+        return cell
+
+    name, read = alone
+
+    def by_itself(q):
+        seqs = [seq for seq, _ in semantic_ranks(store, q, Filter(), DEFAULT_TUNING.candidates)]
+        t = time.perf_counter()
+        read(seqs)  # type: ignore[operator]
+        return time.perf_counter() - t
+
+    cells = {f"{mode} search, {name_}": timed(mode, tuning) for mode in ("hybrid", "semantic")
+             for name_, tuning in ((label, on), ("without", off))}
+    cells[name] = by_itself
+    return interleaved(queries, cells, rounds)

@@ -270,19 +270,16 @@ def scale(db: Path, count: int, rounds: int, thread_size: int) -> dict:
     candidates (the lift's one read)."""
     import shutil
     import sqlite3
-    import statistics
-    import time
     from dataclasses import replace
 
     from pmem.config import load
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import MemoryStore
 
-    from scale_corpus import NOW, questions
+    from scale_corpus import NOW, questions, with_and_without
 
     s = importlib.import_module("pmem.search")
     off = replace(s.DEFAULT_TUNING, thread_lift=0.0)
     qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
-    times: dict[str, list[float]] = {}
     threaded = 0
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.db"
@@ -296,25 +293,14 @@ def scale(db: Path, count: int, rounds: int, thread_size: int) -> dict:
             conn.close()
         store = MemoryStore(path, config=load().with_values(embed_model="fake-384"), clock=lambda: NOW)
         threaded = store.conn.execute("SELECT count(*) FROM memories WHERE thread IS NOT NULL").fetchone()[0]
-        for round_ in range(1 + rounds):
-            for q in qs:
-                for mode in ("hybrid", "semantic"):
-                    for label, tuning in (("thread lift", s.DEFAULT_TUNING), ("without", off)):
-                        t = time.perf_counter()
-                        s.search(store, q, Filter(), limit=10, mode=mode, tuning=tuning)
-                        if round_:
-                            times.setdefault(f"{mode} search, {label}", []).append(time.perf_counter() - t)
-                sem = s.semantic_ranks(store, q, Filter(), s.DEFAULT_TUNING.candidates)
-                if round_:
-                    t = time.perf_counter()
-                    store.keywords.neighbours([seq for seq, _ in sem])
-                    times.setdefault("KeywordIndex.neighbours of the dense candidates, alone", []).append(
-                        time.perf_counter() - t)
+
+        times = with_and_without(store, "thread lift", s.DEFAULT_TUNING, off,
+                                 ("KeywordIndex.neighbours of the dense candidates, alone", store.keywords.neighbours),
+                                 qs, rounds)
         memories = store.count()
         store.close()
     return {"memories": memories, "threaded": threaded, "questions": len(qs), "rounds": rounds,
-            "ms per query (median)": {k: round(statistics.median(v) * 1000, 3) for k, v in times.items()},
-            "load average": round(os.getloadavg()[0], 2)}
+            "ms per query (median)": times, "load average": round(os.getloadavg()[0], 2)}
 
 
 def main() -> int:

@@ -3,8 +3,9 @@ min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/
 The keyword list's share of it is decided per query from the evidence of both lists
 (`evidence`, `keyword_share`): a fixed 0.6, tuned where names decide (LoCoMo), let a memory
 sharing one common word with a question in other words outrank what its meaning found. Before the
-fusion a threaded memory's dense distance borrows from a nearer neighbour's (`thread_lift`); after
-it the dense side's best memory goes first where the words cannot overrule it (`dense_first`).
+fusion a threaded memory's dense distance borrows from a nearer neighbour's (`thread_lift`) and a
+memory that is itself a question moves back (`asking`); after it the dense side's best memory goes
+first where the words cannot overrule it (`dense_first`).
 
 That fusion ranks, but it is relative to one result list: the top hit always gets 1.0. What a
 Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
@@ -86,6 +87,16 @@ DENSE_MARGIN = 0.08
 THREAD_LIFT = 0.2
 
 
+# A memory that only asks (its text ends with a question mark: "What pet do you have?", "How long
+# have you been married?") states nothing that answers a question, yet the dense side finds
+# questions nearest to questions: e5's "query: " on both sides embeds them alike. After the lift
+# its dense distance grows by QUESTION_PENALTY of the model's rescaled scale (1 - score_floor:
+# about 0.03 of e5's distance), so it stays a candidate but yields to a statement about as near
+# (benchmarks/README.md, "A question is not an answer"). 0.05-0.25 measured, 0.10-0.25 alike; a
+# quarter of LoCoMo's turns are questions, 13% of its evidence turns.
+QUESTION_PENALTY = 0.15
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Fusion constants (see benchmarks/README.md).
@@ -114,6 +125,7 @@ class Tuning:
     common_exponent: float = COMMON_EXPONENT
     dense_margin: float = DENSE_MARGIN
     thread_lift: float = THREAD_LIFT  # hybrid and semantic modes (thread_lift, the function); 0: off
+    question_penalty: float = QUESTION_PENALTY  # hybrid and semantic modes (asking); 0: off
 
 
 DEFAULT_TUNING = Tuning()
@@ -317,6 +329,16 @@ def thread_lift(sem: list[tuple[int, float]], neighbours: dict[int, list[int]],
     return out
 
 
+def asking(sem: list[tuple[int, float]], questions: Collection[int], step: float) -> list[tuple[int, float]]:
+    """The dense side's (seq, distance) with each memory in `questions` (MemoryStore.questions)
+    put `step` farther; best first again, equal distances by seq as the ranks break them."""
+    if not questions or step <= 0.0:
+        return sem
+    out = [(seq, d + step if seq in questions else d) for seq, d in sem]
+    out.sort(key=lambda pair: (pair[1], pair[0]))
+    return out
+
+
 def fuse(kw: list[tuple[int, float]], sem: list[tuple[int, float]], floor: float, query: str,
          mode: str = "hybrid", tuning: Tuning = DEFAULT_TUNING,
          rare: Callable[[int], bool] | None = None) -> dict[int, float]:
@@ -403,10 +425,12 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     distance = dict(sem)  # each memory's own: what a Hit reports, and its absolute score
     if sem and tuning.thread_lift > 0.0:
         sem = thread_lift(sem, store.keywords.neighbours([seq for seq, _ in sem]), tuning.thread_lift)
+    floor = store.thresholds().score_floor if sem else 0.0
+    if sem and tuning.question_penalty > 0.0:
+        sem = asking(sem, store.questions([seq for seq, _ in sem]), tuning.question_penalty * (1.0 - floor))
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
     sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}
     bm25 = dict(kw)
-    floor = store.thresholds().score_floor if sem else 0.0
     rare = None
     if mode == "hybrid" and tuning.dense_first and kw:
         def rare(seq: int) -> bool:  # only asked where the dense side's best is far down the fused order

@@ -70,6 +70,11 @@ def _normalize(m: Memory) -> Memory:
     return replace(m, text=text, tags=tags, pinned=pinned, tier=tier, thread=thread, thread_pos=pos)
 
 
+# MemoryStore.questions: what ends a question, and what may follow it (stored texts are stripped)
+_QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ?, the full-width ？, the Arabic ؟
+_CLOSING = " \t\r\n\"')]}»\u201d\u2019"
+
+
 class MemoryStore(DreamReads):
     """The memory database. Open one per process; it is cheap until a model is needed."""
 
@@ -270,6 +275,17 @@ class MemoryStore(DreamReads):
     def memories_by_seq(self, seqs: Iterable[int]) -> dict[int, Memory]:
         """Memories by their row number (search results carry seqs)."""
         return self.db.by_seq(seqs)
+
+    def questions(self, seqs: Iterable[int]) -> set[int]:
+        """Which of these memories are a question themselves: the text ends with a question mark
+        (?, the full-width ？ or the Arabic ؟), closing quotes and brackets aside. One read, by
+        row number, of each text's last characters only (pmem.search.asking)."""
+        wanted = list(seqs)
+        if not wanted:
+            return set()
+        rows = self.conn.execute("SELECT seq, substr(text, -8) FROM memories"
+                                 " WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(wanted),)).fetchall()
+        return {seq for seq, end in rows if end.rstrip(_CLOSING).endswith(_QUESTION_MARKS)}
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         """Which of these exact ids are stored (one query, for imports and id allocation)."""
