@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,7 +66,7 @@ def interleaved(queries: list[str], cells: dict, rounds: int) -> dict[str, float
     """Milliseconds per query (medians over the rounds after a first, cold one) of each of `cells`
     (label -> a call on one query), the cells run one after another on each query so that a change
     of load falls on all of them alike. A cell returns None to be timed whole, or the seconds of
-    the part it timed itself (its preparation left out), or False for nothing to time."""
+    the part it timed itself (its preparation left out)."""
     import statistics
     import time
 
@@ -76,12 +77,12 @@ def interleaved(queries: list[str], cells: dict, rounds: int) -> dict[str, float
                 t = time.perf_counter()
                 part = cell(q)
                 spent = time.perf_counter() - t if part is None else part
-                if round_ and spent is not False:
+                if round_:
                     times.setdefault(label, []).append(spent)
     return {label: round(statistics.median(v) * 1000, 3) for label, v in times.items()}
 
 
-def with_and_without(store, label: str, on, off, alone: tuple[str, object], queries: list[str],
+def with_and_without(store, label: str, on, off, alone: tuple[str, Callable[[list[int]], object]], queries: list[str],
                      rounds: int) -> dict[str, float]:
     """interleaved() of pmem.search.search in hybrid and semantic mode with Tuning `on` (called
     `label`) and `off` ("without"), and of `alone` = (its label, a call on each query's dense
@@ -101,7 +102,7 @@ def with_and_without(store, label: str, on, off, alone: tuple[str, object], quer
     def by_itself(q):
         seqs = [seq for seq, _ in semantic_ranks(store, q, Filter(), DEFAULT_TUNING.candidates)]
         t = time.perf_counter()
-        read(seqs)  # type: ignore[operator]
+        read(seqs)
         return time.perf_counter() - t
 
     cells = {f"{mode} search, {name_}": timed(mode, tuning) for mode in ("hybrid", "semantic")
