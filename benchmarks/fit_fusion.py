@@ -7,14 +7,17 @@
     python benchmarks/fit_fusion.py terms               # each question's words in its store (dense_first's evidence)
     python benchmarks/fit_fusion.py scale --db /tmp/pmem-scale/scale-100000.db   # search() with and without dense_first
     python benchmarks/fit_fusion.py collect --dense e5 e5-symmetric minilm minilm+e5   # dense sides compared
+    python benchmarks/fit_fusion.py collect --dense searched     # the lists as search() itself fuses them
 
 `collect` builds the stores of benchmarks/fusion_sets.py (paraphrase among LoCoMo turns,
 multilingual, LoCoMo, and the mixed store of all of them) and keeps, for every question, what
 pmem.search's fusion sees: the keyword side's (memory, bm25) and the dense side's (memory, cosine)
 candidates and the side's score floor, for each dense side asked for (fusion_sets.DENSE: e5 with
 "passage: " memories, e5 with "query: " on both sides, MiniLM, and the two models' cosines
-averaged). `fit` ranks every question at each fixed keyword share 0, 0.05, ..., 1 once, then
-searches the bias and coefficients of pmem.search.keyword_share (a coordinate search, `fit`)
+averaged). `--dense searched` records instead what pmem.search.fuse is handed inside search()
+itself (`searched`: the English second vector's pool, thread_lift and asking applied, ties by seq),
+which `report` turns into retrieval.py --suite's figures to the question. `fit` ranks every
+question at each fixed keyword share 0, 0.05, ..., 1 once, then searches the bias and coefficients of pmem.search.keyword_share (a coordinate search, `fit`)
 for the best objective on the dev part: paraphrase dev top-1, multilingual top-1, LoCoMo R@10
 (twice) and R@5 (weighted --locomo), and the paraphrase set's questions decided by a rare name,
 less --below for each point an own store's part falls under semantic-only, averaged over the
@@ -137,6 +140,51 @@ def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
     return out
 
 
+def searched(sets) -> list[dict]:
+    """Every question's lists as pmem.search.search hands them to its fusion: the store's own
+    candidates (and its English memories' second vectors where the config keeps them, as
+    retrieval.py's suite), after thread_lift and asking, with the Tuning search chose and, of
+    each keyword candidate, whether it holds a rare query word (dense_first's `rare`)."""
+    from pmem import config
+    from pmem.config import Settings
+    from pmem.store import english as en
+
+    s = importlib.import_module("pmem.search")
+    model = Settings().embed_model
+    emb = _embedder(model)
+    second = _embedder(en.MODEL) if config.load().embed_english == "minilm" and model == en.MAIN else None
+    seen: dict = {}
+    fuse = s.fuse
+
+    def recording(kw, sem, floor, query, mode="hybrid", tuning=s.DEFAULT_TUNING, rare=None):
+        seen.update(kw=kw, sem=sem, floor=floor, tuning=tuning, rare=rare)
+        return fuse(kw, sem, floor, query, mode, tuning, rare)
+
+    names = {id(getattr(s, n)): n for n in ("DEFAULT_TUNING", "ENGLISH_TUNING")}
+    out = []
+    s.fuse = recording
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ.setdefault("PMEM_HOME", tmp)
+            for name, store, keys, qs in fusion_sets.stores(Path(tmp), emb, sets, second):
+                for q in qs:
+                    seen.clear()
+                    s.search(store, q.text, limit=10)
+                    rare = seen["rare"]
+                    out.append({"store": name, "set": q.set, "group": q.group, "split": q.split, "text": q.text,
+                                "targets": q.targets, "floor": seen["floor"], "tuning": names[id(seen["tuning"])],
+                                "kw": [(keys[k], b) for k, b in seen["kw"]],
+                                "sem": [(keys[k], 1.0 - d) for k, d in seen["sem"]],
+                                "rare": {keys[k] for k, _ in seen["kw"] if rare is not None and rare(k)},
+                                "seq": {keys[k]: k for k, _ in [*seen["kw"], *seen["sem"]]}})
+                for saver in (emb, second):
+                    if hasattr(saver, "save"):
+                        saver.save()
+    finally:
+        s.fuse = fuse
+    return out
+
+
 def terms(sets) -> list[dict]:
     """Per question of `sets` (in collect's order): the store's memories, and for each term of its
     keyword query, how many entries hold it and which of its keyword candidates do."""
@@ -166,7 +214,10 @@ def terms(sets) -> list[dict]:
 
 
 def rare_of(q: dict, tuning):
-    """pmem.search.dense_first's `rare` for one question, from `terms`' record (None without one)."""
+    """pmem.search.dense_first's `rare` for one question: what search itself said where `searched`
+    collected it, else from `terms`' record (None without one)."""
+    if "rare" in q:
+        return q["rare"].__contains__
     if "terms" not in q:
         return None
     s = importlib.import_module("pmem.search")
@@ -175,9 +226,17 @@ def rare_of(q: dict, tuning):
     return rare.__contains__
 
 
+def tie_of(q: dict):
+    """What breaks a tie between two of `q`'s candidates: their seq, as search breaks them, where
+    `searched` kept it (a paraphrase memory and the same text in the multilingual set), else the key."""
+    order = q.get("seq")
+    return order.__getitem__ if order else (lambda key: key)
+
+
 def rank(q: dict, fuse) -> list[str]:
     scores = fuse(q)
-    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+    by = tie_of(q)
+    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], by(kv[0])))]
 
 
 def hit(q: dict, ranked: list[str], k: int) -> bool:
@@ -206,17 +265,32 @@ def figures(qs: list[dict], fuse) -> dict:
     return out
 
 
+SEARCHED = "searched"  # collect's lists as search() fused them (`searched`), not by exact cosine
+
+
+def base_tuning(dense: str) -> str:
+    """The name of the Tuning of pmem.search that `dense`'s lists are fused with."""
+    return "ENGLISH_TUNING" if dense == SEARCHED else fusion_sets.TUNING.get(dense, "DEFAULT_TUNING")
+
+
 def fuser(params=None, mode: str = "hybrid", dense: str = ""):
     """The fusion of pmem.search for one question's lists, with `params` replacing the fields of
     the Tuning that search uses with the dense side `dense` (fusion_sets.TUNING)."""
     s = importlib.import_module("pmem.search")
 
-    base = getattr(s, fusion_sets.TUNING.get(dense, "DEFAULT_TUNING"))
+    base = getattr(s, base_tuning(dense))
     tuning = replace(base, **params) if params else base
 
     def fuse(q):
         sem = [(k, 1.0 - c) for k, c in q["sem"]]
-        return s.fuse(q["kw"], sem, q["floor"], q["text"], mode, tuning, rare_of(q, tuning))
+        rare = rare_of(q, tuning)
+        seq = q.get("seq")
+        if not seq:
+            return s.fuse(q["kw"], sem, q["floor"], q["text"], mode, tuning, rare)
+        key = {v: k for k, v in seq.items()}  # by seq, so that ties break as search's do
+        scores = s.fuse([(seq[k], b) for k, b in q["kw"]], [(seq[k], d) for k, d in sem], q["floor"], q["text"],
+                        mode, tuning, rare and (lambda n: rare(key[n])))
+        return {key[n]: v for n, v in scores.items()}
 
     return fuse
 
@@ -253,11 +327,11 @@ def tables(qs: list[dict], tuning=None):
         for arr, pairs in ((mk, [(k, -b) for k, b in q["kw"]]), (ms, [(k, 1.0 - d) for k, d in sem])):
             for k, v in s._minmax(pairs):
                 arr[idx[k]] = v
-        order = np.argsort(np.array(keys, dtype=object))  # ties: by key, as search breaks them by seq
+        order = np.argsort(np.array([tie_of(q)(k) for k in keys], dtype=object))  # ties: as rank breaks them
         tie = np.empty(len(keys), int)
         tie[order] = np.arange(len(keys))
         targets = [idx[t] for t in q["targets"] if t in idx]
-        best = idx[min(sem, key=lambda p: (p[1], p[0]))[0]] if sem and tuning.dense_first else None
+        best = idx[min(sem, key=lambda p: (p[1], tie_of(q)(p[0])))[0]] if sem and tuning.dense_first else None
         rare = rare_of(q, tuning)
         ev = s.evidence(q["kw"], sem, q["floor"])
         row = []
@@ -335,7 +409,7 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
     import numpy as np
 
     s = importlib.import_module("pmem.search")
-    base = getattr(s, fusion_sets.TUNING.get(dense, "DEFAULT_TUNING"))  # the constants dense is searched with
+    base = getattr(s, base_tuning(dense))  # the constants dense is searched with
     ranks, feats, names = tables(qs, replace(base, dense_first=first))
     dev, held = parts(qs, "dev"), parts(qs, "held-out")
     shipped = np.array([base.share_bias, *[dict(base.share_coef)[n] for n in names]])
@@ -477,7 +551,7 @@ def main() -> int:
     ap.add_argument("--db", type=Path, default=None, help="scale: a store scale.py built")
     ap.add_argument("--questions", type=int, default=16, help="scale: LoCoMo questions, and as many paraphrase ones")
     ap.add_argument("--rounds", type=int, default=3, help="scale: rounds after the first (cold) one")
-    ap.add_argument("--dense", nargs="+", default=[fusion_sets.SHIPPED], choices=list(fusion_sets.DENSE),
+    ap.add_argument("--dense", nargs="+", default=[fusion_sets.SHIPPED], choices=[*fusion_sets.DENSE, SEARCHED],
                     help="the dense side(s): collect every one given in one pass; report each; fit the first")
     ap.add_argument("--sets", nargs="+", default=list(fusion_sets.SETS), choices=fusion_sets.SETS)
     ap.add_argument("--lists", default="", help="the pickles of `collect` (default: the cache folder)")
@@ -511,6 +585,15 @@ def main() -> int:
                 q["terms"] = r
         return qs
 
+    if args.what == "collect" and args.dense == [SEARCHED]:
+        folder.mkdir(parents=True, exist_ok=True)
+        qs = searched(args.sets)
+        chosen = {q["tuning"] for q in qs}
+        if chosen != {base_tuning(SEARCHED)}:
+            raise SystemExit(f"search fused with {sorted(chosen)}, not {base_tuning(SEARCHED)} alone: fit them apart")
+        pickled(SEARCHED).write_bytes(pickle.dumps(qs))
+        print(json.dumps({"dense": SEARCHED, "questions": len(qs), "lists": str(pickled(SEARCHED))}))
+        return 0
     if args.what == "collect":
         folder.mkdir(parents=True, exist_ok=True)
         for dense, qs in collect(args.sets, args.dense).items():

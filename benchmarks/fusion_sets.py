@@ -158,6 +158,7 @@ DENSE = {
     "minilm": (("all-MiniLM-L6-v2", False),),
     "minilm+e5": (("all-MiniLM-L6-v2", False), ("multilingual-e5-small", False)),
     "minilm+e5-symmetric": (("all-MiniLM-L6-v2", False), ("multilingual-e5-small", True)),
+    "e5+e5-symmetric": (("multilingual-e5-small", False), ("multilingual-e5-small", True)),
 }
 SHIPPED = "e5-symmetric"  # the default model, multilingual-e5-small-symmetric
 
