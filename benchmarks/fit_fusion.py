@@ -140,8 +140,9 @@ def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
     return out
 
 
-def searched(sets) -> list[dict]:
-    """Every question's lists as pmem.search.search hands them to its fusion: the store's own
+def searched(sets, candidates: int | None = None) -> list[dict]:
+    """Every question's lists as pmem.search.search hands them to its fusion (each side's
+    `candidates`, default pmem.search.CANDIDATES; kept in each record): the store's own
     candidates (and its English memories' second vectors where the config keeps them, as
     retrieval.py's suite), after thread_lift and asking, with the Tuning search chose and, of
     each keyword candidate, whether it holds a rare query word (dense_first's `rare`)."""
@@ -160,23 +161,26 @@ def searched(sets) -> list[dict]:
         seen.update(kw=kw, sem=sem, floor=floor, tuning=tuning, rare=rare)
         return fuse(kw, sem, floor, query, mode, tuning, rare)
 
-    names = {id(getattr(s, n)): n for n in ("DEFAULT_TUNING", "ENGLISH_TUNING")}
     out = []
     s.fuse = recording
     try:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("PMEM_HOME", tmp)
             for name, store, keys, qs in fusion_sets.stores(Path(tmp), emb, sets, second):
+                chosen = "ENGLISH_TUNING" if store.vectors.english.in_use() else "DEFAULT_TUNING"  # as search() chooses
+                tuning = getattr(s, chosen)
+                tuning = replace(tuning, candidates=candidates) if candidates else tuning
                 for q in qs:
                     seen.clear()
-                    s.search(store, q.text, limit=10)
+                    s.search(store, q.text, limit=10, tuning=tuning)
                     rare = seen["rare"]
                     out.append({"store": name, "set": q.set, "group": q.group, "split": q.split, "text": q.text,
-                                "targets": q.targets, "floor": seen["floor"], "tuning": names[id(seen["tuning"])],
+                                "targets": q.targets, "floor": seen["floor"], "tuning": chosen,
                                 "kw": [(keys[k], b) for k, b in seen["kw"]],
                                 "sem": [(keys[k], 1.0 - d) for k, d in seen["sem"]],
                                 "rare": {keys[k] for k, _ in seen["kw"] if rare is not None and rare(k)},
-                                "seq": {keys[k]: k for k, _ in [*seen["kw"], *seen["sem"]]}})
+                                "seq": {keys[k]: k for k, _ in [*seen["kw"], *seen["sem"]]},
+                                "candidates": seen["tuning"].candidates})
                 for saver in (emb, second):
                     if hasattr(saver, "save"):
                         saver.save()
@@ -273,15 +277,23 @@ def base_tuning(dense: str) -> str:
     return "ENGLISH_TUNING" if dense == SEARCHED else fusion_sets.TUNING.get(dense, "DEFAULT_TUNING")
 
 
+def of_lists(q: dict, tuning):
+    """`tuning` with the candidate count `q`'s lists were collected with, where `searched` kept it
+    (Evidence.kw_many asks whether the keyword list is full)."""
+    n = q.get("candidates")
+    return replace(tuning, candidates=n) if n and n != tuning.candidates else tuning
+
+
 def fuser(params=None, mode: str = "hybrid", dense: str = ""):
     """The fusion of pmem.search for one question's lists, with `params` replacing the fields of
     the Tuning that search uses with the dense side `dense` (fusion_sets.TUNING)."""
     s = importlib.import_module("pmem.search")
 
     base = getattr(s, base_tuning(dense))
-    tuning = replace(base, **params) if params else base
+    shipped = replace(base, **params) if params else base
 
     def fuse(q):
+        tuning = of_lists(q, shipped)
         sem = [(k, 1.0 - c) for k, c in q["sem"]]
         rare = rare_of(q, tuning)
         seq = q.get("seq")
@@ -333,7 +345,7 @@ def tables(qs: list[dict], tuning=None):
         targets = [idx[t] for t in q["targets"] if t in idx]
         best = idx[min(sem, key=lambda p: (p[1], tie_of(q)(p[0])))[0]] if sem and tuning.dense_first else None
         rare = rare_of(q, tuning)
-        ev = s.evidence(q["kw"], sem, q["floor"])
+        ev = s.evidence(q["kw"], sem, q["floor"], of_lists(q, tuning))
         row = []
         for w in WEIGHTS:
             score = w * mk + (1 - w) * ms
@@ -563,6 +575,8 @@ def main() -> int:
     ap.add_argument("--share-max", type=float, nargs="+", default=[0.7])
     ap.add_argument("--fitted", default="",
                     help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
+    ap.add_argument("--candidates", type=int, default=None,
+                    help="collect --dense searched: each side's candidates (default pmem.search.CANDIDATES)")
     ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
     ap.add_argument("--no-terms", action="store_true",
                     help="leave `terms`' records out: dense_first moves the dense side's best only from the first five")
@@ -587,7 +601,7 @@ def main() -> int:
 
     if args.what == "collect" and args.dense == [SEARCHED]:
         folder.mkdir(parents=True, exist_ok=True)
-        qs = searched(args.sets)
+        qs = searched(args.sets, args.candidates)
         chosen = {q["tuning"] for q in qs}
         if chosen != {base_tuning(SEARCHED)}:
             raise SystemExit(f"search fused with {sorted(chosen)}, not {base_tuning(SEARCHED)} alone: fit them apart")

@@ -5,12 +5,15 @@
     python benchmarks/fusion_variants.py normalise               # other scalings of each side than min-max, refitted each
     python benchmarks/fusion_variants.py language --penalty 0 0.02 0.05 0.1   # a memory in another language than the question put farther
     python benchmarks/fusion_variants.py words                   # words of the question itself (when, yes/no, names, length) as features of the share
+    python benchmarks/fusion_variants.py scale --db /tmp/pmem-scale/scale-100000.db   # search() at CANDIDATES and at 100, interleaved
 
 Each prints one markdown row per variant: top-1 hybrid | semantic of the paraphrase questions in
 other words (own store, its held-out part, the mixed store), French, cross-lingual and all
 multilingual, and
 LoCoMo R@5 / R@10 (own, mixed). `refit`, `normalise` and `words` search the share's constants as
 `fit_fusion.py fit` does (dev part, its objective), so a variant is compared at its own best.
+`scale` times search() on a copy of a scale.py store (fake-384 vectors) with the shipped
+candidate count (pmem.search.CANDIDATES) and with 100, the cells interleaved question by question.
 (`PMEM_LOCOMO_DEV`, `PMEM_BENCH_CACHE` as for fit_fusion.py.)
 """
 
@@ -185,12 +188,60 @@ def words(qs: list[dict]) -> None:
         print(f"| {label} | {figs[0]:.3f} | {figs[1]:.3f} | {(ranks[mask, 0] <= k).mean():.3f} |")
 
 
+def scale(db: Path, count: int, rounds: int, before: int) -> dict:
+    """search() in hybrid and semantic mode with the shipped Tuning and with `before` candidates,
+    ms per query (medians of the rounds after the first), on a copy of `db`."""
+    import os
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from pmem.config import load
+    from pmem.search import DEFAULT_TUNING, search
+    from pmem.store import Filter, MemoryStore
+
+    from scale_corpus import NOW, interleaved, questions
+
+    qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
+    tunings = {f"{DEFAULT_TUNING.candidates} candidates": DEFAULT_TUNING,
+               f"{before} candidates": replace(DEFAULT_TUNING, candidates=before)}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        shutil.copy(db, path)
+        store = MemoryStore(path, config=load().with_values(embed_model="fake-384"), clock=lambda: NOW)
+
+        def cell(mode, tuning):
+            def run(q) -> None:
+                search(store, q, Filter(), limit=10, mode=mode, tuning=tuning)
+            return run
+
+        cells = {f"{mode} search, {label}": cell(mode, tuning) for mode in ("hybrid", "semantic")
+                 for label, tuning in tunings.items()}
+        times = interleaved(qs, cells, rounds)
+        memories = store.count()
+        store.close()
+    return {"memories": memories, "questions": len(qs), "rounds": rounds, "ms per query (median)": times,
+            "load average": round(os.getloadavg()[0], 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["refit", "normalise", "language", "words"])
+    ap.add_argument("what", choices=["refit", "normalise", "language", "words", "scale"])
     ap.add_argument("--penalty", type=float, nargs="+", default=[0.0, 0.02, 0.05, 0.1], help="language: the steps")
+    ap.add_argument("--db", type=Path, default=None, help="scale: a store scale.py built")
+    ap.add_argument("--questions", type=int, default=16, help="scale: LoCoMo questions, and as many paraphrase ones")
+    ap.add_argument("--rounds", type=int, default=3, help="scale: rounds after the first (cold) one")
+    ap.add_argument("--before", type=int, default=100, help="scale: the candidate count compared with")
+    ap.add_argument("--lists", type=Path, default=None, help="the folder of `collect --dense searched`'s lists (default: the cache)")
     args = ap.parse_args()
-    path = ff.CACHE / f"lists-{ff.SEARCHED}.pickle"
+    if args.what == "scale":
+        if args.db is None:
+            ap.error("scale needs --db")
+        import json
+
+        print(json.dumps(scale(args.db, args.questions, args.rounds, args.before), indent=1))
+        return 0
+    path = (args.lists or ff.CACHE) / f"lists-{ff.SEARCHED}.pickle"
     if not path.exists():
         raise SystemExit(f"{path} is missing: run `python benchmarks/fit_fusion.py collect --dense searched` first")
     qs = pickle.loads(path.read_bytes())

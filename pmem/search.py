@@ -97,6 +97,17 @@ THREAD_LIFT = 0.2
 QUESTION_PENALTY = 0.15
 
 
+# How many candidates each side brings to the fusion (benchmarks/README.md, "The fusion at its
+# end"): 125, measured against 100, 150, 175, 200 and 250 on the lists search() itself fuses. At
+# 125 no part is lower than at 100 but the mixed store's LoCoMo R@5 (one question), and LoCoMo gains
+# (R@5 0.754 -> 0.762, R@10 0.845 -> 0.851, mixed R@10 0.829 -> 0.836): a memory both sides find
+# past their first 100 now counts on both, and each side's min-max scale spans more of it. 150 and
+# 175 measured within 0.006 of it on LoCoMo; 175-250 bring the own paraphrase questions to
+# semantic-only but LoCoMo R@10 down to 0.838-0.845. The share's constants are those fitted at 100:
+# a refit at 150-250 gained nothing that held across the parts.
+CANDIDATES = 125
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Fusion constants (see benchmarks/README.md).
@@ -113,7 +124,7 @@ class Tuning:
     dense distance moves towards a nearer neighbour's before the fusion (`thread_lift`)."""
 
     keyword_weight: float = 0.6
-    candidates: int = 100
+    candidates: int = CANDIDATES
     context_weight: float = 0.7  # BM25 weight of a threaded memory's neighbours (its own text: 1)
     bm25_half: float = BM25_HALF  # the -bm25 at which a score's keyword part is half its most
     adaptive: bool = True  # the keyword share per query (keyword_share); False: keyword_weight
