@@ -13,7 +13,8 @@ multilingual, and
 LoCoMo R@5 / R@10 (own, mixed). `refit`, `normalise` and `words` search the share's constants as
 `fit_fusion.py fit` does (dev part, its objective), so a variant is compared at its own best.
 `scale` times search() on a copy of a scale.py store (fake-384 vectors) with the shipped
-candidate count (pmem.search.CANDIDATES) and with 100, the cells interleaved question by question.
+candidate count (pmem.search.CANDIDATES), with 100, and with 100 and no question penalty (search
+as the last within-5-ms measurement of issue 31 had it), the cells interleaved question by question.
 (`PMEM_LOCOMO_DEV`, `PMEM_BENCH_CACHE` as for fit_fusion.py.)
 """
 
@@ -204,7 +205,9 @@ def scale(db: Path, count: int, rounds: int, before: int) -> dict:
 
     qs = questions(count) + [q.text for q in fusion_sets.paraphrase_records()[1]][:count]
     tunings = {f"{DEFAULT_TUNING.candidates} candidates": DEFAULT_TUNING,
-               f"{before} candidates": replace(DEFAULT_TUNING, candidates=before)}
+               f"{before} candidates": replace(DEFAULT_TUNING, candidates=before),
+               f"{before} candidates, no question penalty (the search of stop 39)":
+                   replace(DEFAULT_TUNING, candidates=before, question_penalty=0.0)}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.db"
         shutil.copy(db, path)
