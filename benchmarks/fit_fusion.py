@@ -16,12 +16,13 @@ candidates and the side's score floor, for each dense side asked for (fusion_set
 "passage: " memories, e5 with "query: " on both sides, MiniLM, and the two models' cosines
 averaged). `--dense searched` records instead what pmem.search.fuse is handed inside search()
 itself (`searched`: the English second vector's pool, thread_lift and asking applied, ties by seq),
-which `report` turns into retrieval.py --suite's figures to the question. `fit` ranks every
-question at each fixed keyword share 0, 0.05, ..., 1 once, then searches the bias and coefficients of pmem.search.keyword_share (a coordinate search, `fit`)
-for the best objective on the dev part: paraphrase dev top-1, multilingual top-1, LoCoMo R@10
-(twice) and R@5 (weighted --locomo), and the paraphrase set's questions decided by a rare name,
-less --below for each point an own store's part falls under semantic-only, averaged over the
-own stores and the mixed one. Held-out paraphrase questions are only reported.
+which `report` turns into retrieval.py --suite's figures to the question (`--candidates N`: each
+side's count, kept in each record). `fit` ranks every question at each fixed keyword share 0,
+0.05, ..., 1 once, then searches the bias and coefficients of pmem.search.keyword_share (a
+coordinate search, `fit`) for the best objective on the dev part: paraphrase dev top-1,
+multilingual top-1, LoCoMo R@10 (twice) and R@5 (weighted --locomo), and the paraphrase set's
+questions decided by a rare name, less --below for each point an own store's part falls under
+semantic-only, averaged over the own stores and the mixed one. Held-out paraphrase questions are only reported.
 
 `terms` keeps, for every question, what pmem.search.dense_first asks the store: each keyword term's
 count of memories holding it, which keyword candidates hold it, and the store's size (the keyword
