@@ -409,6 +409,21 @@ def picks_of(feats, bias: float, coef, share_max: float):
     return np.clip(np.round(share / STEP).astype(int), 0, len(WEIGHTS) - 1)
 
 
+def coordinate_search(score, start, sweeps: int, grid):
+    """From `start`, each constant in turn moved by every step of `grid` and the best `score`
+    kept, `sweeps` times: (constants, their score)."""
+    theta, cur = start.copy(), score(start)
+    for _ in range(sweeps):
+        for i in range(len(theta)):
+            for d in grid:
+                cand = theta.copy()
+                cand[i] += d
+                o = score(cand)
+                if o > cur + 1e-12:
+                    theta, cur = cand, o
+    return theta, cur
+
+
 def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8), below: float = 3.0,
         dense: str = "", first: bool = True) -> dict:
     """A coordinate search over the bias and coefficients (each in turn moved by -6..6 in steps
@@ -435,16 +450,7 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
                     + objective(ranks, picks, {"mixed": dev["mixed"]}, locomo, 0.0)) / 2
 
         for start in (np.array([2.0] + [0.0] * len(names)), shipped):
-            theta = start.copy()
-            cur = score(theta)
-            for _ in range(sweeps):
-                for i in range(len(theta)):
-                    for d in grid:
-                        cand = theta.copy()
-                        cand[i] += d
-                        o = score(cand)
-                        if o > cur + 1e-12:
-                            theta, cur = cand, o
+            theta, cur = coordinate_search(score, start, sweeps, grid)
             row = {"share_max": share_max, "bias": round(float(theta[0]), 2),
                    "coef": {n: round(float(c), 2) for n, c in zip(names, theta[1:])}, "dev objective": round(cur, 4)}
             print(json.dumps(row), file=sys.stderr, flush=True)

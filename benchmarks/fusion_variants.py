@@ -163,14 +163,7 @@ def words(qs: list[dict]) -> None:
         return (ff.objective(ranks, picks, {"own": dev["own"]}, 2.0, 3.0)
                 + ff.objective(ranks, picks, {"mixed": dev["mixed"]}, 2.0, 0.0)) / 2
 
-    theta, best = start.copy(), score(start)
-    for _ in range(5):
-        for i in range(len(theta)):
-            for step in np.arange(-6.0, 6.01, 0.25):
-                cand = theta.copy()
-                cand[i] += step
-                if (o := score(cand)) > best + 1e-12:
-                    theta, best = cand, o
+    theta, best = ff.coordinate_search(score, start, 5, np.arange(-6.0, 6.01, 0.25))
     print("constants:", {n: round(float(c), 2) for n, c in zip(["bias", *names, *WORDS], theta)},
           f"dev objective {score(start):.4f} -> {best:.4f}")
     store = np.array([q["store"] for q in qs])
