@@ -139,8 +139,9 @@ def hook_install(
 ) -> None:
     """Add pmem's hooks to a client's settings file (merged, idempotent, with a backup).
 
-    Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json (or the
-    project's with --project; for Claude Code that is .claude/settings.local.json when pmem is
+    Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json, or where the
+    host's own variable moves them (CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME); or the
+    project's with --project (for Claude Code that is .claude/settings.local.json when pmem is
     not on PATH, since the hook then names your own copy of pmem). Everything else in the file
     stays as it was, comments included; running it again changes nothing; the previous file is
     kept as FILE.bak-TIMESTAMP; a symbolic link stays a link. `pmem hook uninstall` undoes it.

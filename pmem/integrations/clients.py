@@ -75,15 +75,25 @@ def mcp_config(client: str, program: str = "pmem", env: Mapping[str, str] | None
         if env:
             lines.append("env = { " + ", ".join(f"{k} = {_toml_string(v)}" for k, v in env.items()) + " }")
         flags = "".join(f" --env {_shell_word(f'{k}={v}')}" for k, v in env.items())
+        from .hosts import user_dir, variable
+
+        folder = str(user_dir("codex")) if variable("codex") else "~/.codex"  # where CODEX_HOME puts it
         return ("\n".join(lines),
-                f"append to ~/.codex/config.toml (or run: codex mcp add pmem{flags} -- {_shell_word(program)} mcp)")
+                f"append to {folder}/config.toml "
+                f"(or run: codex mcp add pmem{flags} -- {_shell_word(program)} mcp)")
     raise UsageError(f"unknown client {client!r}: use one of {', '.join(MCP_CLIENTS)}")
 
 
 def settings_path(client: str, project: Path | None = None, home: Path | None = None, *,
-                  local: bool = False) -> Path:
-    """The settings file `pmem hook install` edits: the user's, or one project's with `project`
-    (with `local`, Claude Code's per-user project file, .claude/settings.local.json)."""
+                  local: bool = False, environ: Mapping[str, str] | None = None) -> Path:
+    """The settings file `pmem hook install` edits: the user's, where the host's own variable
+    puts it (pmem.integrations.hosts: CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME), or one
+    project's with `project` (with `local`, Claude Code's per-user project file,
+    .claude/settings.local.json)."""
+    if project is None and client in HOOK_CLIENTS:
+        from .hosts import settings_file
+
+        return settings_file(client, home, environ)
     base = project if project is not None else (home or Path.home())
     if client == "claude-code":
         return base / ".claude" / ("settings.local.json" if local and project is not None else "settings.json")
