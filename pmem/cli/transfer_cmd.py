@@ -236,7 +236,8 @@ def _list_histories(histories, news) -> None:
         state = (f"{len(new)} new" if new else "nothing new") if h.importable else \
             f"not importable yet (no {h.format} importer in this pmem)"
         where = str(h.root) + (f" (${h.variable})" if h.variable else "")
-        out.echo(out.visible(f"{n:>2}. {h.key:<12} {len(h.files):>6} files {_size(h.size):>9}  "
+        files = f"{len(h.files)} file" + ("" if len(h.files) == 1 else "s")
+        out.echo(out.visible(f"{n:>2}. {h.key:<12} {files:>12} {_size(h.size):>9}  "
                              f"newest {(h.newest or '-')[:10]}  {state}"))
         out.echo(out.visible(f"    {where}" + (" (first files only)" if h.truncated else "")))
 
