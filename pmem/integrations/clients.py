@@ -325,3 +325,41 @@ def uninstall_hooks(client: str, *, project: Path | None = None, home: Path | No
         backup = _rewrite(client, path, text, cleaned, dry_run)
         results.append(InstallResult(path, True, backup, [], [], removed))
     return results
+
+
+def hook_checks(home: Path | None = None, environ: Mapping[str, str] | None = None) -> list:
+    """`pmem doctor`'s findings about pmem's hooks in the hosts' user settings, read where each
+    host reads them (its home variable honoured): which events are installed, which a newer pmem
+    adds (`pmem hook install` again), and hooks left under ~ that the host no longer reads
+    because its variable points elsewhere. Nothing for a host without pmem's hooks."""
+    from ..doctor import Check
+    from .hosts import VARIABLES, settings_file, variable
+
+    checks = []
+    for client in HOOK_CLIENTS:
+        name = f"{client} hooks"
+        path = settings_file(client, home, environ)
+        try:
+            installed = set(remove_hooks(read_settings(path, comments=_comments(client))[1], client)[1])
+        except UsageError as exc:
+            checks.append(Check(name, True, str(exc), level="info"))
+            continue
+        if installed:
+            missing = [e for e in EVENT_NAMES[client].values() if e not in installed]
+            detail = f"{', '.join(sorted(installed))} in {path}"
+            if missing:
+                checks.append(Check(name, True, detail + f"; not {', '.join(missing)}",
+                                    f"pmem hook install {client} (adds {', '.join(missing)})", level="info"))
+            else:
+                checks.append(Check(name, True, detail))
+        if variable(client, environ):
+            default = settings_file(client, home, {})
+            try:
+                stale = remove_hooks(read_settings(default, comments=_comments(client))[1], client)[1]
+            except UsageError:
+                stale = []
+            if stale and default != path:
+                checks.append(Check(name, True, f"{default} holds pmem's hooks, but {VARIABLES[client]} is set: "
+                                                f"the host reads {path} instead", f"{VARIABLES[client]}= pmem hook "
+                                                f"uninstall {client}; pmem hook install {client}", level="info"))
+    return checks

@@ -76,3 +76,25 @@ def test_codex_mcp_snippet_names_codex_home(tmp_path, monkeypatch):
     assert str(tmp_path / "cx" / "config.toml") in where
     monkeypatch.delenv("CODEX_HOME")
     assert "~/.codex/config.toml" in clients.mcp_config("codex")[1]
+
+
+def test_doctor_reads_the_hooks_where_the_host_does(tmp_path, monkeypatch):
+    home, moved = tmp_path / "home", tmp_path / "moved"
+    assert clients.hook_checks(home=home, environ={}) == []  # nothing installed: nothing said
+    clients.install_hooks("codex", home=home)  # under ~, before CODEX_HOME was set
+    monkeypatch.setenv("CODEX_HOME", str(moved))
+    found = clients.hook_checks(home=home)
+    assert len(found) == 1 and "CODEX_HOME is set" in found[0].detail and found[0].level == "info"
+    assert "pmem hook uninstall codex" in found[0].fix
+    clients.install_hooks("codex", home=home)  # now where Codex reads
+    details = [c.detail for c in clients.hook_checks(home=home)]
+    assert any(str(moved / "hooks.json") in d and "SubagentStart" in d for d in details)
+
+
+def test_doctor_names_events_a_newer_pmem_adds(tmp_path):
+    path = clients.settings_path("claude-code", home=tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"hooks": {"SessionStart": [{"hooks": [
+        {"type": "command", "command": "pmem hook claude-code session-start"}]}]}}))
+    [check] = clients.hook_checks(home=tmp_path, environ={})
+    assert "not UserPromptSubmit, SubagentStart" in check.detail and check.fix.startswith("pmem hook install")
