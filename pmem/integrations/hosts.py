@@ -8,8 +8,11 @@ does, or a hook installed under ~ never runs:
 - Codex: CODEX_HOME is the folder itself (default ~/.codex): hooks.json, config.toml,
   sessions/YYYY/MM/DD/rollout-*.jsonl;
 - Gemini CLI: GEMINI_CLI_HOME replaces the home folder, and .gemini is made inside it
-  (packages/core/src/utils/paths.ts `homedir()`, storage.ts `getGlobalGeminiDir()`): settings.json,
-  tmp/<project>/chats/session-*.jsonl.
+  (google-gemini/gemini-cli at 5411f113: packages/core/src/utils/paths.ts `homedir()`,
+  config/storage.ts `getGlobalGeminiDir()`; docs/reference/configuration.md says the same):
+  settings.json, tmp/<project>/chats/session-*.jsonl. (One place, packages/cli/index.ts, reads
+  $GEMINI_CLI_HOME/settings.json for a memory flag only; every setting and hook comes from
+  $GEMINI_CLI_HOME/.gemini.)
 
 A relative value is taken from the current folder, as the host would; "~" is not expanded
 (a shell expands it before the host sees it, and the hosts do not).
