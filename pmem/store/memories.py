@@ -181,6 +181,12 @@ class MemoryStore(DreamReads):
         dimension, the keyword window), or None when unset. Not config.toml: see `pmem.config`."""
         return self.db.setting(key)
 
+    def set_setting(self, key: str, value: str) -> None:
+        """Keep `value` under `key` in the database's settings table (an importer's marks of the
+        files it read: pmem.integrations.importers.discover.FileMarks). Not undone by `pmem undo`."""
+        with self.transaction():
+            self.db.set_setting(key, value)
+
     def transaction(self):
         """BEGIN IMMEDIATE ... COMMIT, or join the transaction already open."""
         return self.db.transaction()
