@@ -1,4 +1,4 @@
-"""`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem[mcp]"`).
+"""`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem-cli[mcp]"`).
 
 The SDK (pydantic, its protocol types, starlette, httpx...) costs about a second of import and 40
 MB, so it is an extra, and this process answers what a client asks first before it has imported
@@ -32,7 +32,7 @@ from ..errors import DatabaseError, PmemError
 from . import actions, mcp_early
 
 EXTRA = "mcp"
-INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem[mcp]" (or pip install "mcp>=2,<3")'
+INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem-cli[mcp]" (or pip install "mcp>=2,<3")'
 
 INSTRUCTIONS = (
     "pmem is the user's personal long-term memory, shared by all their tools. Call `recall` with "
