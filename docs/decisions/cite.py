@@ -1,6 +1,6 @@
 """Rewrite code comments that cite the old benchmark notebook to cite its decision record.
 
-    python docs/decisions/cite.py          # rewrite pmem/ and tests/ in place, list what is left
+    python docs/decisions/cite.py          # rewrite pmem/, tests/ and benchmarks/ in place, list what is left
     python docs/decisions/cite.py --check  # only list the citations still pointing at the notebook
 
 A citation names a section (`benchmarks/README.md, "Fusion, fourth round"`, or `benchmarks/README.md:
@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 OLD = "benchmarks/README.md"
+FOLDERS = ("pmem", "tests", "benchmarks")  # the benchmark scripts' docstrings cited it too
 
 # (file, a phrase of the line holding a bare citation) -> record
 BARE = {
@@ -41,6 +42,8 @@ BARE = {
     ("pmem/autosync.py", "busy machine:"): "0047-sync-compact-auto.md",
     ("pmem/autosync.py", "just ended"): "0047-sync-compact-auto.md",
     ("pmem/db.py", "15 -> 13 ms"): "0026-scale-sixth-round.md",
+    ("benchmarks/fit_fusion.py", "    benchmarks/README.md)."): "0016-one-prefix-both-sides.md",
+    ("benchmarks/sync_bench.py", "Latency and bulk import"): "0003-latency-foundation.md",
 }
 
 
@@ -138,7 +141,7 @@ def main(argv: list[str]) -> int:
     rows = index()
     check = "--check" in argv
     left_all = []
-    for folder in ("pmem", "tests"):
+    for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             text = path.read_text(encoding="utf-8")
@@ -151,7 +154,7 @@ def main(argv: list[str]) -> int:
                 print(f"rewrote {rel}")
     for where in left_all:
         print(f"left: {where} (add it to BARE or INDEX)", file=sys.stderr)
-    return 1 if check and (left_all or any(OLD in p.read_text(encoding="utf-8") for f in ("pmem", "tests")
+    return 1 if check and (left_all or any(OLD in p.read_text(encoding="utf-8") for f in FOLDERS
                                           for p in (ROOT / f).rglob("*.py"))) else 0
 
 
