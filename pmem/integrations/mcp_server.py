@@ -9,8 +9,9 @@ session, handed every message in order, those answered early under ids of pmem's
 drops (`_Early`, `_Out`). The first message of another kind (a `tools/call`, anything the SDK
 should judge), like a first message that is not an `initialize` pmem can answer, goes to the SDK
 untouched, and so does everything after it; a client that leaves having asked nothing else is
-never handed to the SDK. Figures: benchmarks/README.md, "The anchor and the
-targets" and "MCP: the tool list before the SDK". Nothing heavy loads for the handshake: the
+never handed to the SDK. Figures:
+docs/decisions/0037-llm-similar-anchor.md and docs/decisions/0039-mcp-early-tools-list.md. Nothing heavy loads for the
+handshake: the
 database opens on the first tool call and the embedding model loads on the first call that needs
 a vector.
 Tools run in worker threads; one lock keeps them to the one SQLite connection in turn. A call
