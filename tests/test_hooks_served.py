@@ -305,7 +305,7 @@ def test_a_served_hooks_process_imports_no_store_search_or_model(seeded, start_s
 
 
 # What the served process does not import either: what made it ~100 ms of CPU before every prompt
-# (benchmarks/README.md, "The hook's process, lean"), the CLI, and what only the work needs.
+# (docs/decisions/0041-hook-process-lean.md), the CLI, and what only the work needs.
 LEAN_OUT = ("dataclasses", "inspect", "pathlib", "platformdirs", "typing", "json", "re", "enum", "socket",
             "selectors", "threading", "tomllib", "typer", "pmem.config", "pmem.paths", "pmem.serve",
             "pmem.integrations.hooks", "pmem.cli.app")

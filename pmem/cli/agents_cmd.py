@@ -54,7 +54,7 @@ def mcp(
     """Serve your memories to an MCP client over stdio (Claude, Cursor, VS Code, Codex...).
 
     Tools: recall, search, remember (optionally extracting facts), update (a correction that supersedes),
-    pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem[mcp]".
+    pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem-cli[mcp]".
     Memories it writes carry the source mcp:CLIENT-NAME. With PMEM_HOME, PMEM_DB or --db set,
     --print-config puts them in the snippet's env, so the server opens the same database.
 

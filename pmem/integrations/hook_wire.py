@@ -7,7 +7,7 @@ clients and events, the time limits, the settings the process itself needs (`cho
 read by a deadline, and the request (`ask_server`). Everything else, the settings included, is
 the server's: `hooks.serve_hook` loads the hook's config with the variables sent here. Without a
 server, or past its wait, `pmem.integrations.hooks` does the work in the process, as before.
-Figures: benchmarks/README.md, "The hook's process, lean".
+Figures: docs/decisions/0041-hook-process-lean.md.
 """
 
 import os

@@ -29,10 +29,10 @@ JSON object with `hookSpecificOutput.additionalContext` (Gemini requires JSON on
 Served: when `pmem serve` runs (server = auto or always), the hook's process only reads its
 input and hands it to the server (`ask_server`), which runs the same `build_context` against the
 same database, settings and session files (`serve_hook`) and sends the block back: the process
-imports no store, search or model, and the server already holds the model (benchmarks/README.md,
-"A hook served whole"). That process does not import this module either: what it needs is in
-`hook_wire`, which imports only what is cheap to start with (benchmarks/README.md, "The hook's
-process, lean"); the names are here too. No server, one of another build, a busy one or one
+imports no store, search or model, and the server already holds the model
+(docs/decisions/0038-hook-served-whole.md). That process does not import this module either: what it needs is in
+`hook_wire`, which imports only what is cheap to start with
+(docs/decisions/0041-hook-process-lean.md); the names are here too. No server, one of another build, a busy one or one
 that does not answer within `server_wait()`: the hook does the work itself, as before.
 """
 
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from ..store import Filter, MemoryStore
 
 # Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
-# or not it then compresses (benchmarks/README.md, "Hooks and the hosts"); only "manual" (/compress)
+# or not it then compresses (docs/decisions/0033-hooks-hosts.md); only "manual" (/compress)
 # means the history was summarised. So there a memory may come back after this many prompts.
 DEDUP_TURNS = {"gemini": 20}
 MAX_PROMPT_CHARS = 2_000  # of the prompt used as the query
@@ -476,7 +476,7 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
     from ..store import MemoryStore
 
     server.fit_threads()
-    store = MemoryStore(db, config=cfg)  # opened for each hook: see benchmarks/README.md, "A hook served whole"
+    store = MemoryStore(db, config=cfg)  # opened for each hook: see docs/decisions/0038-hook-served-whole.md
     try:
         block = build_context(store, event, data, settings, flt, project, commit=commit)
         if kept and not kept[-1]:
