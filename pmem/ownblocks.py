@@ -26,8 +26,11 @@ import hashlib
 import re
 
 TAG = "pmem:block"
-_MARK = "<!-- " + TAG  # the cheap test: text without it holds no block
-_BEGIN = re.compile(r"<!-- pmem:block ([0-9a-f]{12}) -->")
+_MARK = "!-- " + TAG  # the cheap test: text without it holds no block
+# Gemini CLI escapes hook output's < and > (`&lt;`, `&gt;`) before it wraps it: both spellings
+# are pmem's marker, and the digest is of the block with them spelled back.
+_BEGIN = re.compile(r"(?:<|&lt;)!-- pmem:block ([0-9a-f]{12}) --(?:>|&gt;)")
+_CLOSE = r"(?:<|&lt;)!-- /pmem:block %s --(?:>|&gt;)"
 # Wrappers a host puts around hook output (Gemini CLI: `<hook_context>...</hook_context>`): taken
 # out with the block when they hold nothing else.
 HOST_WRAPPERS = ("hook_context",)
@@ -41,8 +44,9 @@ _LEADING_WRAPPER = re.compile(r"\A\s*<(%s)>.*?</\1>\s*" % _WRAPPERS, re.S)
 
 
 def digest(block: str) -> str:
-    """12 hex digits of the block's words, whitespace collapsed."""
-    return hashlib.sha256(" ".join(block.split()).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    """12 hex digits of the block's words, whitespace collapsed and `&lt;`, `&gt;` read as < and >."""
+    words = " ".join(block.replace("&lt;", "<").replace("&gt;", ">").split())
+    return hashlib.sha256(words.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def mark(block: str) -> str:
@@ -68,11 +72,10 @@ def strip(text: str) -> str:
         if m.start() < pos:
             continue  # inside a block already taken out
         d = m.group(1)
-        close = f"<!-- /{TAG} {d} -->"
-        end = text.find(close, m.end())
-        if end < 0 or digest(text[m.end():end]) != d:
+        close = re.compile(_CLOSE % d).search(text, m.end())
+        if close is None or digest(text[m.end():close.start()]) != d:
             continue
-        start, stop = m.start(), end + len(close)
+        start, stop = m.start(), close.end()
         wrapper = _OPEN_WRAPPER.search(text, pos, start)
         after = _CLOSE_WRAPPER.match(text, stop)
         if wrapper and after and wrapper.group(1) == after.group(1):
