@@ -30,7 +30,9 @@ _MARK = "!-- " + TAG  # the cheap test: text without it holds no block
 # Gemini CLI escapes hook output's < and > (`&lt;`, `&gt;`) before it wraps it: both spellings
 # are pmem's marker, and the digest is of the block with them spelled back.
 _BEGIN = re.compile(r"(?:<|&lt;)!-- pmem:block ([0-9a-f]{12}) --(?:>|&gt;)")
-_CLOSE = r"(?:<|&lt;)!-- /pmem:block %s --(?:>|&gt;)"
+# Opening markers examined in one text: pmem puts a few blocks in one prompt, and text written
+# to look like thousands of them (a hostile chat file) must cost linear time, not quadratic.
+MAX_TRIES = 64
 # Wrappers a host puts around hook output (Gemini CLI: `<hook_context>...</hook_context>`): taken
 # out with the block when they hold nothing else.
 HOST_WRAPPERS = ("hook_context",)
@@ -40,7 +42,7 @@ _CLOSE_WRAPPER = re.compile(r"\s*</(%s)>" % _WRAPPERS)
 # Gemini CLI wraps hook output in `<hook_context>` and puts the session-start hook's in front of
 # the prompt; a user never types it first. What such a wrapper at the start of a message holds
 # is a hook's, pmem's (an older pmem's, unmarked) or another's, never the user's words.
-_LEADING_WRAPPER = re.compile(r"\A\s*<(%s)>.*?</\1>\s*" % _WRAPPERS, re.S)
+_LEADING_WRAPPER = re.compile(r"\s*<(%s)>.*?</\1>\s*" % _WRAPPERS, re.S)  # matched at a position
 
 
 def digest(block: str) -> str:
@@ -68,14 +70,16 @@ def strip(text: str) -> str:
         return text
     pieces: list[str] = []
     pos = 0
-    for m in _BEGIN.finditer(text):
+    for tries, m in enumerate(_BEGIN.finditer(text)):
+        if tries >= MAX_TRIES:
+            break
         if m.start() < pos:
             continue  # inside a block already taken out
         d = m.group(1)
-        close = re.compile(_CLOSE % d).search(text, m.end())
-        if close is None or digest(text[m.end():close.start()]) != d:
+        close = _close(text, d, m.end())
+        if close is None or digest(text[m.end():close[0]]) != d:
             continue
-        start, stop = m.start(), close.end()
+        start, stop = m.start(), close[1]
         wrapper = _OPEN_WRAPPER.search(text, pos, start)
         after = _CLOSE_WRAPPER.match(text, stop)
         if wrapper and after and wrapper.group(1) == after.group(1):
@@ -88,18 +92,27 @@ def strip(text: str) -> str:
     return "\n\n".join(p.strip() for p in pieces if p.strip())
 
 
+def _close(text: str, d: str, at: int) -> tuple[int, int] | None:
+    """(start, end) of the first closing marker of digest `d` from `at`, either spelling."""
+    core = f"!-- /{TAG} {d} --"
+    while (i := text.find(core, at)) >= 0:
+        at = i + len(core)
+        start = i - 1 if text[max(i - 1, 0):i] == "<" else i - 4 if text[max(i - 4, 0):i] == "&lt;" else -1
+        end = at + 1 if text.startswith(">", at) else at + 4 if text.startswith("&gt;", at) else -1
+        if start >= 0 and end >= 0:
+            return start, end
+    return None
+
+
 def strip_leading_host_context(text: str) -> str:
     """`text` without the host wrappers (`<hook_context>...</hook_context>`) it starts with: what
     Gemini CLI put in front of the user's words. Other text is left as it was."""
     if not text.lstrip().startswith("<"):
         return text
-    left = text
-    while True:
-        m = _LEADING_WRAPPER.match(left)
-        if m is None:
-            break
-        left = left[m.end():]
-    return left if left is not text else text
+    pos = 0
+    while (m := _LEADING_WRAPPER.match(text, pos)) is not None and m.end() > pos:
+        pos = m.end()
+    return text[pos:] if pos else text
 
 
 def user_words(text: str) -> str:

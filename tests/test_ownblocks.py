@@ -93,3 +93,15 @@ def test_an_import_keeps_the_users_words_and_no_block():
     memories: list[Memory] = list(conversation_memories("gemini", "c1", turns))
     assert [m.text for m in memories] == ["User: What is my cat called?", "Gemini: Miso."]
     assert [m.thread_pos for m in memories] == [0, 1]
+
+
+def test_text_made_of_markers_costs_linear_time():
+    import time
+
+    marker = "<!-- pmem:block 0123456789ab -->\n"
+    hostile = marker * 50_000 + "x" * 1_000_000
+    wrapped = "<hook_context></hook_context>" * 100_000 + "hello"
+    t = time.perf_counter()
+    assert ownblocks.strip(hostile) == hostile and ownblocks.user_words(hostile) == hostile.strip()
+    assert ownblocks.user_words(wrapped) == "hello"
+    assert time.perf_counter() - t < 5
