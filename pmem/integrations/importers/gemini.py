@@ -19,8 +19,12 @@ Gemini's fixed reply to it, sub-agents' chats (`kind` subagent), and the hook ou
 in the user's message (`<hook_context>` in front of it or as a part of its own: pmem's blocks and
 other hooks'). The project's folder (`.project_root` beside `chats/`) becomes the memories' scope.
 
-Bad records: a line that is not JSON or not an object, a message whose `type` or `content` has
-the wrong type, is left out and counted; a timestamp or model of the wrong type is read as absent.
+Who writes the file: Gemini CLI, or anyone who hands the user a chat file (a shared session, an
+attachment). It must never raise a traceback, store what the file does not say, or make pmem read
+elsewhere: the project folder comes from `.project_root` opened without following a link,
+regular files only, 4 KB at most. Bad records: a line that is not JSON or not an object, a message
+whose `type` or `content` has the wrong type, is left out and counted; a timestamp or model of the
+wrong type is read as absent.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ def _replay(entry: Entry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     meta: dict[str, Any] = {}
     # By (id, type), in the order first written. Gemini gives a tool's answer the id of the call
     # it answers: keyed by id alone, it would take the place of the model's words before the call.
-    messages: dict[tuple[str, Any], dict[str, Any]] = {}
+    messages: dict[tuple[str, str | None], dict[str, Any]] = {}
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -101,7 +105,7 @@ def _replay(entry: Entry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             for gone in keys[at:]:
                 del messages[gone]
         elif _is_message(obj):
-            messages[(obj["id"], obj.get("type"))] = obj  # written again when it changes: in its place
+            messages[_key(obj)] = obj  # written again when it changes: in its place
         elif isinstance(obj.get("$set"), dict):
             # `messages` here is Gemini's working history written back: after a resume (which
             # leaves out a prompt that starts with hook output), a failed request or a compression
@@ -112,7 +116,7 @@ def _replay(entry: Entry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             listed = update.get("messages")
             for m in listed if isinstance(listed, list) else ():
                 if _is_message(m):
-                    key = (m["id"], m.get("type"))
+                    key = _key(m)
                     messages[key] = {**messages[key], "content": m.get("content")} if key in messages else m
             meta.update({k: v for k, v in update.items() if k != "messages"})
         elif isinstance(obj.get("sessionId"), str) and isinstance(obj.get("projectHash"), str):
@@ -120,8 +124,13 @@ def _replay(entry: Entry) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 if k != "messages":
                     meta.setdefault(k, v)
             if isinstance(obj.get("messages"), list):
-                messages.update({(m["id"], m.get("type")): m for m in obj["messages"] if _is_message(m)})
+                messages.update({_key(m): m for m in obj["messages"] if _is_message(m)})
     return meta, list(messages.values())
+
+
+def _key(message: dict[str, Any]) -> tuple[str, str | None]:
+    kind = message.get("type")
+    return message["id"], kind if isinstance(kind, str) else None
 
 
 def _is_message(obj: Any) -> bool:

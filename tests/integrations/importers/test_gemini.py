@@ -146,3 +146,37 @@ def test_a_project_root_that_is_a_link_is_not_followed(tmp_path):
     (tmp_path / "elsewhere").write_text("/etc")
     root.symlink_to(tmp_path / "elsewhere")
     assert {m.scope for m in load(chat).records} == {None}
+
+
+@pytest.mark.parametrize("value", [None, 0, 1.5, True, "", "x", [], [1, {"text": 2}], {}, {"text": "t"}])
+def test_every_field_of_every_line_may_be_anything(tmp_path, value):
+    """Someone else's chat file (a shared one, an attachment): whatever a field holds, the import
+    reads the rest, or refuses in one line; never a traceback."""
+    records = _lines(RESUMED)
+    for n, record in enumerate(records):
+        for key in list(record):
+            bent = [dict(r) for r in records]
+            bent[n][key] = value
+            path = _write(tmp_path / f"session-{n}-{key.strip('$')}.jsonl", bent)
+            try:
+                plan = load(path)
+            except UsageError:
+                continue
+            assert all(isinstance(m.text, str) and m.text for m in plan.records)
+
+
+@pytest.mark.parametrize("value", [None, 0, "", "x", [], [1, "s", {"text": None}], {}, {"id": 1}])
+def test_every_field_of_the_older_format_may_be_anything(tmp_path, value):
+    data = json.loads(LEGACY.read_text())
+    places = [(data, k) for k in data] + [(m, k) for m in data["messages"] for k in m]
+    for n, (obj, key) in enumerate(places):
+        old = obj[key]
+        obj[key] = value
+        path = tmp_path / f"session-{n}.json"
+        path.write_text(json.dumps(data, indent=2))
+        obj[key] = old
+        try:
+            plan = load(path)
+        except UsageError:
+            continue
+        assert all(isinstance(m.text, str) and m.text for m in plan.records)
