@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from . import ownblocks
 from .display import json_dumps, prompt_safe
 from .errors import UsageError
 from .records import Memory
@@ -276,6 +277,14 @@ def _blocks(memories: list[Memory], came_with: dict[str, str]) -> list[Memory]:
 
 
 def render(r: Recalled, fmt: str = "md") -> str:
+    """`_render`'s block, between pmem's own markers (pmem.ownblocks) when it holds memories,
+    so that wherever it comes back (a chat a host stored, a prompt) it is told apart from the
+    user's words; JSON, which is for programs, is left as it is."""
+    block = _render(r, fmt)
+    return ownblocks.mark(block) if fmt != "json" and (r.core or r.relevant) else block
+
+
+def _render(r: Recalled, fmt: str = "md") -> str:
     """The recalled memories as one block of text: "md" (Markdown headings and bullets), "xml"
     (<memories> with escaped text), "json" (stable keys) or "text" (one memory per line); a
     format that is not one of these renders as Markdown. Raises nothing.

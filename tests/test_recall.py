@@ -122,7 +122,7 @@ def test_packing_many_core_memories_renders_only_what_may_fit(store, monkeypatch
                   for i in range(300)])
     core = store.list_memories(store_module_filter(), sort="created", reverse=True, limit=None)
     measure = "md" if fmt == "json" else fmt
-    for budget in (60, 400):
+    for budget in (90, 400):  # 90: room for pmem's two marker lines (pmem.ownblocks) and a memory
         want = recall_module.Recalled(query=None, budget=budget)
         for m in core:  # the reference: render the whole block for every candidate
             want.core.append(m)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import ownblocks
 from ..display import prompt_safe
 from ..errors import UsageError
 
@@ -25,13 +26,14 @@ MAX_FILE = 5_000_000
 
 
 def render_block(store: MemoryStore, *, budget: int = 4000, flt: Filter | None = None) -> str:
-    """The block's body: core memories, newest first, within `budget` characters."""
+    """The block's body: core memories, newest first, within `budget` characters, between
+    pmem's own markers (pmem.ownblocks)."""
     from ..store import Filter
 
     flt = flt or Filter()
     core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=None)
     lines = ["## About the user (from pmem)", ""]
-    used = sum(len(x) + 1 for x in lines)
+    used = sum(len(x) + 1 for x in lines) + ownblocks.OVERHEAD
     shown = 0
     for m in core:
         line = "- " + " ".join(prompt_safe(m.text).split())  # the one gate for text a model reads
@@ -44,7 +46,7 @@ def render_block(store: MemoryStore, *, budget: int = 4000, flt: Filter | None =
         lines.append("(no core memories yet: `pmem pin ID` makes one)")
     if shown < len(core):
         lines.append(f"({len(core) - shown} more: `pmem list --tier core`)")
-    return "\n".join(lines)
+    return ownblocks.mark("\n".join(lines))
 
 
 def _find(lines: list[str]) -> tuple[int, int] | None:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .. import paths
+from .. import ownblocks, paths
 from ..display import prompt_safe
 from .hook_wire import (  # noqa: F401 - the hook's names, kept here for its callers
     CLIENTS,
@@ -296,7 +296,8 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
                     ("## Recent and relevant" + (f" to {prompt_safe(Path(project).name)}" if project else ""),
                      [m for m in relevant if m.id not in {c.id for c in core}])]
     elif event == "user-prompt":
-        query = (data.prompt or "").strip()[:MAX_PROMPT_CHARS]
+        # The user's words: Gemini CLI's -p puts the session-start block (pmem's own) in front.
+        query = ownblocks.user_words(data.prompt or "")[:MAX_PROMPT_CHARS]
         if not query:
             return ""
         state.turn += 1
@@ -307,7 +308,8 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
         raise ValueError(f"unknown hook event {event!r}")
     header = "# From the user's memory (pmem; quote it, do not invent more)"
     block, ids = _pack(header, [(t, [m for m in ms if not state.seen(m.id, within)]) for t, ms in sections],
-                       settings.budget)
+                       settings.budget - ownblocks.OVERHEAD)
+    block = ownblocks.mark(block)  # so that it can be told from the user's words where it comes back
     if commit is not None and not commit():
         return block
     state.given.update(dict.fromkeys(ids, state.turn))

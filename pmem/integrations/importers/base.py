@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from ... import timeutil
+from ... import ownblocks, timeutil
 from ...errors import UsageError
 from ...records import Memory
 
@@ -293,7 +293,9 @@ def conversation_memories(fmt: str, conversation_id: str, turns: list[Turn], *,
     """One episodic memory per turn ("Speaker: text"), in order, threaded by the conversation.
 
     A turn without its own time takes the one before it (or the conversation's); a turn longer
-    than a memory may hold becomes several consecutive parts."""
+    than a memory may hold becomes several consecutive parts. pmem's own blocks (a hook's, a
+    recall's: pmem.ownblocks), which hosts store inside the user's message, are taken out: a
+    turn that was only such a block is no memory."""
     thread = f"{fmt}:{conversation_id}"
     base_tags = {fmt, *tags}
     last = created_at
@@ -301,7 +303,7 @@ def conversation_memories(fmt: str, conversation_id: str, turns: list[Turn], *,
     for n, turn in enumerate(turns):
         at = turn.created_at or last
         last = at
-        parts = split_text(turn.text)
+        parts = split_text(ownblocks.strip(turn.text))
         for k, part in enumerate(parts):
             m_meta: dict[str, Any] = {"kind": "turn", "format": fmt, "conversation": conversation_id,
                                       "message_id": turn.message_id, "role": turn.role,

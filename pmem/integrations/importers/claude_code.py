@@ -14,6 +14,7 @@ Bad records: a line that is not JSON, not an object, or whose `type`, `message`,
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterator
 
@@ -33,10 +34,32 @@ def accepts(name: str) -> bool:
     return name.endswith(".jsonl")
 
 
+_TYPES = (b'"type":"user"', b'"type": "user"', b'"type":"assistant"', b'"type": "assistant"')
+
+
 def sniff(name: str, head: bytes) -> bool:
-    return b'"sessionId"' in head and (b'"type":"user"' in head or b'"type": "user"' in head
-                                       or b'"type":"assistant"' in head or b'"type": "assistant"' in head
-                                       or b'"type":"summary"' in head)
+    """A line of the transcript's shape among the whole lines of `head`: `type` user or
+    assistant, a `message` object and a `sessionId`. A line of another shape that no transcript
+    holds (Gemini CLI's header, with `projectHash`; a line that is not an object) says it is
+    not one. A first line longer than `head` is told by its keys."""
+    lines = head.split(b"\n")
+    whole = lines[:-1] if len(lines) > 1 else []
+    for raw in whole:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(obj, dict) or "projectHash" in obj:
+            return False
+        if obj.get("type") in ("user", "assistant") and isinstance(obj.get("message"), dict) \
+                and isinstance(obj.get("sessionId"), str):
+            return True
+    if whole:
+        return False
+    return (b'"sessionId"' in head and b'"uuid"' in head and b'"message"' in head
+            and b'"projectHash"' not in head and any(t in head for t in _TYPES))
 
 
 def _text(content: Any) -> str:

@@ -20,7 +20,7 @@ from ... import timeutil, transfer
 from ...errors import DatabaseError, UsageError
 from ...records import TIERS, Memory
 from ...store import MAX_TEXT, MAX_THREAD, Filter
-from . import chatgpt, claude_ai, claude_code, llm_logs, markdown, mcp_memory, mem0
+from . import chatgpt, claude_ai, claude_code, gemini, llm_logs, markdown, mcp_memory, mem0
 from .base import NAMED, Entry, Skips, bytes_entry, file_entry, left_out
 
 Progress = Callable[[int, int], None]
@@ -61,7 +61,7 @@ JSONL = _Native("jsonl", "pmem JSONL (pmem export; one {\"text\": ...} per line)
 MD = _Native("md", "pmem Markdown (pmem export --format md)", (".md", ".markdown", ".txt"))
 
 # Sniffing order: the most specific shapes first.
-IMPORTERS: tuple[Importer, ...] = (llm_logs, chatgpt, claude_ai, claude_code, mcp_memory, mem0, JSONL, MD,
+IMPORTERS: tuple[Importer, ...] = (llm_logs, chatgpt, claude_ai, claude_code, gemini, mcp_memory, mem0, JSONL, MD,
                                    markdown)  # type: ignore[assignment]
 FORMATS: dict[str, Importer] = {i.NAME: i for i in IMPORTERS}
 
