@@ -144,7 +144,12 @@ def turns(conversation: dict[str, Any], skip: Skip | None = None) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
+    read = 0
     for cid, conversation, kept in export_threads(entry, "mapping", "ChatGPT", turns):
+        read += 1
         yield from conversation_memories(
             NAME, cid, kept, title=optional(conversation, "title", str) or None,
             created_at=when(optional(conversation, "create_time", int, float, str)))
+    if read and not entry.skips.count:
+        entry.nothing = (f"{read} conversations read, none with a message in text on its kept branch "
+                         "(system, tool and hidden messages are not imported)")

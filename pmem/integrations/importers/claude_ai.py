@@ -190,13 +190,17 @@ def _said_nothing(entry: Entry, read: int, what: str, why: str) -> None:
 
 
 def _conversations(entry: Entry) -> Iterator[Memory]:
+    read = 0
     for cid, conversation, kept in export_threads(entry, "chat_messages", "Claude.ai", turns):
+        read += 1
         project = optional(conversation, "project", dict) or {}
         name = optional(project, "name", str)
         yield from conversation_memories(
             NAME, cid, kept, title=optional(conversation, "name", str) or None,
             created_at=when(optional(conversation, "created_at", str, int, float)),
             meta={"project": name} if name else None)
+    if entry.nothing is None:
+        _said_nothing(entry, read, "conversations", "none with a message in text on its kept branch")
 
 
 # -- memories.json and projects ---------------------------------------------------------------

@@ -40,3 +40,14 @@ def test_an_export_with_no_model_anywhere_names_none(tmp_path):
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps([conversation]))
     assert [m.meta.get("model") for m in load(path).records] == [None] * 4
+
+
+def test_conversations_without_a_word_in_text_say_how_many_were_read(tmp_path):
+    conversation = chatgpt_conversation("c3", [("user", "x")])
+    conversation["mapping"]["c3-m0"]["message"]["content"] = {"content_type": "image_asset_pointer", "parts": []}
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conversation]))
+    plan = load(path)
+    assert plan.records == [] and plan.empty == [
+        "conversations.json: 1 conversations read, none with a message in text on its kept branch (system, tool "
+        "and hidden messages are not imported)"]

@@ -133,3 +133,13 @@ def test_an_export_split_over_several_zips_in_one_folder_is_read_as_one(tmp_path
     assert {m.thread for m in plan.records if m.thread} == {"claude-ai:z1", "claude-ai:z2"}
     assert [m.text for m in plan.records if not m.thread] == ["Sam lives in Lisbon.",
                                                               "Project Thesis, instructions: Be strict."]
+
+
+def test_conversations_without_a_word_in_text_say_how_many_were_read(tmp_path):
+    conv = claude_ai_conversation("e1", [("human", "x")])
+    conv["chat_messages"][0].update(text="", content=[{"type": "image", "file_uuid": "f1"}])
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conv, claude_ai_conversation("e2", [])]))
+    plan = load(path)
+    assert plan.records == [] and plan.empty == [
+        "conversations.json: 2 conversations read, none with a message in text on its kept branch"]

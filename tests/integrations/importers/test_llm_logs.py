@@ -218,3 +218,22 @@ def test_cli_import_of_llm_logs_stores_once(llm_cli, monkeypatch):
     assert json.loads(first.stdout)["imported"] == 4
     again = CliRunner().invoke(app, ["import", str(llm_cli.db), "--json"])
     assert json.loads(again.stdout)["imported"] == 0 and json.loads(again.stdout)["skipped_existing"] == 4
+
+
+def test_the_cli_says_why_an_llm_database_gave_nothing(llm_cli, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
+    _migrated(llm_cli.db)
+    r = CliRunner().invoke(app, ["import", str(llm_cli.db)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        "imported 0 memories from llm",
+        "  logs.db: 0 turns in threads and 0 rows in responses: llm logged nothing here "
+        "(`llm logs status` says whether logging is on)"]
+    as_json = json.loads(CliRunner().invoke(app, ["import", str(llm_cli.db), "--json"]).stdout)
+    assert as_json["read"] == 0 and as_json["empty_files"] == [
+        "logs.db: 0 turns in threads and 0 rows in responses: llm logged nothing here "
+        "(`llm logs status` says whether logging is on)"]
