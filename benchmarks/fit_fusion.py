@@ -433,7 +433,7 @@ def fit(qs: list[dict], sweeps: int, locomo: float = 1.0, maxima=(0.6, 0.7, 0.8)
     own stores' (with the cost `below` of falling under semantic-only) and the mixed store's
     (without it: no constants of these features keep the mixed store's paraphrase and
     multilingual questions at semantic-only without giving up a tenth of LoCoMo;
-    benchmarks/README.md)."""
+    docs/decisions/0016-one-prefix-both-sides.md)."""
     import numpy as np
 
     s = importlib.import_module("pmem.search")

@@ -16,7 +16,7 @@ Then whole processes (start to exit), in rounds, each command next to the others
   server first), the next one finds it; `pmem search` with `server = never`; `pmem add`; `pmem list`
   and `python -c pass` (the machine's speed, to scale by);
 - `llm similar COLLECTION -c QUERY` (--anchor: the llm executable of a separate environment with
-  llm-gguf and MiniLM registered; see benchmarks/README.md, "The anchor"), over the same turns,
+  llm-gguf and MiniLM registered; see docs/decisions/0037-llm-similar-anchor.md), over the same turns,
   embedded into an llm collection once (kept in --store too).
 
 After the rounds, with the server running: the agent hook `user-prompt` (p50 and p95 over --prompts

@@ -9,8 +9,8 @@ spawn: the `initialize` answer, the `tools/list` answer, the `tools/call` answer
 (user + system) of the whole process, to its exit. Each tree runs from its own PYTHONPATH with its
 own copy of the store (--store, or an empty store) and its own `pmem serve` (the model stays
 loaded, as `server = auto` leaves it), so the call embeds its topic through the server as it does
-for a user. Medians, with the load (`uptime`) before and after; see benchmarks/README.md, "MCP:
-the tool list before the SDK".
+for a user. Medians, with the load (`uptime`) before and after; see
+docs/decisions/0039-mcp-early-tools-list.md.
 """
 
 from __future__ import annotations

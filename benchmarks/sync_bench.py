@@ -10,7 +10,7 @@ joins (pulls and applies all N: the first join). Then a adds 1,000 new memories 
 syncs them in; then `pmem sync` with nothing new, as a process, repeated (the steady state).
 Reports medians; bytes are the changeset files written (sealed and compressed). The fake
 embedder keeps embedding out of the figures: with a real model, applying new memories also
-embeds their texts (see "Latency and bulk import" in benchmarks/README.md for that rate).
+embeds their texts (see "Latency and bulk import" in docs/decisions/0003-latency-foundation.md for that rate).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
     python benchmarks/thread_dense.py report           # each variant's figures next to the shipped dense side
     python benchmarks/thread_dense.py scale --db /tmp/pmem-scale/scale-100000.db   # search() with the lift and without
 
-The keyword side indexes each threaded turn with its neighbours' words (benchmarks/README.md,
-"Threads"); the dense side scores each turn alone, so "Yes, last Tuesday!" is far in meaning from
+The keyword side indexes each threaded turn with its neighbours' words
+(docs/decisions/0002-threads-keyword-window.md); the dense side scores each turn alone, so "Yes, last Tuesday!" is far
+in meaning from
 the question its neighbour's words are about. `lists` scores every memory of every store of
 benchmarks/fusion_sets.py by the shipped dense side (fusion_sets.ENGLISH: e5 "query: " on both
 sides, English pairs with MiniLM, e5's nearest POOL rescored) with no store built (the vectors come

@@ -30,7 +30,7 @@ _pmem_words() {
         "history") words="--json --help" ;;
         "log") words="--limit -n --json --help" ;;
         "undo") words="--json --help" ;;
-        "import") words="--format -f --tag -t --tier --since --until --extract --dry-run --allow-secret --json --help" ;;
+        "import") words="--format -f --tag -t --tier --since --until --extract --dry-run --allow-secret --discover --pick --json --help" ;;
         "export") words="--format -f --output -o --active --include-forgotten --scope --help" ;;
         "stats") words="--json --help" ;;
         "path") words="--json --help" ;;

@@ -122,6 +122,8 @@ complete -c pmem -n '__fish_seen_subcommand_from import' -l until -r -d 'Only wh
 complete -c pmem -n '__fish_seen_subcommand_from import' -l extract -d 'Also extract facts from imported conversations (local chat model); relative dates are resolved against each message\'s date.'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l dry-run -d 'Read and count (per kind, with a sample); store nothing.'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l allow-secret -d 'Import records that hold what looks like a machine secret (an API key, a token, a private key).'
+complete -c pmem -n '__fish_seen_subcommand_from import' -l discover -d 'List the histories other tools keep on this machine (Claude Code, Codex, Gemini CLI, llm, aider, Cursor, the MCP memory server), where each tool keeps them, its variables honoured (CODEX_HOME...); on a terminal, ask which to import. Example: pmem import --discover'
+complete -c pmem -n '__fish_seen_subcommand_from import' -l pick -r -d 'Import these discovered histories: names (claude-code, codex, gemini, llm, aider, cursor, mcp-memory) or list numbers, comma-separated, or all; run again, it reads only files new or changed since. Example: pmem import --discover --pick codex,gemini'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from export' -l format -s f -r -d 'jsonl (lossless) or md.'

@@ -7,8 +7,8 @@
 
 Importing pmem loads no CLI, TUI or model code; models load when a vector is first needed. The
 names below are imported when first used (PEP 562), so a command, a hook or `pmem serve` that
-imports one submodule does not pay for the store, search and config (benchmarks/README.md,
-"Every command's start-up").
+imports one submodule does not pay for the store, search and config
+(docs/decisions/0040-command-start-up.md).
 """
 
 import sys

@@ -1,6 +1,6 @@
 """Sync after each change (the setting `sync_auto = on`), its cheap half: what a command runs as it
 ends. It imports nothing of pmem (importing the sync package cost a write command ~0.1 s on a
-busy machine: benchmarks/README.md); the background half is pmem/sync/auto.py.
+busy machine: docs/decisions/0047-sync-compact-auto.md); the background half is pmem/sync/auto.py.
 
 After a command that changed memories, one `pmem sync` starts in the background, detached, and
 waits DELAY seconds for more writes before it syncs (a run of commands is one sync). It prints
@@ -118,6 +118,6 @@ def _delay() -> float:
 
 
 # The background process waits before it imports pmem, and at a lower priority: on a busy machine
-# its start-up does not compete with the command that just ended (benchmarks/README.md).
+# its start-up does not compete with the command that just ended (docs/decisions/0047-sync-compact-auto.md).
 _CHILD = ("import os, sys, time; time.sleep(float(sys.argv[1])); os.nice(10); "
           "from pmem.sync.auto import main; sys.exit(main(sys.argv[2:]))")

@@ -162,7 +162,7 @@ def quantize_q8_0(src: Path, out: Path) -> Path:
     """Write `out` (atomically): the GGUF `src` with its weight matrices in llama.cpp's Q8_0 (8
     bits and a scale per 32 weights), by llama.cpp's own quantizer. MiniLM's query embedding
     costs ~25% less CPU and a memory ~15% less than from f16, its vectors at cosine >= 0.999 to
-    f16's (benchmarks/README.md, "The second vector's cost, fourth round")."""
+    f16's (docs/decisions/0019-second-vector-cost.md)."""
     import ctypes
 
     from .loading import open_gguf

@@ -17,13 +17,13 @@ from .errors import DatabaseError, ExtensionError
 _DRIVERS = ("sqlite3", "sqlean", "pysqlite3.dbapi2")
 # Reads through a memory map instead of a read() per page: at 100,000 memories the keyword side of
 # a search looks up thousands of rows and took 12-13 ms through SQLite's 2 MB page cache, 8-9 ms
-# mapped; the semantic side 15 -> 13 ms (benchmarks/README.md). SQLite caps it at its build's
+# mapped; the semantic side 15 -> 13 ms (docs/decisions/0026-scale-sixth-round.md). SQLite caps it at its build's
 # SQLITE_MAX_MMAP_SIZE (2 GiB by default); past that the file is read as before. SQLite writes
 # through its usual path; a read error on a mapped page would arrive as a signal rather than an
 # error code, the accepted cost of mapping a local file (https://sqlite.org/mmap.html).
 MMAP_BYTES = 1 << 31
 # Bytes a page of a new database: a 384-d float32 vector row (~1.55 KB) fills 5 of 8 KB where
-# 4 KB held 2 (25% slack): a store is 11% smaller (benchmarks/README.md, twelfth round).
+# 4 KB held 2 (25% slack): a store is 11% smaller (docs/decisions/0032-date-filters-scale.md).
 PAGE_SIZE = 8192
 _driver: ModuleType | None = None
 

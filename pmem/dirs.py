@@ -2,7 +2,7 @@
 
 A served agent hook finds its pmem home before anything else, before every prompt, so this
 module imports nothing but os and sys: pathlib costs that process ~23 ms of CPU here and
-platformdirs (pathlib, tempfile, shutil...) ~20 ms more (benchmarks/README.md, "The hook's process, lean").
+platformdirs (pathlib, tempfile, shutil...) ~20 ms more (docs/decisions/0041-hook-process-lean.md).
 On Linux, where the XDG variable and HOME are plain absolute paths, the user folders are the XDG
 ones, exactly as platformdirs gives them; anywhere else (another system, Android, a relative
 or unset HOME, a variable that is not an absolute path) platformdirs decides, as it always did.

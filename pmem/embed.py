@@ -50,7 +50,7 @@ class FakeEmbedder:
             yield "c:" + padded[i : i + 3], 0.5
 
     def _one(self, text: str) -> list[float]:
-        import hashlib  # here: a served command never embeds (benchmarks/README.md, "Every command's start-up")
+        import hashlib  # here: a served command never embeds (docs/decisions/0040-command-start-up.md)
 
         vec = [0.0] * self.dim
         for feature, weight in self._features(text):
@@ -253,7 +253,7 @@ class LlamaEmbedder:
 class SymmetricEmbedder:
     """A query-aware model (e5) whose stored texts are embedded as search queries too: e5's
     authors advise "query: " on both sides for symmetric tasks, and a question against a short
-    memory in other words is one (benchmarks/README.md, "One prefix on both sides"). Its own
+    memory in other words is one (docs/decisions/0016-one-prefix-both-sides.md). Its own
     `name`, so that a store's vectors say which scheme made them; the query vectors are the
     model's own, so a store of its passage vectors keeps searching until `pmem reindex`."""
 
@@ -280,7 +280,7 @@ _key_locks: dict[tuple[str, int], threading.RLock] = {}
 
 def _loading(key: tuple[str, int]) -> "threading.RLock":
     """The lock that one model's load holds: MiniLM loading on a thread must not keep e5 (loaded,
-    or loading) from this thread (benchmarks/README.md, "The second vector's cost, fourth round")."""
+    or loading) from this thread (docs/decisions/0019-second-vector-cost.md)."""
     with _cache_lock:
         return _key_locks.setdefault(key, threading.RLock())
 

@@ -47,7 +47,7 @@ _BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])  # one Q4_0 block, 18 bytes
 _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
 PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 # Windows of 510 tokens embedded per text at most (~1.6 s each on a small machine: a 50,000-character
-# paste took 21 s). Chosen by retrieval on long LoCoMo texts: benchmarks/README.md, "Long memories".
+# paste took 21 s). Chosen by retrieval on long LoCoMo texts: docs/decisions/0043-long-memories-windows.md.
 MAX_WINDOWS = 6
 
 
@@ -96,7 +96,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 # Rows up to which `_linear` multiplies as W @ x.T: OpenBLAS runs a few rows against a weight
 # matrix ~1.5-2x faster that way round than as x @ W.T (a query's 8-30 tokens), and slower past
-# ~512 rows (benchmarks/README.md, "e5's query, the weight on the left").
+# ~512 rows (docs/decisions/0051-e5-weight-left.md).
 _FEW_ROWS = 256
 
 
@@ -197,7 +197,7 @@ def _key(piece: bytes) -> int:
 
 class PieceIndex:
     """Piece bytes -> id without a Python dict of 250,000 entries (building one took ~40% of a
-    cold search; benchmarks/README.md, "Cold start"): a sorted array of 64-bit keys and their ids,
+    cold search; docs/decisions/0035-e5-cold-start.md): a sorted array of 64-bit keys and their ids,
     built once and kept in a file beside the model, mapped at load. A lookup hashes the
     candidate substrings of one text, finds them all with one searchsorted, and checks each hit
     against the piece's bytes, so a key collision can never change a tokenisation."""
@@ -282,8 +282,8 @@ class PieceIndex:
 
 class Vocabulary(NamedTuple):
     """What a load derives from the vocabulary and checks in it, kept in the index's cache file
-    so that a load from the cache does neither (~20 ms of each cold start, benchmarks/README.md,
-    "Every command's start-up"): the longest piece in bytes, and the normalisation table."""
+    so that a load from the cache does neither (~20 ms of each cold start,
+    docs/decisions/0040-command-start-up.md): the longest piece in bytes, and the normalisation table."""
 
     longest: int
     norm: dict[int, str]
@@ -515,7 +515,7 @@ class E5Embedder:
     def _layer_weights(self) -> list[dict]:
         """Dequantised float32 weights [out, in] (~85 MB), on first use: mapped from a cache file
         beside the model (`<model>.f32`, written by the first process that needs them), so a
-        command pages them in rather than dequantising them (benchmarks/README.md, "Cold start")."""
+        command pages them in rather than dequantising them (docs/decisions/0035-e5-cold-start.md)."""
         if self._weights is None:
             H, FF = self.dim, self.ffn
             shapes = [(3 * H, H), (3 * H,), (H, H), (FF, H), (H, FF)]

@@ -1,7 +1,7 @@
 """JSON for a process that must start fast (a served agent hook): the json package's own C parts.
 
 `import json` imports re for the patterns of its pure-Python fallbacks, and re costs a hook's
-process ~14 ms of CPU before every prompt (benchmarks/README.md, "The hook's process, lean"). What
+process ~14 ms of CPU before every prompt (docs/decisions/0041-hook-process-lean.md). What
 json runs is in its accelerator, `_json`: the string encoders and the scanner that json.loads
 itself uses, which need no re. So these give json's results: `dumps` json.dumps' default text
 (separators ", " and ": ") for the plain values pmem sends (dict with str keys, list, str,

@@ -86,7 +86,7 @@ def open_gguf_bindings(path: Path | str):
 
     `import llama_cpp` runs the package's __init__, which imports the high-level `Llama`, its chat
     formats and jinja2: 0.1 s of CPU on top of the bindings' 0.025 s, in every cold English search
-    and add (benchmarks/README.md, "The second vector's cost, fourth round"). So where nothing has
+    and add (docs/decisions/0019-second-vector-cost.md). So where nothing has
     imported the package yet, it goes into sys.modules unexecuted and only its bindings module is
     run; the first name asked of the package itself (`llama_cpp.Llama`, by the generator) runs
     its __init__ then, so every other user sees the whole package."""
@@ -139,7 +139,7 @@ def _bindings():
 # llama.cpp's "extra buffer types" hold its repacked and AMX weight layouts. The AMX kernels of a
 # natively built llama.cpp crash on some Intel Xeons (SIGSEGV in decode; SIGILL where the kernel
 # does not grant AMX), so every model loads without them. What that costs was measured on and off:
-# benchmarks/README.md, "llama.cpp's extra buffer types".
+# docs/decisions/0034-llama-extra-bufts.md.
 EXTRA_BUFFER_TYPES = False
 _params_lock = threading.Lock()
 

@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 FORMATS = ("md", "xml", "json", "text")
 NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one
 MIN_SCORE = 0.02  # default recall_min_score: meaning-only matches scoring less are left out
-# Only the best few matches bring neighbours: on LoCoMo (benchmarks/README.md: Threads) neighbours
+# Only the best few matches bring neighbours: on LoCoMo (docs/decisions/0002-threads-keyword-window.md) neighbours
 # for every match spent the budget on context and left evidence out (0.882 of questions with their
 # evidence in the block, against 0.911 with none); for the best three it stayed at 0.911. They
-# come after every match that fits (benchmarks/README.md: The recall block's budget).
+# come after every match that fits (docs/decisions/0020-recall-block-budget.md).
 NEIGHBOUR_MATCHES = 3
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -215,8 +215,8 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
             best.append(m)
     # Neighbours get what the matches leave, never a match's place: the keyword index already
     # ranks a turn by its neighbours' words, so the neighbours worth reading rank as matches, and
-    # on LoCoMo those that did not never held the evidence (benchmarks/README.md: The recall
-    # block's budget). In a store the matches do not fill, they still come.
+    # on LoCoMo those that did not never held the evidence
+    # (docs/decisions/0020-recall-block-budget.md). In a store the matches do not fill, they still come.
     came_with: dict[str, str] = {}  # neighbour -> the match it came with, for grouping blocks
     for m in best if query and neighbours else ():
         before, after = store.thread_neighbours(m, neighbours, neighbours, others_flt)

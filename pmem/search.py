@@ -1,5 +1,5 @@
 """Hybrid retrieval: FTS5 BM25 and sqlite-vec KNN, fused by a convex combination of their
-min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: benchmarks/README.md).
+min-max normalised scores (it beat reciprocal-rank fusion on LoCoMo: docs/decisions/0001-hybrid-fusion-convex.md).
 The keyword list's share of it is decided per query from the evidence of both lists
 (`evidence`, `keyword_share`): a fixed 0.6, tuned where names decide (LoCoMo), let a memory
 sharing one common word with a question in other words outrank what its meaning found. Before the
@@ -46,8 +46,9 @@ BM25_HALF = 6.0
 
 # The per-query keyword share, fitted by benchmarks/fit_fusion.py (`fit`, defaults) on the dev
 # part of the paraphrase, multilingual and LoCoMo sets, in their own stores and in one mixed store,
-# with the default model's vectors (multilingual-e5-small-symmetric: benchmarks/README.md, "One
-# prefix on both sides"): the share is SHARE_MAX times the logistic of SHARE_BIAS + the sum of each
+# with the default model's vectors (multilingual-e5-small-symmetric:
+# docs/decisions/0016-one-prefix-both-sides.md): the share is SHARE_MAX times the logistic of SHARE_BIAS + the sum of
+# each
 # Evidence field times its coefficient here.
 SHARE_MAX = 0.7
 SHARE_BIAS = -4.58
@@ -56,14 +57,15 @@ SHARE_COEF = (("sem_gap", -7.74), ("kw_gap", -3.23), ("kw_many", 2.72), ("agree"
 
 
 # The same fitted on a store whose English memories have their second vector (store/english.py:
-# the dense side scores English pairs by both models; benchmarks/README.md, "Two models for
-# English"). search() uses these where the store's English side is in use and no other Tuning is given.
+# the dense side scores English pairs by both models;
+# docs/decisions/0017-two-models-english.md). search() uses these where the store's English side is in use and no other
+# Tuning is given.
 ENGLISH_SHARE_BIAS = -5.33
 ENGLISH_SHARE_COEF = (("sem_gap", -13.74), ("kw_gap", -5.98), ("kw_many", 3.72), ("agree", 0.22),
                       ("kw_best", 5.85), ("sem_best", 3.24))
 
 
-# Dense first (benchmarks/README.md, "Fusion, fourth round"): after the fusion, the dense side's best
+# Dense first (docs/decisions/0018-dense-first.md): after the fusion, the dense side's best
 # memory goes first where the fused order has it among its first DENSE_FIRST_WITHIN (the first
 # five stay the same five: LoCoMo's R@5 and R@10 cannot change), and from anywhere among the
 # candidates where the fused best holds no rare query word: each word it holds is in more than
@@ -78,7 +80,7 @@ COMMON_EXPONENT = 0.55
 DENSE_MARGIN = 0.08
 
 
-# The dense side of a thread (benchmarks/README.md, "The dense side of a thread"): before the
+# The dense side of a thread (docs/decisions/0021-thread-lift.md): before the
 # fusion, a threaded memory among the dense side's candidates moves THREAD_LIFT of the way towards
 # the nearest of its live neighbours in the keyword window that is a candidate too and nearer
 # than it ("Yes, last Tuesday!" after the turn that asks about the support group). It only ever
@@ -92,13 +94,14 @@ THREAD_LIFT = 0.2
 # questions nearest to questions: e5's "query: " on both sides embeds them alike. After the lift
 # its dense distance grows by QUESTION_PENALTY of the model's rescaled scale (1 - score_floor:
 # about 0.03 of e5's distance), so it stays a candidate but yields to a statement about as near
-# (benchmarks/README.md, "A question is not an answer"). 0.05-0.25 measured, 0.10-0.25 alike; a
+# (docs/decisions/0052-question-penalty.md). 0.05-0.25 measured, 0.10-0.25 alike; a
 # quarter of LoCoMo's turns are questions, 13% of its evidence turns.
 QUESTION_PENALTY = 0.15
 
 
-# How many candidates each side brings to the fusion (benchmarks/README.md, "The fusion at its
-# end"): 125, measured against 100, 150, 175, 200 and 250 on the lists search() itself fuses. At
+# How many candidates each side brings to the fusion
+# (docs/decisions/0053-candidates-a-side.md): 125, measured against 100, 150, 175, 200 and 250 on the lists search()
+# itself fuses. At
 # 125 no part is lower than at 100 but the mixed store's LoCoMo R@5 (one question), and LoCoMo gains
 # (R@5 0.754 -> 0.762, R@10 0.845 -> 0.851, mixed R@10 0.829 -> 0.836): a memory both sides find
 # past their first 100 now counts on both, and each side's min-max scale spans more of it. 150 and
@@ -110,7 +113,7 @@ CANDIDATES = 125
 
 @dataclass(frozen=True)
 class Tuning:
-    """Fusion constants (see benchmarks/README.md).
+    """Fusion constants (see docs/decisions/0015-fusion-follows-evidence.md).
 
     rank_score = share * minmax(-bm25) + (1 - share) * minmax(cosine), each over its own top
     `candidates`; a memory missing from one list gets 0 from it. The share follows each query's
@@ -199,7 +202,7 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, context_w
     """keyword_ranks (unless not `words`: a semantic search) and semantic_ranks. On a large store
     the keyword side runs on the store's side reader in another thread while this one embeds the
     query and ranks by meaning; once done, that thread reads bit-index partitions of the
-    semantic side too (PartitionScan), so both end together (benchmarks/README.md). A semantic
+    semantic side too (PartitionScan), so both end together (docs/decisions/0026-scale-sixth-round.md). A semantic
     search has that thread read partitions from the start."""
     with store.side_reader() as side:
         if side is None:

@@ -3,7 +3,7 @@
 Which build this is, how long to wait for a server, and one request answered by one line. It
 imports the C parts of the standard library only: the `socket` module costs a hook's process
 ~20 ms of CPU here (its enums) and the json package ~17 ms (re) before every prompt, where `_socket` and
-pmem.leanjson do the same work (benchmarks/README.md, "The hook's process, lean"). `pmem.serve`
+pmem.leanjson do the same work (docs/decisions/0041-hook-process-lean.md). `pmem.serve`
 takes its build id, wait and protocol from here; its own client (`serve.request`, vectors after
 the line) is for commands, which have imported all of that anyway.
 """

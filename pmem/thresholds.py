@@ -36,13 +36,13 @@ class Thresholds:
     hook: float            # agent hooks: a memory this close to the prompt is relevant
     hook_words: float      # agent hooks: one of the best keyword matches is relevant from this cosine
     # dream: two words a near-duplicate pair does not share are one word said otherwise from this
-    # cosine ("bought" / "purchased"); above 1, never (benchmarks/README.md, "Dedup by meaning")
+    # cosine ("bought" / "purchased"); above 1, never (docs/decisions/0048-dedup-by-meaning.md)
     synonym: float = 2.0
     dedup_close: float = 2.0  # dream: from here the older word test (half the stems shared) also dedups
     # dream: a pair in two languages with the same names, numbers and dates is one fact from this
     # cosine of the two texts embedded alike (e5: "query: " on both), and is compared from
-    # dedup_bilingual_floor on the stored vectors' scale; above 1, never (benchmarks/README.md,
-    # "Dedup in two languages")
+    # dedup_bilingual_floor on the stored vectors' scale; above 1, never
+    # (docs/decisions/0050-dedup-two-languages.md)
     dedup_bilingual: float = 2.0
     dedup_bilingual_floor: float = 2.0
 
@@ -60,7 +60,7 @@ class Thresholds:
 
 # The values every cosine rule was tuned with (dream_bench.py, extract_bench.py on LoCoMo).
 # dedup and synonym: dream's dedup by meaning (pmem.dream.sameness), set on the paraphrase set
-# benchmarks/data/dedup_pairs.json (benchmarks/README.md, "Dedup by meaning"; it was 0.92 when
+# benchmarks/data/dedup_pairs.json (docs/decisions/0048-dedup-by-meaning.md; it was 0.92 when
 # the lexical test was a Jaccard of all content words).
 MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35, grounding=0.5,
                     noop=0.95, contained=0.85, change=0.6, judge=0.75, recall_cutoff=0.2,
@@ -69,7 +69,8 @@ MINILM = Thresholds(dedup=0.86, merge=0.80, supersede=0.85, compress_topic=0.35,
 # Each MiniLM value moved to the e5 cosine that the same share of LoCoMo turn pairs reaches
 # (benchmarks/multilingual.py `map_thresholds`, 300 turns of the dev conversations); noop: no MiniLM
 # turn pair reaches 0.95, so it sits at the highest e5 pair (0.975). dedup and compress_topic were
-# then set with dream_bench.py (2 conversations, benchmarks/README.md): dedup 0.95 paired chatter
+# then set with dream_bench.py (2 conversations, docs/decisions/0013-multilingual-e5-default.md): dedup 0.95 paired
+# chatter
 # ("Thanks, Melanie!" twice: planted-pair precision 0.62), 0.96 gave 0.75, 0.97 gives 0.888 (MiniLM
 # at 0.92: 0.894) with recall 0.978 (MiniLM 0.944); compress_topic 0.87 against the mapped 0.841:
 # evidence R@10 after the dream 0.892 against 0.879. dedup then moved to 0.94 with dedup by meaning,
@@ -82,10 +83,10 @@ E5_SMALL = Thresholds(dedup=0.94, merge=0.946, supersede=0.955, compress_topic=0
 # multilingual-e5-small with memories embedded as queries too ("query: " on both sides: the
 # identity multilingual-e5-small-symmetric). Its cosines sit elsewhere: each E5_SMALL value moved to
 # the cosine the same share of LoCoMo turn pairs reaches under it (benchmarks/multilingual.py
-# --map-symmetric, `map_symmetric`; benchmarks/README.md, "One prefix on both sides"); noop and
+# --map-symmetric, `map_symmetric`; docs/decisions/0016-one-prefix-both-sides.md); noop and
 # compress_topic are those mapped values. dedup, synonym, dedup_close and the two-language pair were
 # measured on this scale (dream_bench.py --pairs --stored-as-queries: recall 0.863, precision 1.0,
-# held out 0.850; benchmarks/README.md, "Dedup in two languages"): the mapped dedup 0.926 paired
+# held out 0.850; docs/decisions/0050-dedup-two-languages.md): the mapped dedup 0.926 paired
 # hard negatives.
 E5_SYMMETRIC = Thresholds(dedup=0.96, merge=0.932, supersede=0.943, compress_topic=0.863, grounding=0.868,
                           noop=0.964, contained=0.943, change=0.888, judge=0.919, recall_cutoff=0.809,

@@ -3,7 +3,7 @@
 Parsing validates everything first and reports `line N: problem`; only a clean file is stored,
 as one operation. The limits a memory has in the store (its text's length, no NUL, a thread's
 name) are checked here, line by line as the input streams in, so an oversized record is refused
-before any of the file is embedded (benchmarks/README.md, "Bad input: imports").
+before any of the file is embedded (docs/decisions/0011-bad-input-imports.md).
 """
 
 from __future__ import annotations

@@ -5,4 +5,4 @@ A foundation module that imports nothing, so a low layer (serve) can name the ve
 importing the `pmem` package, which would pull in the store, search and recall above it.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

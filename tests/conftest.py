@@ -28,6 +28,10 @@ def pmem_home(tmp_path, monkeypatch):
     # No test starts a background server unless it says so (the default, "auto", would).
     monkeypatch.setenv("PMEM_SERVER", "never")
     monkeypatch.setenv("NO_COLOR", "1")
+    # The other tools' own home variables: a test that installs hooks or discovers histories
+    # names its fake home, and never reaches a real one a developer's shell has set.
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "LLM_USER_PATH", "MEMORY_FILE_PATH"):
+        monkeypatch.delenv(var, raising=False)
     yield home
     if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
         from pmem import serve

@@ -258,8 +258,8 @@ def test_codex_install_says_to_trust_the_hooks(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "/hooks" in r.stderr and "trust" in r.stderr
     assert "codex_hooks" not in r.stderr
-    readme = (ROOT / "README.md").read_text()
-    assert "codex_hooks = true" not in readme and "/hooks" in readme
+    page = (ROOT / "docs" / "agents" / "codex.md").read_text(encoding="utf-8")
+    assert "codex_hooks = true" not in page and "/hooks" in page
 
 
 # -- MCP snippets: the env that finds the same store ------------------------------------------

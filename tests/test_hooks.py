@@ -273,11 +273,13 @@ def test_cli_context_write(fake_config, seeded, project):
 
 
 @pytest.mark.parametrize("client", ["claude-desktop", "vscode", "codex"])
-def test_readme_shows_the_exact_snippets(client):
-    """README's per-client snippets are what `pmem mcp --print-config` prints (with pmem on PATH)."""
-    readme = (ROOT / "README.md").read_text()
-    assert clients.mcp_config(client, "pmem")[0] in readme
-    assert clients.mcp_config("claude-code", "pmem")[0] in readme
+def test_docs_show_the_exact_snippets(client):
+    """The agent pages' per-client snippets (docs/agents/) are what `pmem mcp --print-config`
+    prints (with pmem on PATH); README's quick start shows Claude Code's."""
+    pages = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs" / "agents").glob("*.md")))
+    assert clients.mcp_config(client, "pmem")[0] in pages
+    assert clients.mcp_config("claude-code", "pmem")[0] in pages
+    assert clients.mcp_config("claude-code", "pmem")[0] in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 # -- reading stdin, a writer's lock ------------------------------------------------------------

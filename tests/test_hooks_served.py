@@ -305,7 +305,7 @@ def test_a_served_hooks_process_imports_no_store_search_or_model(seeded, start_s
 
 
 # What the served process does not import either: what made it ~100 ms of CPU before every prompt
-# (benchmarks/README.md, "The hook's process, lean"), the CLI, and what only the work needs.
+# (docs/decisions/0041-hook-process-lean.md), the CLI, and what only the work needs.
 LEAN_OUT = ("dataclasses", "inspect", "pathlib", "platformdirs", "typing", "json", "re", "enum", "socket",
             "selectors", "threading", "tomllib", "typer", "pmem.config", "pmem.paths", "pmem.serve",
             "pmem.integrations.hooks", "pmem.cli.app")
@@ -452,6 +452,21 @@ def test_the_server_runs_the_hook_the_process_would(seeded, server, fake_config)
         local = hooks.build_context(s, "user-prompt", data, hooks.settings_for(fake_config, "claude-code"),
                                     *hooks.hook_filter(data))
     assert sent.sent[0]["block"] == local and "hunter2" in local
+
+
+def test_the_server_gives_a_subagent_its_own_session_start(seeded, server, fake_config):
+    """SubagentStart is served like a session start, in the subagent's own session file."""
+    home, project = seeded
+    text = json.dumps({"session_id": "parent", "agent_id": "a-1", "agent_type": "Explore", "cwd": str(project),
+                       "hook_event_name": "SubagentStart"})
+    sent = Replies()
+    hooks.serve_hook(server, _request(project, event="subagent-start", input=text), sent)
+    assert sent.sent[0]["ok"] is True and "camping at the lake" in sent.sent[0]["block"]
+    start = hooks.parse_input(json.dumps(payload("session-start", "in-process", project)))
+    with MemoryStore(config=fake_config) as s:
+        local = hooks.build_context(s, "session-start", start, hooks.settings_for(fake_config, "claude-code"),
+                                    *hooks.hook_filter(start))
+    assert sent.sent[0]["block"] == local
 
 
 @pytest.mark.parametrize("change, why", [

@@ -93,9 +93,12 @@ def test_tool_errors_are_one_line(plugin, seeded):
     assert "empty" in str(info.value) and "\n" not in str(info.value)
 
 
+DISTRIBUTION = "pmem-cli"  # the name on the package index (pyproject.toml); `llm install pmem-cli`
+
+
 def _entry_point_installed() -> bool:
     try:
-        eps = metadata.distribution("pmem").entry_points
+        eps = metadata.distribution(DISTRIBUTION).entry_points
     except metadata.PackageNotFoundError:
         return False
     return any(ep.group == "llm" and ep.value == "pmem.integrations.llm_plugin" for ep in eps)
@@ -104,14 +107,14 @@ def _entry_point_installed() -> bool:
 @pytest.mark.skipif(not _entry_point_installed(),
                     reason="pmem's llm entry point is not in the installed metadata (pip install -e . again)")
 def test_installed_entry_point_loads_in_llm(pmem_home):
-    """What `llm install pmem` gives: llm finds the plugin by its entry point, in a fresh process."""
+    """What `llm install pmem-cli` gives: llm finds the plugin by its entry point, in a fresh process."""
     code = ("import json, llm; loaders = sorted(llm.get_fragment_loaders()); "
             "print(json.dumps([llm.get_plugins(), loaders, sorted(llm.get_tools())]))")
-    env = {**os.environ, "LLM_LOAD_PLUGINS": "pmem", "PYTHONPATH": str(ROOT), "LLM_USER_PATH": str(pmem_home)}
+    env = {**os.environ, "LLM_LOAD_PLUGINS": DISTRIBUTION, "PYTHONPATH": str(ROOT), "LLM_USER_PATH": str(pmem_home)}
     r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     plugins, loaders, tools = json.loads(r.stdout)
-    assert any(p["name"] == "pmem" and "register_tools" in p["hooks"] for p in plugins)
+    assert any(p["name"] == DISTRIBUTION and "register_tools" in p["hooks"] for p in plugins)
     assert "pmem" in loaders and "Pmem" in tools
 
 

@@ -275,7 +275,7 @@ def test_missing_sdk_names_the_extra(pmem_home, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pmem", "mcp"], check=False, env=env, capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=60)
     assert r.returncode == 1
-    assert 'pip install "pmem[mcp]"' in r.stderr
+    assert 'pip install "pmem-cli[mcp]"' in r.stderr
     assert r.stderr.startswith("pmem: error:") and "Traceback" not in r.stderr
 
 

@@ -88,7 +88,7 @@ def test_keyword_mode_is_untouched(store):
 
 
 # benchmarks/data/paraphrase.json's questions whose memory a LoCoMo turn asking back outranked
-# (benchmarks/README.md, "A question is not an answer"), with those turns and a few others
+# (docs/decisions/0052-question-penalty.md), with those turns and a few others
 PAIRS = [
     ("Who looks after our pet when we travel?", "My neighbour Ruth feeds the cat when we're away.",
      "Caroline: That's so nice! What pet do you have?"),

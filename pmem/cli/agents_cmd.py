@@ -54,7 +54,7 @@ def mcp(
     """Serve your memories to an MCP client over stdio (Claude, Cursor, VS Code, Codex...).
 
     Tools: recall, search, remember (optionally extracting facts), update (a correction that supersedes),
-    pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem[mcp]".
+    pin and forget (undoable). Every result is bounded. Needs the extra: pip install "pmem-cli[mcp]".
     Memories it writes carry the source mcp:CLIENT-NAME. With PMEM_HOME, PMEM_DB or --db set,
     --print-config puts them in the snippet's env, so the server opens the same database.
 
@@ -88,7 +88,9 @@ def _hook(client: str, event: str) -> None:
     raise typer.Exit(0)
 
 
-event_help = "session-start or user-prompt"
+event_help = "session-start, user-prompt or subagent-start (a subagent gets what a session start gives)"
+codex_help = ("session-start, user-prompt, compact (after a compaction: memories may be given again) "
+              "or subagent-start (a subagent gets what a session start gives)")
 compact_help = "session-start, user-prompt or compact (after a compaction: memories may be given again)"
 
 
@@ -97,8 +99,10 @@ def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
 
     session-start prints the core memories and those relevant to the project;
     user-prompt prints those relevant to the prompt, each once per session, and nothing when
-    nothing is relevant. Within hook_budget characters and hook_timeout seconds; on any error
-    it prints nothing, exits 0 and logs to hook-errors.log (see `pmem doctor`).
+    nothing is relevant; subagent-start (SubagentStart) gives a subagent, which starts with a
+    context of its own, what a session start gives, as Claude Code's JSON (additionalContext).
+    Within hook_budget characters and hook_timeout seconds; on any error it prints nothing,
+    exits 0 and logs to hook-errors.log (see `pmem doctor`).
 
     \b
     Examples:
@@ -107,10 +111,12 @@ def hook_claude(event: str = typer.Argument(..., help=event_help)) -> None:
     """
     _hook("claude-code", event)
 
-def hook_codex(event: str = typer.Argument(..., help=compact_help)) -> None:
+def hook_codex(event: str = typer.Argument(..., help=codex_help)) -> None:
     """Codex hook: like the claude-code one, printing Codex's JSON (additionalContext).
 
-    compact runs after a compaction (PostCompact) and prints nothing.
+    compact runs after a compaction (PostCompact) and prints nothing; subagent-start
+    (SubagentStart) gives a subagent what a session start gives. No PreCompact hook: what it
+    prints never reaches the model.
 
     \b
     Example:
@@ -139,8 +145,9 @@ def hook_install(
 ) -> None:
     """Add pmem's hooks to a client's settings file (merged, idempotent, with a backup).
 
-    Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json (or the
-    project's with --project; for Claude Code that is .claude/settings.local.json when pmem is
+    Files: ~/.claude/settings.json, ~/.codex/hooks.json, ~/.gemini/settings.json, or where the
+    host's own variable moves them (CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME); or the
+    project's with --project (for Claude Code that is .claude/settings.local.json when pmem is
     not on PATH, since the hook then names your own copy of pmem). Everything else in the file
     stays as it was, comments included; running it again changes nothing; the previous file is
     kept as FILE.bak-TIMESTAMP; a symbolic link stays a link. `pmem hook uninstall` undoes it.

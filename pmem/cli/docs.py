@@ -1,6 +1,7 @@
-"""Generate man/pmem.1 and completions/ from the command tree, so they cannot drift.
+"""Generate man/pmem.1, completions/ and the docs site's reference pages (docs/reference/, by
+pmem.cli.site) from the command tree and the code, so they cannot drift.
 
-    python -m pmem.cli.docs          # rewrite man/ and completions/
+    python -m pmem.cli.docs          # rewrite man/, completions/ and docs/reference/
     python -m pmem.cli.docs --check  # exit 1 if they are stale (tests/test_docs.py does this)
 """
 
@@ -225,12 +226,15 @@ def fish(tree: Cmd) -> str:
 
 
 def generated() -> dict[str, str]:
+    from . import site
+
     tree = _tree()
     return {
         "man/pmem.1": man_page(tree),
         "completions/pmem.bash": bash(tree),
         "completions/_pmem": zsh(tree),
         "completions/pmem.fish": fish(tree),
+        **site.pages(tree, ROOT),
     }
 
 

@@ -2,13 +2,13 @@
 
 A hook runs before every prompt a person types, so `pmem.cli.main` runs a plain
 `pmem hook CLIENT EVENT` (no options) here directly, without building the whole command line
-(typer and every command module: ~50 ms of the ~260 ms of CPU a hook took, benchmarks/README.md,
-"The anchor and the targets"). `pmem hook ... --help` and anything with options
+(typer and every command module: ~50 ms of the ~260 ms of CPU a hook took,
+docs/decisions/0037-llm-similar-anchor.md). `pmem hook ... --help` and anything with options
 still go through typer, which calls the same `run`.
 
 With a server answering, `run_direct` is the whole process: it reads stdin, asks the server and
-prints, importing only what `pmem.integrations.hook_wire` imports (benchmarks/README.md, "The
-hook's process, lean"); this module imports nothing at its top for that reason.
+prints, importing only what `pmem.integrations.hook_wire` imports
+(docs/decisions/0041-hook-process-lean.md); this module imports nothing at its top for that reason.
 """
 
 from __future__ import annotations

@@ -95,6 +95,9 @@ def doctor(as_json: bool = JsonOpt) -> None:
     except PmemError as exc:  # a broken config file is one of the findings, not the end of the check
         settings = exc
     checks = run_checks(settings, db_override(), busy=out.Progress)
+    from ..integrations.clients import hook_checks
+
+    checks += hook_checks()  # where each host reads its hooks (CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME)
     if as_json:
         out.print_json([c.__dict__ for c in checks])
     else:

@@ -2,6 +2,7 @@
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
 
 
 def import_(
-    file: str = typer.Argument(..., metavar="PATH|-", help="A file, folder or zip archive; '-' reads stdin."),
+    file: Optional[str] = typer.Argument(None, metavar="[PATH|-]",
+                                         help="A file, folder or zip archive; '-' reads stdin. Not with --discover."),
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f",
         help="chatgpt, claude-ai, claude-code, llm, mcp-memory, mem0, markdown, jsonl or md "
@@ -33,6 +35,16 @@ def import_(
     dry_run: bool = typer.Option(False, "--dry-run", help="Read and count (per kind, with a sample); store nothing."),
     allow_secret: bool = typer.Option(False, "--allow-secret", help="Import records that hold what looks like a "
                                       "machine secret (an API key, a token, a private key)."),
+    discover: bool = typer.Option(False, "--discover",
+                                  help="List the histories other tools keep on this machine (Claude Code, Codex, "
+                                       "Gemini CLI, llm, aider, Cursor, the MCP memory server), where each tool "
+                                       "keeps them, its variables honoured (CODEX_HOME...); on a terminal, ask "
+                                       "which to import. Example: pmem import --discover"),
+    pick: Optional[str] = typer.Option(None, "--pick", metavar="NAMES",
+                                       help="Import these discovered histories: names (claude-code, codex, gemini, "
+                                            "llm, aider, cursor, mcp-memory) or list numbers, comma-separated, or "
+                                            "all; run again, it reads only files new or changed since. "
+                                            "Example: pmem import --discover --pick codex,gemini"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Import memories: pmem's JSONL or Markdown, or what other tools keep: ChatGPT and Claude.ai
@@ -47,22 +59,32 @@ def import_(
     the wrong shape in other tools' files, and messages pmem cannot store, are left out and
     counted (the first few named); a message is imported up to 270,000 characters.
 
+    --discover lists what other tools keep on this machine (files, size, newest, and how many
+    files are new since the last import); --pick imports some of them, each tool's history one
+    undoable import. pmem remembers each file's size and time, so the next --pick reads only
+    the files that changed (a format pmem cannot read yet is listed, not imported).
+
     \b
     Examples:
       pmem import ~/Downloads/chatgpt-export.zip
       pmem import ~/.claude/projects/ --format claude-code --since 2025-01-01
       pmem import "$(llm logs path)" --dry-run
       pmem export | pmem --db other.db import -
+      pmem import --discover
+      pmem import --discover --pick codex,gemini
     """
-    from dataclasses import replace
-
     from .. import secretscan, timeutil
     from ..integrations import importers
-    from ..integrations.importers.registry import existing as existing_ids
-    from ..integrations.importers.registry import secrets_policy, unstorable
     from ..records import TIERS
 
     # every option is checked before the input is read (a bad --tier found after an hour's read)
+    discovering = discover or pick is not None
+    if discovering and file is not None:
+        raise UsageError("--discover finds the histories itself: name no PATH with it")
+    if discovering and fmt is not None:
+        raise UsageError("--discover knows each history's format: no --format with it")
+    if not discovering and file is None:
+        raise UsageError("name a file, folder or zip archive to import ('-' for stdin), or use --discover")
     if fmt is not None:
         importers.get(fmt)
     if tier is not None and tier not in TIERS:
@@ -77,6 +99,11 @@ def import_(
     if not allow_secret:
         for t in tags:
             secretscan.refuse(t, what="--tag")
+    how = _How(tags=tags, tier=tier, extract=extract, dry_run=dry_run, allow_secret=allow_secret, quiet=as_json)
+    if discovering:
+        _import_discovered(pick, how, since_at, until_at, as_json)
+        return
+    assert file is not None
     if file == "-":
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("no input given: name a file, or pipe one on stdin")
@@ -86,56 +113,83 @@ def import_(
         with out.Progress("reading") as progress:
             plan = importers.load(file, fmt, since=since_at, until=until_at, progress=progress)
         name = Path(file).name or file
+    with open_store() as store:
+        result, merge_stopped = _import_plan(store, plan, name, how)
+    if as_json:
+        out.print_json(result)
+    _stopped(merge_stopped, extract)
+
+
+@dataclass(frozen=True)
+class _How:
+    """What an import does with what it read (the options of `pmem import`)."""
+
+    tags: list
+    tier: Optional[str]
+    extract: bool
+    dry_run: bool
+    allow_secret: bool
+    quiet: bool  # --json: no notes, the caller prints the result
+
+
+def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
+    """Store what `plan` holds (or count it, with --dry-run); notes on stderr unless `how.quiet`.
+    Returns the result (`--json`'s keys) and whether Ctrl-C stopped the keyword index's merge."""
+    from dataclasses import replace
+
+    from .. import secretscan
+    from ..integrations import importers
+    from ..integrations.importers.registry import existing as existing_ids
+    from ..integrations.importers.registry import secrets_policy, unstorable
+
     records = plan.records
-    if tags or tier:
-        records = [replace(r, tags=list(r.tags) + tags, tier=r.tier if tier is None or
-                           r.tier != "archival" else tier) for r in records]
+    if how.tags or how.tier:
+        records = [replace(r, tags=list(r.tags) + how.tags, tier=r.tier if how.tier is None or
+                           r.tier != "archival" else how.tier) for r in records]
     formats = ", ".join(sorted(plan.formats))
-    secrets = secrets_policy(list(plan.formats), allow_secret)
-    result: dict = {"read": len(records), "imported": 0, "skipped_existing": 0, "dry_run": dry_run,
+    secrets = secrets_policy(list(plan.formats), how.allow_secret)
+    result: dict = {"read": len(records), "imported": 0, "skipped_existing": 0, "dry_run": how.dry_run,
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
                     "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered,
                     "skipped_records": plan.skipped_records, "skipped_named": plan.skipped_named,
                     "cut_messages": plan.cut, "empty_files": plan.empty}
     merge_stopped = False
-    with open_store() as store:
-        if dry_run:
-            present = existing_ids(store, records)
-            todo = [r for r in records if r.id not in present]
-            bad = [(i, r, why) for i, r in enumerate(todo) if (why := unstorable(r))]
-            if bad:  # never stored: not counted as what would be imported
-                left = {id(r) for _, r, _ in bad}
-                todo = [r for r in todo if id(r) not in left]
-            result.update(skipped_unstorable=len(bad), unstorable_named=[
-                f"record {i + 1}" + (f" ({r.source})" if r.source else "") + f": {why}" for i, r, why in bad[:5]])
-            if secrets != "allow":  # count them, and never show one in the sample
-                held = [r for r in todo if secretscan.memory_secret(r)]
-                marked = {id(r) for r in held}
-                shown = [r for r in todo if id(r) not in marked][:5]
-            else:
-                held, shown = [], todo[:5]
-            result.update(skipped_existing=len(present & {r.id for r in records}), would_import=len(todo),
-                          secrets=len(held),
-                          sample=[r.to_dict() for r in shown])
+    shown: list = []
+    if how.dry_run:
+        present = existing_ids(store, records)
+        todo = [r for r in records if r.id not in present]
+        bad = [(i, r, why) for i, r in enumerate(todo) if (why := unstorable(r))]
+        if bad:  # never stored: not counted as what would be imported
+            left = {id(r) for _, r, _ in bad}
+            todo = [r for r in todo if id(r) not in left]
+        result.update(skipped_unstorable=len(bad), unstorable_named=[
+            f"record {i + 1}" + (f" ({r.source})" if r.source else "") + f": {why}" for i, r, why in bad[:5]])
+        if secrets != "allow":  # count them, and never show one in the sample
+            held = [r for r in todo if secretscan.memory_secret(r)]
+            marked = {id(r) for r in held}
+            shown = [r for r in todo if id(r) not in marked][:5]
         else:
-            with out.Progress("importing") as progress:
-                done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
-                                            progress=progress, secrets=secrets, merge=False)
-            result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
-                          skipped_secrets=done.skipped_secrets, skipped_unstorable=done.skipped_unstorable,
-                          unstorable_named=done.unstorable_named)
-            merge_stopped = not _merge_keyword_index(store, done.imported)
-            if extract and not merge_stopped:
-                from ..integrations.importers.facts import extract_conversations
+            held, shown = [], todo[:5]
+        result.update(skipped_existing=len(present & {r.id for r in records}), would_import=len(todo),
+                      secrets=len(held),
+                      sample=[r.to_dict() for r in shown])
+    else:
+        with out.Progress("importing") as progress:
+            done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
+                                        progress=progress, secrets=secrets, merge=False)
+        result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
+                      skipped_secrets=done.skipped_secrets, skipped_unstorable=done.skipped_unstorable,
+                      unstorable_named=done.unstorable_named)
+        merge_stopped = not _merge_keyword_index(store, done.imported)
+        if how.extract and not merge_stopped:
+            from ..integrations.importers.facts import extract_conversations
 
-                with out.Progress("extracting") as progress:
-                    facts = extract_conversations(store, records, progress=progress, allow_secret=secrets == "allow")
-                result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
-    if as_json:
-        out.print_json(result)
-        _stopped(merge_stopped, extract)
-        return
-    if dry_run:
+            with out.Progress("extracting") as progress:
+                facts = extract_conversations(store, records, progress=progress, allow_secret=secrets == "allow")
+            result["extract"] = {**facts["counts"], "dates_resolved": facts["dates_resolved"]}
+    if how.quiet:
+        return result, merge_stopped
+    if how.dry_run:
         out.note(f"would import {result['would_import']} memories from {formats}"
                  + (f"; {result['skipped_existing']} already present" if result["skipped_existing"] else ""))
         for kind, n in sorted(plan.kinds.items()):
@@ -150,7 +204,7 @@ def import_(
                      + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))
         for r in shown:
             out.echo(out.visible(f"{r.created_at[:10] or '-':<10}  {r.source or '-'}  {out.one_line(r.text)[:100]}"))
-        return
+        return result, merge_stopped
     out.note(f"imported {result['imported']} memories from {formats}"
              + (f"; {result['skipped_existing']} already present" if result["skipped_existing"] else ""))
     if result.get("skipped_secrets"):
@@ -159,11 +213,97 @@ def import_(
     _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result.get("skipped_unstorable", 0),
                    result.get("unstorable_named", []))
     _note_nothing(plan, result["imported"])
-    if extract and not merge_stopped:
+    if how.extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
                  f"({x.get('dates_resolved', 0)} relative dates resolved)")
-    _stopped(merge_stopped, extract)
+    return result, merge_stopped
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _list_histories(histories, news) -> None:
+    """The discovered histories, one line each, numbered for --pick (stdout: the command's output)."""
+    if not histories:
+        out.note("no other tool's history found here (see `pmem import --help` for where pmem looks)")
+        return
+    for n, h in enumerate(histories, start=1):
+        new = news[h.key]
+        state = (f"{len(new)} new" if new else "nothing new") if h.importable else \
+            f"not importable yet (no {h.format} importer in this pmem)"
+        where = str(h.root) + (f" (${h.variable})" if h.variable else "")
+        files = f"{len(h.files)} file" + ("" if len(h.files) == 1 else "s")
+        out.echo(out.visible(f"{n:>2}. {h.key:<12} {files:>12} {_size(h.size):>9}  "
+                             f"newest {(h.newest or '-')[:10]}  {state}"))
+        out.echo(out.visible(f"    {where}" + (" (first files only)" if h.truncated else "")))
+
+
+def _import_discovered(pick: Optional[str], how: _How, since_at: Optional[str], until_at: Optional[str],
+                       as_json: bool) -> None:
+    """`pmem import --discover [--pick NAMES]`: list the histories; import the picked ones, each
+    its own undoable import, reading only the files new or changed since the last (FileMarks)."""
+    from ..integrations import importers
+    from ..integrations.importers import discover as disc
+
+    histories = disc.discover()
+    with open_store() as store:
+        marks = disc.FileMarks(store)
+        news = {h.key: marks.new_files(h) for h in histories}
+        if pick is None:
+            if as_json:
+                out.print_json({"histories": [h.to_dict(news[h.key]) for h in histories]})
+                return
+            _list_histories(histories, news)
+            if not histories or not (out.is_tty() and sys.stdin is not None and sys.stdin.isatty()):
+                if histories:
+                    out.note("import some with --pick NAMES (or list numbers, or all)")
+                return
+            pick = typer.prompt("Import which? (names or numbers, comma-separated; all; Enter for none)",
+                                default="", show_default=False, err=True)
+        picked = disc.parse_picks(pick, histories)
+        done: list[dict] = []
+        stopped = False
+        for h in picked:
+            entry: dict = h.to_dict(news[h.key])
+            done.append(entry)
+            files = news[h.key]
+            if not h.importable:
+                entry["skipped"] = f"no {h.format} importer in this pmem yet"
+                if not as_json:
+                    out.note(f"{h.tool}: not imported: pmem cannot read the {h.format} format yet")
+                continue
+            if not files:
+                entry["skipped"] = "nothing new since the last import"
+                if not as_json:
+                    out.note(f"{h.tool}: nothing new since the last import")
+                continue
+            if not as_json:
+                out.note(f"{h.tool}: {len(files)} files ({_size(sum(f.size for f in files))}) from {h.root}")
+            try:
+                with out.Progress(f"reading {h.tool}") as progress:
+                    plan = importers.load(disc.entries(h, files), h.format, since=since_at, until=until_at,
+                                          progress=progress)
+            except PmemError as exc:  # one history pmem cannot read stops only itself
+                entry["error"] = str(exc)
+                if not as_json:
+                    out.note(f"{h.tool}: not imported: {exc}")
+                continue
+            entry["result"], stopped = _import_plan(store, plan, h.tool, how)
+            if stopped:
+                break
+            if not how.dry_run and since_at is None and until_at is None:  # a date filter read only a part
+                marks.record(h.key, files, entry["result"].get("operation"))
+    if as_json:
+        out.print_json({"histories": done})
+    _stopped(stopped, how.extract)
+    if any("error" in d for d in done):
+        raise typer.Exit(1)
 
 
 def _note_left_out(bad: int, bad_named: list, cut: int, unstorable: int, unstorable_named: list,

@@ -46,7 +46,7 @@ a second plan right after an applied one empty.
 On a store of INCREMENTAL_FROM live memories and more, a plan after an applied dream reads only
 what changed since that dream's plan (events after its mark), what the changed memories resemble,
 old facts of the same subject, expired memories and old episodes (`planning._compare_large`): on 100,000
-memories with 1,000 new, 1-4 s instead of ~60 s, with the same proposals (benchmarks/README.md).
+memories with 1,000 new, 1-4 s instead of ~60 s, with the same proposals (docs/decisions/0028-dream-what-changed.md).
 
 Every cosine above is on the scale of the model the vectors come from: the thresholds are that
 model's (pmem.thresholds, through MemoryStore.thresholds()); the dedup_threshold and

@@ -310,8 +310,8 @@ class WordVectors:
 
 
 def dedup_rule(thresholds: Thresholds, settings) -> sameness.Rule:
-    """The dedup rule of a model's thresholds and the user's settings (benchmarks/README.md,
-    "Dedup by meaning")."""
+    """The dedup rule of a model's thresholds and the user's settings
+    (docs/decisions/0048-dedup-by-meaning.md)."""
     return sameness.Rule(auto=thresholds.dedup, review=thresholds.dedup, lexical=float(settings.dedup_lexical),
                          synonym=thresholds.synonym, spare=DEDUP_SPARE, close=thresholds.dedup_close,
                          bilingual=thresholds.dedup_bilingual, bilingual_floor=thresholds.dedup_bilingual_floor)
@@ -463,8 +463,8 @@ def _plan_merge(ctx: Planning) -> None:
     result, active, claimed = ctx.result, ctx.active, ctx.claimed
     threshold = ctx.thresholds.merge
     # Turns of a conversation (thread members) are left to compress, whose summary stands in
-    # their thread for their span: merging them lost speakers and content (benchmarks/README.md,
-    # "Merges keep who said what").
+    # their thread for their span: merging them lost speakers and content
+    # (docs/decisions/0049-merges-keep-speakers.md).
     pool = ctx.pairable(lambda m: m.id not in claimed and m.tier == "archival" and not m.derived_from
                         and m.thread is None)
     if len(pool) < 2:

@@ -7,7 +7,7 @@ the speaker, names, numbers, dates and times (however written: "14 June 2025", "
 rest is compared as stems in the text's own language (Snowball, pmem.stemming, when the
 `multilingual` extra is installed), so that "approval" meets "approved" and "Отчёт пишет Сергей"
 meets "Отчёт написан Сергеем". First person is read as the speaker ("Dana: I moved to Porto" is
-"Dana moved to Porto"). How the rule was chosen: benchmarks/README.md, "Dedup by meaning".
+"Dana moved to Porto"). How the rule was chosen: docs/decisions/0048-dedup-by-meaning.md.
 """
 
 from __future__ import annotations
@@ -349,7 +349,8 @@ class Rule:
     synonym: float = 2.0  # above any cosine: words meet only by their stems
     spare: int = 0
     # From this cosine, the word test before dedup by meaning also makes a dedup (with equal keys):
-    # half the stems shared and not one swapped; LoCoMo's reworded facts need it (benchmarks/README.md).
+    # half the stems shared and not one swapped; LoCoMo's reworded facts need it
+    # (docs/decisions/0048-dedup-by-meaning.md).
     close: float = 2.0
     # Two languages: words cannot be compared, so a pair whose keys are equal is one fact from this
     # cosine of the two texts embedded alike (e5's "query: " on both: `symmetric`), and is compared

@@ -2,7 +2,7 @@
 
 - `actions`: the memory actions an agent gets (search, recall, remember, forget, pin, update),
   each with bounded output; the MCP server and the llm toolbox both call these.
-- `mcp_server`: `pmem mcp`, a stdio MCP server built on the official SDK (extra `pmem[mcp]`).
+- `mcp_server`: `pmem mcp`, a stdio MCP server built on the official SDK (extra `pmem-cli[mcp]`).
 - `hooks`: agent hooks (Claude Code, Codex, Gemini CLI) that put memories in front of the model.
 - `clients`: the settings files and config snippets of those clients.
 - `context`: a block of core memories kept inside AGENTS.md, CLAUDE.md, GEMINI.md...

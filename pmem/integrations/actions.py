@@ -47,7 +47,7 @@ def client_source(prefix: str, name: str | None) -> str:
 
 # Seconds one call waits in all for another process's write lock (an import, a dream) before it
 # answers "locked, try again": within a hook's 4 s, so an agent never stalls on pmem for longer
-# (benchmarks/README.md, "Agents on a locked database": 21.8 s before).
+# (docs/decisions/0010-mcp-locked-database.md: 21.8 s before).
 LOCK_WAIT = 3.5
 READ_WAIT = 0.2  # seconds a read waits at a time: in WAL only its best-effort `touch` can wait at all
 _deadline: ContextVar[float | None] = ContextVar("pmem_lock_deadline", default=None)

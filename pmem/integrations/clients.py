@@ -75,15 +75,25 @@ def mcp_config(client: str, program: str = "pmem", env: Mapping[str, str] | None
         if env:
             lines.append("env = { " + ", ".join(f"{k} = {_toml_string(v)}" for k, v in env.items()) + " }")
         flags = "".join(f" --env {_shell_word(f'{k}={v}')}" for k, v in env.items())
+        from .hosts import user_dir, variable
+
+        folder = str(user_dir("codex")) if variable("codex") else "~/.codex"  # where CODEX_HOME puts it
         return ("\n".join(lines),
-                f"append to ~/.codex/config.toml (or run: codex mcp add pmem{flags} -- {_shell_word(program)} mcp)")
+                f"append to {folder}/config.toml "
+                f"(or run: codex mcp add pmem{flags} -- {_shell_word(program)} mcp)")
     raise UsageError(f"unknown client {client!r}: use one of {', '.join(MCP_CLIENTS)}")
 
 
 def settings_path(client: str, project: Path | None = None, home: Path | None = None, *,
-                  local: bool = False) -> Path:
-    """The settings file `pmem hook install` edits: the user's, or one project's with `project`
-    (with `local`, Claude Code's per-user project file, .claude/settings.local.json)."""
+                  local: bool = False, environ: Mapping[str, str] | None = None) -> Path:
+    """The settings file `pmem hook install` edits: the user's, where the host's own variable
+    puts it (pmem.integrations.hosts: CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME), or one
+    project's with `project` (with `local`, Claude Code's per-user project file,
+    .claude/settings.local.json)."""
+    if project is None and client in HOOK_CLIENTS:
+        from .hosts import settings_file
+
+        return settings_file(client, home, environ)
     base = project if project is not None else (home or Path.home())
     if client == "claude-code":
         return base / ".claude" / ("settings.local.json" if local and project is not None else "settings.json")
@@ -315,3 +325,41 @@ def uninstall_hooks(client: str, *, project: Path | None = None, home: Path | No
         backup = _rewrite(client, path, text, cleaned, dry_run)
         results.append(InstallResult(path, True, backup, [], [], removed))
     return results
+
+
+def hook_checks(home: Path | None = None, environ: Mapping[str, str] | None = None) -> list:
+    """`pmem doctor`'s findings about pmem's hooks in the hosts' user settings, read where each
+    host reads them (its home variable honoured): which events are installed, which a newer pmem
+    adds (`pmem hook install` again), and hooks left under ~ that the host no longer reads
+    because its variable points elsewhere. Nothing for a host without pmem's hooks."""
+    from ..doctor import Check
+    from .hosts import VARIABLES, settings_file, variable
+
+    checks = []
+    for client in HOOK_CLIENTS:
+        name = f"{client} hooks"
+        path = settings_file(client, home, environ)
+        try:
+            installed = set(remove_hooks(read_settings(path, comments=_comments(client))[1], client)[1])
+        except UsageError as exc:
+            checks.append(Check(name, True, str(exc), level="info"))
+            continue
+        if installed:
+            missing = [e for e in EVENT_NAMES[client].values() if e not in installed]
+            detail = f"{', '.join(sorted(installed))} in {path}"
+            if missing:
+                checks.append(Check(name, True, detail + f"; not {', '.join(missing)}",
+                                    f"pmem hook install {client} (adds {', '.join(missing)})", level="info"))
+            else:
+                checks.append(Check(name, True, detail))
+        if variable(client, environ):
+            default = settings_file(client, home, {})
+            try:
+                stale = remove_hooks(read_settings(default, comments=_comments(client))[1], client)[1]
+            except UsageError:
+                stale = []
+            if stale and default != path:
+                checks.append(Check(name, True, f"{default} holds pmem's hooks, but {VARIABLES[client]} is set: "
+                                                f"the host reads {path} instead", f"{VARIABLES[client]}= pmem hook "
+                                                f"uninstall {client}; pmem hook install {client}", level="info"))
+    return checks

@@ -7,7 +7,7 @@ clients and events, the time limits, the settings the process itself needs (`cho
 read by a deadline, and the request (`ask_server`). Everything else, the settings included, is
 the server's: `hooks.serve_hook` loads the hook's config with the variables sent here. Without a
 server, or past its wait, `pmem.integrations.hooks` does the work in the process, as before.
-Figures: benchmarks/README.md, "The hook's process, lean".
+Figures: docs/decisions/0041-hook-process-lean.md.
 """
 
 import os
@@ -15,14 +15,22 @@ import os
 from .. import dirs, leanjson, serve_client
 
 CLIENTS = ("claude-code", "codex", "gemini")
-EVENTS = ("session-start", "user-prompt", "compact")
+EVENTS = ("session-start", "user-prompt", "compact", "subagent-start")
 # Each client's names for the events pmem installs (Gemini calls the prompt hook BeforeAgent).
 # Claude Code needs no compact hook: it runs SessionStart with source "compact" after one.
+# A subagent starts with a context of its own and no SessionStart (Claude Code, and Codex since
+# its SubagentStart): SubagentStart gives it what a session start would. Codex's PreCompact is
+# not installed: its output carries no additionalContext, and PostCompact tells pmem that the
+# compaction did happen (docs in pmem.integrations.hooks).
 EVENT_NAMES = {
-    "claude-code": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit"},
-    "codex": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit", "compact": "PostCompact"},
+    "claude-code": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit",
+                    "subagent-start": "SubagentStart"},
+    "codex": {"session-start": "SessionStart", "user-prompt": "UserPromptSubmit", "compact": "PostCompact",
+              "subagent-start": "SubagentStart"},
     "gemini": {"session-start": "SessionStart", "user-prompt": "BeforeAgent", "compact": "PreCompress"},
 }
+# Claude Code adds plain stdout to the context for these events only; any other needs its JSON.
+PLAIN_STDOUT = {"claude-code": ("session-start", "user-prompt")}
 MAX_STDIN = 1_000_000  # characters of hook JSON read; a prompt longer than this is cut
 # Seconds a hook gives `pmem serve` to answer on an idle machine (stretched by the load, as
 # serve.first_wait is) before it does the work itself; a served prompt takes ~60 ms there.
@@ -144,11 +152,12 @@ def read_stdin(deadline: float, limit: int = MAX_STDIN * 4) -> str | None:
 
 
 def format_output(client: str, event: str, block: str) -> str:
-    """What the hook prints: plain text for Claude Code, the JSON object Codex and Gemini read
-    (json.dumps with ensure_ascii=False, by leanjson)."""
+    """What the hook prints: plain text for Claude Code's session start and prompt, the JSON
+    object Codex, Gemini and Claude Code's SubagentStart read (json.dumps with
+    ensure_ascii=False, by leanjson)."""
     if not block:
         return "{}" if client == "gemini" else ""
-    if client == "claude-code":
+    if event in PLAIN_STDOUT.get(client, ()):
         return block
     return leanjson.dumps({"hookSpecificOutput": {"hookEventName": EVENT_NAMES[client][event],
                                                   "additionalContext": block}}, ensure_ascii=False)

@@ -7,9 +7,17 @@ model's context. `run_hook` is that command's body:
 - session start: the core memories, and the most relevant ones for the project;
 - user prompt: the memories relevant to the prompt, none given before in the same session (a
   small state file per session remembers which), nothing at all when nothing is relevant;
+- subagent start (Claude Code's and Codex's SubagentStart): a subagent starts with a context of
+  its own, without the parent's conversation and without a SessionStart, so it gets what a
+  session start gives (core memories, then those relevant to the project), in the host's JSON;
+  its own session file (session id and agent id) keeps it apart from the parent's, so a memory
+  given to the subagent is not withheld from the parent, nor the other way round;
 - compact (Codex's PostCompact, Gemini CLI's PreCompress): the conversation was summarised, so
   what was given before may be given again (Claude Code and newer Codex say so with a
-  SessionStart "compact" instead);
+  SessionStart "compact" instead). Codex's PreCompact is not used: what a hook prints there
+  never reaches the model (its output schema has no additionalContext), and before the
+  compaction nothing is lost yet; pmem acts once it happened (PostCompact), and memories come
+  back with the next prompt's;
 - within a character budget and a time limit, and never failing the prompt: an internal error
   prints nothing and is logged to `hook-errors.log`, which `pmem doctor` shows. The limit covers
   reading stdin too: a host may keep the pipe open, so the hook reads one JSON object, not to EOF;
@@ -21,10 +29,10 @@ JSON object with `hookSpecificOutput.additionalContext` (Gemini requires JSON on
 Served: when `pmem serve` runs (server = auto or always), the hook's process only reads its
 input and hands it to the server (`ask_server`), which runs the same `build_context` against the
 same database, settings and session files (`serve_hook`) and sends the block back: the process
-imports no store, search or model, and the server already holds the model (benchmarks/README.md,
-"A hook served whole"). That process does not import this module either: what it needs is in
-`hook_wire`, which imports only what is cheap to start with (benchmarks/README.md, "The hook's
-process, lean"); the names are here too. No server, one of another build, a busy one or one
+imports no store, search or model, and the server already holds the model
+(docs/decisions/0038-hook-served-whole.md). That process does not import this module either: what it needs is in
+`hook_wire`, which imports only what is cheap to start with
+(docs/decisions/0041-hook-process-lean.md); the names are here too. No server, one of another build, a busy one or one
 that does not answer within `server_wait()`: the hook does the work itself, as before.
 """
 
@@ -62,7 +70,7 @@ if TYPE_CHECKING:
     from ..store import Filter, MemoryStore
 
 # Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
-# or not it then compresses (benchmarks/README.md, "Hooks and the hosts"); only "manual" (/compress)
+# or not it then compresses (docs/decisions/0033-hooks-hosts.md); only "manual" (/compress)
 # means the history was summarised. So there a memory may come back after this many prompts.
 DEDUP_TURNS = {"gemini": 20}
 MAX_PROMPT_CHARS = 2_000  # of the prompt used as the query
@@ -100,6 +108,7 @@ class HookInput:
     prompt: str | None = None
     source: str | None = None  # startup, resume, clear, compact
     trigger: str | None = None  # a compaction's: manual or auto
+    agent_id: str | None = None  # a subagent's (SubagentStart; Codex sends it in a subagent's other hooks)
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,14 +132,14 @@ def parse_input(text: str) -> HookInput:
         return v if isinstance(v, str) and v else None
 
     return HookInput(session_id=s("session_id"), cwd=s("cwd"), prompt=s("prompt"),
-                     source=s("source") or s("trigger"), trigger=s("trigger"), raw=data)
+                     source=s("source") or s("trigger"), trigger=s("trigger"), agent_id=s("agent_id"), raw=data)
 
 
 class SessionState:
     """One agent session's state, in a small JSON file: the ids given and at which prompt (its
     number in the session), and the accesses not yet counted (the database was busy)."""
 
-    def __init__(self, session_id: str | None):
+    def __init__(self, session_id: str | None, agent_id: str | None = None):
         self.path: Path | None = None
         self.given: dict[str, int] = {}
         self.turn = 0
@@ -139,7 +148,8 @@ class SessionState:
             return
         import hashlib  # here: a served hook's process has no session file to name
 
-        digest = hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()[:24]
+        key = session_id if not agent_id else f"{session_id}\x00agent\x00{agent_id}"  # a subagent's own
+        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:24]
         self.path = state_dir() / f"{digest}.json"
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -271,11 +281,11 @@ def build_context(store: MemoryStore, event: str, data: HookInput, settings: Hoo
     from ..store import Filter
 
     flt = flt or Filter()
-    state = SessionState(data.session_id)
+    state = SessionState(data.session_id, data.agent_id)
     within = settings.dedup_turns
-    if event == "session-start":
+    if event in ("session-start", "subagent-start"):
         if data.source != "resume":
-            state.reset()  # a new or compacted conversation: everything may be given again
+            state.reset()  # a new or compacted conversation (or a new subagent): everything may be given again
         core = store.list_memories(replace(flt, pinned=True, tiers=("core",)), sort="created", reverse=True, limit=50)
         query = project_query(project or data.cwd)
         relevant = _relevant(store, query, flt, settings.limit, settings.min_similarity) if query else []
@@ -312,7 +322,7 @@ def compacted(client: str, data: HookInput) -> None:
     """A compaction hook: the conversation was summarised, so everything may be given again."""
     if client == "gemini" and data.trigger != "manual":
         return  # Gemini's "auto" comes before every turn, compressing or not: DEDUP_TURNS bounds it
-    state = SessionState(data.session_id)
+    state = SessionState(data.session_id, data.agent_id)
     state.reset()
     state.save()
 
@@ -466,7 +476,7 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
     from ..store import MemoryStore
 
     server.fit_threads()
-    store = MemoryStore(db, config=cfg)  # opened for each hook: see benchmarks/README.md, "A hook served whole"
+    store = MemoryStore(db, config=cfg)  # opened for each hook: see docs/decisions/0038-hook-served-whole.md
     try:
         block = build_context(store, event, data, settings, flt, project, commit=commit)
         if kept and not kept[-1]:

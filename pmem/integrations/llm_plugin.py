@@ -1,10 +1,10 @@
-"""pmem as a plugin for Simon Willison's `llm` (entry point `pmem` in the `llm` group).
+"""pmem as a plugin for Simon Willison's `llm` (entry point `pmem-cli` in the `llm` group).
 
     llm -f pmem:"trip plans" "suggest a day"            # fragment: a recall block for the query
     llm -T Pmem "remember that I moved to Lisbon" --ta  # toolbox: search, recall, remember
 
 llm loads this module through its pluggy entry points when pmem is installed in llm's
-environment (`llm install pmem`, or `pip install pmem` next to llm). Memories written here carry
+environment (`llm install pmem-cli`, or `pip install pmem-cli` next to llm). Memories written here carry
 the source `llm:<model id>` when llm says which model called, else `llm`. What the model reads
 (the fragment, tool results, tool errors) passes `display.prompt_safe`, as every prompt pmem builds.
 """

@@ -11,8 +11,8 @@ schemas). Under any others the SDK answers everything but `initialize`, and `pme
 the same answers once it has loaded (`remember`) into the data folder, for its next start: that
 copy names the versions too, and a digest of this module and mcp_server.py, where the tools are.
 This module imports nothing of the SDK's, nor mcp_server: a session of pmem's tools on the SDK
-(`mcp_server.sdk_session`) is handed to what needs one. Figures: benchmarks/README.md, "MCP: the
-tool list before the SDK".
+(`mcp_server.sdk_session`) is handed to what needs one. Figures:
+docs/decisions/0039-mcp-early-tools-list.md.
 """
 
 from __future__ import annotations

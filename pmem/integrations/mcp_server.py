@@ -1,4 +1,4 @@
-"""`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem[mcp]"`).
+"""`pmem mcp`: a stdio MCP server on the official SDK (`pip install "pmem-cli[mcp]"`).
 
 The SDK (pydantic, its protocol types, starlette, httpx...) costs about a second of import and 40
 MB, so it is an extra, and this process answers what a client asks first before it has imported
@@ -9,8 +9,9 @@ session, handed every message in order, those answered early under ids of pmem's
 drops (`_Early`, `_Out`). The first message of another kind (a `tools/call`, anything the SDK
 should judge), like a first message that is not an `initialize` pmem can answer, goes to the SDK
 untouched, and so does everything after it; a client that leaves having asked nothing else is
-never handed to the SDK. Figures: benchmarks/README.md, "The anchor and the
-targets" and "MCP: the tool list before the SDK". Nothing heavy loads for the handshake: the
+never handed to the SDK. Figures:
+docs/decisions/0037-llm-similar-anchor.md and docs/decisions/0039-mcp-early-tools-list.md. Nothing heavy loads for the
+handshake: the
 database opens on the first tool call and the embedding model loads on the first call that needs
 a vector.
 Tools run in worker threads; one lock keeps them to the one SQLite connection in turn. A call
@@ -32,7 +33,7 @@ from ..errors import DatabaseError, PmemError
 from . import actions, mcp_early
 
 EXTRA = "mcp"
-INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem[mcp]" (or pip install "mcp>=2,<3")'
+INSTALL_HINT = 'pmem mcp needs the MCP SDK: pip install "pmem-cli[mcp]" (or pip install "mcp>=2,<3")'
 
 INSTRUCTIONS = (
     "pmem is the user's personal long-term memory, shared by all their tools. Call `recall` with "

@@ -9,7 +9,7 @@ on e5's scale, so e5's thresholds, score floor and the rest of search stay as th
 memory with no second vector (not English, or stored before this table) competes by e5 alone.
 
 MiniLM rescores e5's nearest `POOL` only: no second index to search (exact over every memory gave
-the same figures). Figures and how they were found: benchmarks/README.md, "Two models for English".
+the same figures). Figures and how they were found: docs/decisions/0017-two-models-english.md.
 
 Written wherever the main vector is (VectorIndex.put, put_many; memory texts embedded through
 VectorIndex.embed are embedded here too, before any write lock), erased with it (delete, and
@@ -39,7 +39,7 @@ WEIGHT = 0.5  # MiniLM's share of an English pair's cosine (0.3-0.7 measured; 0.
 POOL = 200  # e5's nearest memories MiniLM rescores (400: the same as every memory; 100: 1 point less)
 PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
 BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
-# How MiniLM runs here (benchmarks/README.md, "The second vector's cost, fourth round"): its Q8_0
+# How MiniLM runs here (docs/decisions/0019-second-vector-cost.md): its Q8_0
 # copy (provision.quantized_model); a query on one thread, as e5's forward pass has the others;
 # memories in packs of 32 tokens (CPU per short memory: 128 +12%, 512 +55%; no gain from packing).
 QUERY_THREADS = 1

@@ -84,7 +84,7 @@ def finish_purge(db: Connection) -> bool:
     live rows; then empty the -wal. Returns whether the -wal could be emptied.
 
     The rewritten pages are checkpointed into the file before the setting goes: a kill between
-    the two left the old pages, text and all, in the file (benchmarks/README.md: kill9.py)."""
+    the two left the old pages, text and all, in the file (docs/decisions/0008-trust-concurrency-kill9.md)."""
     vacuum(db, in_memory=True)  # no temporary file ever holds the purged text
     db.checkpoint()
     with db.transaction():

@@ -1,7 +1,7 @@
 """The keyword index: FTS5 ranks and how a query is planned on a large store, the neighbour
 window of threaded memories, segment merges, and the languages memories are in.
 
-Figures behind the constants and the query plans: benchmarks/README.md ("The store's figures")."""
+Figures behind the constants and the query plans: docs/decisions/0044-store-figures.md."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ MERGE_PAUSE = 0.1  # seconds between two steps: longer than SQLite's busy handle
 # The FTS5 entry of a memory in a thread holds its text and, in a second column, the text of its
 # live neighbours (not forgotten, not merged): KEYWORD_WINDOW = (before, after) of them, in thread
 # order (thread_pos, then seq). A question often shares its words with the turn before or after
-# the one that answers it (benchmarks/README.md: Threads). The index keeps its own copy of both
+# the one that answers it (docs/decisions/0002-threads-keyword-window.md). The index keeps its own copy of both
 # columns, so triggers can rewrite any entry from the current rows alone: whatever writes
 # `memories` (an edit, a forget, a purge, a merge, an undo), the index follows in the same
 # transaction and is a pure function of the rows.
@@ -203,7 +203,7 @@ class KeywordIndex:
             # holds them (a name tells whose memory it is). FTS5 has no optional phrase, so the
             # rare words are in the expression twice and count double; halved, a score lies
             # between the rare words' own and the whole query's, as search's absolute scores
-            # expect (hit@10 of the alternatives: benchmarks/README.md, `scale.py keywords`).
+            # expect (hit@10 of the alternatives: docs/decisions/0026-scale-sixth-round.md).
             if len(rare) == len(terms):
                 return ranked(match)
             rows = [(seq, rank / 2) for seq, rank in ranked(f"({' OR '.join(rare)}) AND ({match})")] if rare else []
@@ -282,7 +282,7 @@ class KeywordIndex:
         leaves a whole index. Inside a transaction already open it is one transaction.
 
         A query reads every segment's list of rows for each of its words: one segment makes the
-        keyword side faster (benchmarks/README.md). `progress` is called with (pages written,
+        keyword side faster (docs/decisions/0027-keyword-merge-knn-bound.md). `progress` is called with (pages written,
         about how many there are). Returns the segments before and after."""
         db = self.db
         before = self.segments()

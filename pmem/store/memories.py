@@ -181,6 +181,12 @@ class MemoryStore(DreamReads):
         dimension, the keyword window), or None when unset. Not config.toml: see `pmem.config`."""
         return self.db.setting(key)
 
+    def set_setting(self, key: str, value: str) -> None:
+        """Keep `value` under `key` in the database's settings table (an importer's marks of the
+        files it read: pmem.integrations.importers.discover.FileMarks). Not undone by `pmem undo`."""
+        with self.transaction():
+            self.db.set_setting(key, value)
+
     def transaction(self):
         """BEGIN IMMEDIATE ... COMMIT, or join the transaction already open."""
         return self.db.transaction()
@@ -318,7 +324,7 @@ class MemoryStore(DreamReads):
         if limit is not None:
             tail += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         # The core tier alone (recall lists it on every call) is read from its own index; without
-        # statistics SQLite would walk every memory in date order instead (benchmarks/README.md).
+        # statistics SQLite would walk every memory in date order instead (docs/decisions/0026-scale-sixth-round.md).
         whole = len(set(flt.tiers)) == 1 and flt.tiers[0] in WHOLE_TIERS and flt.ids is None
         return self.db.select(where, params, tail, f"memories_{flt.tiers[0]}" if whole else "")
 
@@ -588,7 +594,7 @@ class MemoryStore(DreamReads):
     def _insert_many(self, items: Sequence[Memory], blobs: Sequence[bytes], action: str) -> None:
         """`_insert` for many, one statement per table: rows, then vectors, then events. A
         statement between two row inserts triples each insert's cost (its FTS5 and count
-        triggers); benchmarks/README.md, "Sync at 100,000"."""
+        triggers); docs/decisions/0046-sync-100k.md."""
         if not items:
             return
         self.conn.executemany(_INSERT_SQL, [m.to_row() for m in items])

@@ -1,7 +1,7 @@
 """The vector index: embedding, the float32 table, the bit index over it, semantic ranks, the
 partition scan two connections share, and a resumable reindex.
 
-Figures behind the constants and the bit code: benchmarks/README.md ("The store's figures")."""
+Figures behind the constants and the bit code: docs/decisions/0044-store-figures.md."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def build_bits(conn) -> bool:
     high threshold (the store's mean -/+ LEVEL_Z standard deviations, `bit_lo` / `bit_hi` in
     settings), so the Hamming distance sums how many levels apart two vectors are. Embeddings
     share a common direction: raw signs are nearly the same bits for every text (recall in
-    benchmarks/README.md)."""
+    docs/decisions/0023-two-bit-codes.md)."""
     dim_row = conn.execute("SELECT value FROM settings WHERE key = 'embed_dim'").fetchone()
     dim = int(dim_row[0]) if dim_row else 0
     conn.execute("DROP TABLE IF EXISTS memory_bits")
@@ -119,7 +119,7 @@ class PartitionScan:
     """The bit-index partitions of one semantic search, each read by whichever connection is
     free: the searching store's, and a helper's (search's side reader, once its keyword side is
     done), so the two threads end together instead of one waiting (SQLite releases the GIL while
-    it steps; benchmarks/README.md).
+    it steps; docs/decisions/0026-scale-sixth-round.md).
 
     `help()` (the helper's thread) waits until the searching thread `post()`s the work or
     `close()`s the scan, then reads partitions until none is left; a partition it fails on goes
@@ -343,7 +343,7 @@ class VectorIndex:
 
     def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]]) -> None:
         """`put` for many (seq, blob, tier, live) at once: a statement per table, not per row
-        (a first sync join stores 2,000 at a time; benchmarks/README.md, "Sync at 100,000")."""
+        (a first sync join stores 2,000 at a time; docs/decisions/0046-sync-100k.md)."""
         if not rows:
             return
         self.ensure_table()
@@ -434,7 +434,7 @@ class VectorIndex:
         the nearest by Hamming distance in each partition of the wanted tiers (live rows only
         unless asked), and the best `BIT_POOL` (at least 2n) are rescored with their float32
         vectors and filtered: exact where that pool holds every filtered memory, else
-        approximate (recall in benchmarks/README.md). With a `scan`, another thread may read
+        approximate (recall in docs/decisions/0022-scale-bit-index.md). With a `scan`, another thread may read
         some of the partitions on its own connection (PartitionScan)."""
         if n <= 0 or not self.exists():
             return []
@@ -461,7 +461,7 @@ class VectorIndex:
             return None
         if flt.since or flt.until:
             # A small date window is scanned whole along the date index: exact, and cheaper than
-            # a bit pool that cannot know how few pass (benchmarks/README.md).
+            # a bit pool that cannot know how few pass (docs/decisions/0032-date-filters-scale.md).
             window = date_window(self.db, flt, self.db.counter("vectors"))
             if window is None or window[2]:
                 return None
@@ -517,7 +517,8 @@ class VectorIndex:
         partition, read first (`lead`); each other partition gives its k nearest within it, and
         a row left out is farther than every row kept. So where at least `pool` rows are kept,
         the best `pool` are those without the bound (vec0 0.1.7-0.1.9 breaks ties the same way
-        with or without it); else the partitions are read again without it (benchmarks/README.md)."""
+        with or without it); else the partitions are read again without it
+        (docs/decisions/0027-keyword-merge-knn-bound.md)."""
         conn = self.db.conn
         first = [(r[0], r[1]) for r in conn.execute(knn, jobs[lead])]
         rest = jobs[:lead] + jobs[lead + 1:]

@@ -144,7 +144,7 @@ class PmemApp(App[None]):
                 yield DetailPane(id="detail")
             yield Static(Text(""), id="status", markup=False)
         # The footer's row, held until the first paint: Textual's Footer is a widget per key,
-        # and styling them was ~40 ms of the 0.3 s first paint (benchmarks/README.md).
+        # and styling them was ~40 ms of the 0.3 s first paint (docs/decisions/0026-scale-sixth-round.md).
         yield Static(Text(""), id="keys-slot", markup=False)
 
     def get_default_screen(self) -> Screen[None]:
@@ -169,7 +169,7 @@ class PmemApp(App[None]):
     def _breakpoint_classes(self) -> None:
         """The screen's width class before its widgets are first styled. Textual sets it on the
         first resize, after the first layout: the whole screen was styled and laid out again, and
-        the first frame had the other layout (benchmarks/README.md)."""
+        the first frame had the other layout (docs/decisions/0007-tui-first-paint.md)."""
         width = self.size.width
         chosen = max((b for b in self.HORIZONTAL_BREAKPOINTS if width >= b[0]), default=None)
         for _, name in self.HORIZONTAL_BREAKPOINTS:

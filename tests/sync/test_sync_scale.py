@@ -1,6 +1,6 @@
 """What keeps sync fast at 100,000 memories: a sync with nothing new does no work per memory, and
 the bulk insert a join applies creates with (one statement per table) writes exactly what storing
-them one at a time writes. Figures: benchmarks/README.md, "Sync at 100,000"."""
+them one at a time writes. Figures: docs/decisions/0046-sync-100k.md."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ...records import Memory
 
 # A memory's text limit is store.MAX_TEXT; longer messages are split below it, into at most
 # MAX_PARTS parts: the rest of a longer one (a pasted log) is left out with a note, so that one
-# message cannot turn into dozens of memories to embed (benchmarks/README.md, "Bad input: imports").
+# message cannot turn into dozens of memories to embed (docs/decisions/0011-bad-input-imports.md).
 PART_LIMIT = 90_000
 MAX_PARTS = 3
 MESSAGE_LIMIT = PART_LIMIT * MAX_PARTS
