@@ -506,7 +506,7 @@ def test_cli_import_extract(fake_embedder, tmp_path, monkeypatch):
     assert human.exit_code == 0 and "already present" in human.stderr
 
 
-def test_claude_ai_zip_skips_users_and_projects(tmp_path):
+def test_claude_ai_zip_skips_users_and_reads_projects(tmp_path):
     path = tmp_path / "data-2026-01-01.zip"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("conversations.json", json.dumps([claude_ai_conversation("k1", [("human", "Hello there")])]))
@@ -515,8 +515,8 @@ def test_claude_ai_zip_skips_users_and_projects(tmp_path):
         zf.writestr("projects.json", json.dumps([{"uuid": "p1", "name": "Notes", "created_at": "2026-01-01T00:00:00Z",
                                                   "docs": [{"uuid": "d1", "filename": "a.md", "content": "DOC"}]}]))
     plan = load(path)
-    assert plan.formats == {"claude-ai": 1} and texts(plan) == ["User: Hello there"]
-    assert sorted(plan.skipped_files) == ["projects.json", "users.json"]
+    assert plan.formats == {"claude-ai": 2} and texts(plan) == ["User: Hello there", "Project Notes, a.md: DOC"]
+    assert plan.skipped_files == ["users.json"]
 
 
 def test_a_folder_of_one_note_is_a_folder_and_an_empty_one_is_an_error(tmp_path):

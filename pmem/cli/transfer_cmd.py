@@ -152,7 +152,7 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
                     "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered,
                     "skipped_records": plan.skipped_records, "skipped_named": plan.skipped_named,
-                    "cut_messages": plan.cut}
+                    "cut_messages": plan.cut, "empty_files": plan.empty}
     merge_stopped = False
     shown: list = []
     if how.dry_run:
@@ -198,6 +198,7 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
             out.note(f"  files of no known format, skipped: {len(plan.skipped_files)}")
         _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result["skipped_unstorable"],
                        result["unstorable_named"], "would be ")
+        _note_nothing(plan, result["would_import"])
         if result["secrets"]:
             out.note(f"  holding what looks like a machine secret: {result['secrets']} "
                      + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))
@@ -211,6 +212,7 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
                  "(--allow-secret keeps them)")
     _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result.get("skipped_unstorable", 0),
                    result.get("unstorable_named", []))
+    _note_nothing(plan, result["imported"])
     if how.extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
@@ -318,6 +320,20 @@ def _note_left_out(bad: int, bad_named: list, cut: int, unstorable: int, unstora
     if cut:
         out.note(f"{cut} messages longer than {MESSAGE_LIMIT:,} characters {would or ''}imported up to "
                  "that, with a note of the rest's length")
+
+
+def _note_nothing(plan, stored: int) -> None:
+    """When nothing is stored, why: what each recognised file held (its reader counts), and
+    the records outside --since/--until."""
+    if stored:
+        return
+    if not plan.records:
+        for line in plan.empty[:3]:
+            out.note("  " + out.visible(line))
+        if len(plan.empty) > 3:
+            out.note(f"  … and {len(plan.empty) - 3} more files with nothing to import")
+    if plan.filtered:
+        out.note(f"  {plan.filtered} records read fell outside --since/--until")
 
 
 def _merge_keyword_index(store, imported: int) -> bool:

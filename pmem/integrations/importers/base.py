@@ -123,6 +123,7 @@ class Entry:
     standalone: bool = False         # the user named this very file (not a folder or archive)
     unreadable: str | None = None    # why it cannot be opened (an encrypted zip member), if so
     skips: Skips = field(default_factory=Skips)  # records its reader left out (BadRecord)
+    nothing: str | None = None       # why its reader found nothing to import, with what it counted
 
     def skip(self, where: str, why: str) -> None:
         self.skips.add(where, why)

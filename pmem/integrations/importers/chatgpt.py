@@ -5,6 +5,10 @@ regenerating or editing a message starts a branch. Only the branch the person ke
 the path from `current_node` back to the root. System, tool and hidden messages are skipped, and
 so are messages addressed to a tool (`recipient` other than "all").
 
+Each answer names its model in `metadata.model_slug`; newer exports often leave that out and
+name the conversation's model in `default_model_slug` instead, which then stands for the answers
+that name none (the meta's `model`, as with older exports).
+
 Bad records: a conversation whose tree cannot be walked (`mapping` no object, `current_node` or a
 `parent` no id, a node on the kept branch no object) is left out and counted; so is a message on
 it whose `author`, `content`, `metadata`, `recipient`, role or parts have the wrong type. A title,
@@ -92,8 +96,9 @@ def kept_branch(conversation: dict[str, Any]) -> list[dict[str, Any]]:
     return path[::-1]
 
 
-def _turn(node: dict[str, Any]) -> Turn | None:
-    """The turn a node on the kept branch holds; None for what is not said between the two."""
+def _turn(node: dict[str, Any], default_model: str | None = None) -> Turn | None:
+    """The turn a node on the kept branch holds; None for what is not said between the two.
+    An answer that names no model gets `default_model` (the conversation's)."""
     message = node.get("message")
     if message is None:
         return None
@@ -112,7 +117,7 @@ def _turn(node: dict[str, Any]) -> Turn | None:
     if message_id is None:
         raise BadRecord("no id")
     extra = {}
-    model = optional(need(message, "metadata", dict) or {}, "model_slug", str)
+    model = optional(need(message, "metadata", dict) or {}, "model_slug", str) or default_model
     if role == "assistant" and model:
         extra["model"] = model
     return Turn(message_id=message_id, role=role, speaker="User" if role == "user" else "ChatGPT", text=text,
@@ -122,9 +127,10 @@ def _turn(node: dict[str, Any]) -> Turn | None:
 def turns(conversation: dict[str, Any], skip: Skip | None = None) -> list[Turn]:
     """The kept branch's turns; a message of the wrong shape is left out (told to `skip`)."""
     out: list[Turn] = []
+    default_model = optional(conversation, "default_model_slug", str)
     for n, node in enumerate(kept_branch(conversation)):
         try:
-            turn = _turn(node)
+            turn = _turn(node, default_model and default_model.strip() or None)
         except BadRecord as exc:
             if skip is None:
                 raise
@@ -138,7 +144,12 @@ def turns(conversation: dict[str, Any], skip: Skip | None = None) -> list[Turn]:
 
 
 def read(entry: Entry) -> Iterator[Memory]:
+    read = 0
     for cid, conversation, kept in export_threads(entry, "mapping", "ChatGPT", turns):
+        read += 1
         yield from conversation_memories(
             NAME, cid, kept, title=optional(conversation, "title", str) or None,
             created_at=when(optional(conversation, "create_time", int, float, str)))
+    if read and not entry.skips.count:
+        entry.nothing = (f"{read} conversations read, none with a message in text on its kept branch "
+                         "(system, tool and hidden messages are not imported)")

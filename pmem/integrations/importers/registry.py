@@ -166,9 +166,16 @@ def detect(entry: Entry, candidates: Sequence[Importer] = IMPORTERS, head: bytes
     """The first importer that takes this file's name and recognises its first bytes."""
     head = entry.head() if head is None else head
     for imp in candidates:
-        if imp.accepts(entry.name) and imp.sniff(entry.name, head):
+        if imp.accepts(entry.name) and _sniff(imp, entry, head):
             return imp
     return None
+
+
+def _sniff(imp: Importer, entry: Entry, head: bytes) -> bool:
+    """`imp.sniff`, or its `sniff_entry` where it has one: a format whose marks need not be in
+    the first bytes (a SQLite database's schema) looks at the file itself."""
+    by_entry = getattr(imp, "sniff_entry", None)
+    return bool(by_entry(entry, head)) if by_entry is not None else imp.sniff(entry.name, head)
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -186,12 +193,13 @@ class ImportPlan:
     skipped_records: int = 0                            # records of the wrong shape, left out
     skipped_named: list[str] = field(default_factory=list)  # the first few, with the reason
     cut: int = 0                                        # messages past MESSAGE_LIMIT, their rest left out
+    empty: list[str] = field(default_factory=list)      # files read in a format that gave no memory, and why
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": len(self.records), "formats": dict(self.formats), "kinds": dict(self.kinds),
                 "skipped_files": len(self.skipped_files), "duplicates": self.duplicates,
                 "outside_dates": self.filtered, "skipped_records": self.skipped_records,
-                "skipped_named": list(self.skipped_named), "cut_messages": self.cut}
+                "skipped_named": list(self.skipped_named), "cut_messages": self.cut, "empty_files": list(self.empty)}
 
     def add(self, memories: Iterable[Memory], seen: set[str], since: str | None, until: str | None,
             now: str) -> None:
@@ -215,6 +223,13 @@ class ImportPlan:
         room = NAMED - len(self.skipped_named)
         prefix = f"{entry.name}: " if several else ""
         self.skipped_named += [prefix + x for x in entry.skips.named[:max(room, 0)]]
+
+
+def _nothing(entry: Entry) -> str:
+    """Why a file of a known format gave no memory, where its reader did not say."""
+    if entry.skips.count:
+        return f"{entry.skips.count} records read, each of the wrong shape (left out)"
+    return "no records in it"
 
 
 def refuse_unopenable(entry: Entry, readers: Sequence[Importer] = IMPORTERS) -> None:
@@ -259,7 +274,7 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
             plan.formats[(forced or (JSONL if entry.name.endswith(JSONL._suffixes) else MD)).NAME] += 1
             continue
         if forced is not None:
-            imp = forced if single or (forced.accepts(entry.name) and forced.sniff(entry.name, head)) else None
+            imp = forced if single or (forced.accepts(entry.name) and _sniff(forced, entry, head)) else None
         else:
             imp = detect(entry, head=head)
             if imp is markdown and single and not markdown.looks_like_note(head):
@@ -274,6 +289,8 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
             raise UsageError(f"cannot read {entry.name}: {getattr(exc, 'strerror', None) or exc}") from None
         plan.add(memories, seen, since, until, now)
         plan.add_skips(entry, several=not single)
+        if not memories:
+            plan.empty.append(f"{entry.name}: {entry.nothing or _nothing(entry)}")
         if progress:
             progress(n + 1, len(items))
     if not plan.formats:
