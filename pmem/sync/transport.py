@@ -254,12 +254,17 @@ class Git(Folder):
                 os.unlink(lock)
         if (gitdir / "rebase-merge").exists() or (gitdir / "rebase-apply").exists():
             self.git("rebase", "--abort", check=False)
-        if _harden(self.root) and self._has("HEAD"):
-            # a clone made before ATTRIBUTES: git may have rewritten files at checkout; keep what
-            # this device wrote (commit), then check every file out again as it is stored
-            self.commit("pmem sync: changesets of an interrupted sync")
-            self.git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", ".")
-            self.git("reset", "--quiet", "--hard", "HEAD")
+        if not _hardened(self.root):
+            # a clone made before ATTRIBUTES: git may have rewritten files at checkout. Keep what
+            # this device wrote (committed under the attributes it was checked out with, so a
+            # rewritten file is not taken for a change), then check every file out again as stored
+            has_head = self._has("HEAD")
+            if has_head:
+                self.commit("pmem sync: changesets of an interrupted sync")
+            _harden(self.root)
+            if has_head:
+                self.git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", ".")
+                self.git("reset", "--quiet", "--hard", "HEAD")
 
     def reclone(self) -> None:
         """Replace the clone by a fresh one of the remote. This device's own changesets are
@@ -362,18 +367,18 @@ class Git(Folder):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _harden(clone: Path) -> bool:
-    """Write ATTRIBUTES into the clone's `.git/info/attributes`; True when it was not there yet."""
-    info = clone / ".git" / "info"
-    path = info / "attributes"
+def _hardened(clone: Path) -> bool:
     try:
-        if path.read_text(encoding="utf-8") == ATTRIBUTES:
-            return False
+        return (clone / ".git" / "info" / "attributes").read_text(encoding="utf-8") == ATTRIBUTES
     except (OSError, UnicodeDecodeError):
-        pass
+        return False
+
+
+def _harden(clone: Path) -> None:
+    """Write ATTRIBUTES into the clone's `.git/info/attributes`."""
+    info = clone / ".git" / "info"
     info.mkdir(parents=True, exist_ok=True)
-    path.write_text(ATTRIBUTES, encoding="utf-8")
-    return True
+    (info / "attributes").write_text(ATTRIBUTES, encoding="utf-8")
 
 
 def _git_running_in(clone: Path) -> list[int] | None:
