@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -451,6 +452,11 @@ def git_live_lock(tmp: Path) -> None:
     lock.write_bytes(b"")
     live = subprocess.Popen(["git", "cat-file", "--batch"], cwd=b.clone, stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL)
+    comm = Path(f"/proc/{live.pid}/comm")
+    for _ in range(500):  # until it has become git (a forked child is python until its exec)
+        if not comm.exists() or comm.read_text().strip() == "git":
+            break
+        time.sleep(0.01)
     try:
         refused(b.sync, "git is running")
         assert lock.exists()

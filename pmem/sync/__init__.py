@@ -470,7 +470,7 @@ def status(store: "MemoryStore") -> dict[str, Any]:
     t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
     try:
         listing = t.listing()
-    except OSError:
+    except (OSError, SyncError):  # unreadable, or refused (a link where pmem's folder should be)
         listing = {}
     cursors = j.cursors()
     retired = j.retired()
