@@ -196,6 +196,13 @@ class Git(Folder):
         return self.git("rev-parse", "--verify", "-q", ref, check=False).returncode == 0
 
     def _epoch(self, ref: str) -> str:
+        """The epoch a commit names, read from git's objects (never through the working tree);
+        its size is asked first, so a huge one is not read ("" when there is none)."""
+        size = self.git("cat-file", "-s", f"{ref}:{EPOCH}", check=False)
+        if size.returncode != 0:
+            return ""
+        if not size.stdout.strip().isdigit() or int(size.stdout) > MAX_NOTE:
+            return f"(not an epoch pmem wrote: {size.stdout.strip()[:20]} bytes)"
         p = self.git("cat-file", "blob", f"{ref}:{EPOCH}", check=False)
         return p.stdout.strip()[:64] if p.returncode == 0 else ""
 
