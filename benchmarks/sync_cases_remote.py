@@ -262,6 +262,16 @@ def folder_hardlink(tmp: Path) -> None:
     refused(b.sync, "someone without the key")
 
 
+@case("folder: the synced folder itself replaced by a link (by whoever shares its parent)")
+def folder_root_link(tmp: Path) -> None:
+    folder, (a, b) = _folder(tmp)
+    folder.rename(tmp / "Sync.real")
+    folder.symlink_to(outside(tmp))
+    b.add("b writes after the swap")
+    refused(b.sync, "is now a symbolic link")
+    refused(lambda: sync.retire(a.store, b.device), "is now a symbolic link")
+
+
 @case("folder: a link removed again, sync goes on and nothing is lost")
 def folder_link_then_gone(tmp: Path) -> None:
     folder, (a, b) = _folder(tmp)

@@ -1,13 +1,15 @@
 """File operations under a folder that a stranger may write: the sync folder, or pmem's git clone
 of a remote (threat model: README, Sync, "A remote you do not trust").
 
-The root is the person's own choice and trusted as it is (a link there is theirs). Under it no
-link is ever followed: each path component is opened relative to its parent's descriptor with
-O_NOFOLLOW and must be a directory; the last must be a regular file, opened with O_NOFOLLOW (and
-O_NONBLOCK, so a FIFO cannot hold a sync), checked by fstat and read to at most its limit + 1
-bytes. A write creates a temporary beside the target (O_EXCL) inside a checked directory and
-renames it over the name (a rename replaces a link, never writes through it). Anything else
-where pmem expects its own file or folder is refused with one line, never followed or opened.
+The root is the person's own choice, stored as its real path when sync started: the folders above
+it are trusted as they are, and the root itself is opened with O_NOFOLLOW (a root that has become
+a link was replaced by whoever shares the folder above it). Under it no link is ever followed:
+each path component is opened relative to its parent's descriptor with O_NOFOLLOW and must be a
+directory; the last must be a regular file, opened with O_NOFOLLOW (and O_NONBLOCK, so a FIFO
+cannot hold a sync), checked by fstat and read to at most its limit + 1 bytes. A write creates a
+temporary beside the target (O_EXCL) inside a checked directory and renames it over the name (a
+rename replaces a link, never writes through it). Anything else where pmem expects its own file
+or folder is refused with one line, never followed or opened.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def _not_ours(root: Path, rel: str, found: str) -> SyncError:
                      "this remote; refused (nothing was followed)")
 
 
+def root_link(root: Path) -> SyncError:
+    return SyncError(f"the sync folder {root} is now a symbolic link or a file (it was a folder when sync started "
+                     "here): whoever shares the folder above it may have replaced it; refused (nothing followed)")
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "a symbolic link"
@@ -55,14 +62,17 @@ def _folder(root: Path, parts: list[str], create: bool) -> Iterator[int | None]:
     """A descriptor of root/parts[0]/..., each component a real directory (None: one is missing
     and `create` is false)."""
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if not create:
-            yield None
-            return
-        root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(root, _DIR)
+        except FileNotFoundError:
+            if not create:
+                yield None
+                return
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(root, _DIR)
     except OSError as exc:
+        if exc.errno in _LINKED:
+            raise root_link(root) from None
         raise SyncError(f"cannot open {root}: {exc.strerror}") from None
     try:
         for i, part in enumerate(parts):

@@ -53,6 +53,8 @@ class Folder:
         return str(self.root)
 
     def pull(self) -> None:
+        if self.root.is_symlink():
+            raise safefs.root_link(self.root)
         if not self.root.is_dir():
             raise SyncError(f"sync folder {self.root} is not there (unmounted, or not synced yet?)")
 

@@ -72,3 +72,14 @@ def test_a_fifo_is_refused_without_waiting_and_a_size_is_checked_before_reading(
     assert safefs.entries(r, "segments/dev") == {"0001": "file", "0002": "other", "0003": "file"}
     with pytest.raises(SyncError, match="special file"):
         safefs.kind(r, "segments/dev/0002")
+
+
+def test_a_root_that_became_a_link_is_refused(root):
+    r, outside = root
+    os.rename(r, r.parent / "real")
+    r.symlink_to(outside)
+    with pytest.raises(SyncError, match="is now a symbolic link"):
+        safefs.entries(r)
+    with pytest.raises(SyncError, match="is now a symbolic link"):
+        safefs.write(r, "keycheck", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
