@@ -602,7 +602,7 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
         old = j.device
         if old not in retired:
             raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
-        last_words = _flush_outbox(j, t)
+        last_words = _flush_outbox(j, t, key)
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
             t.commit(message)
