@@ -35,8 +35,8 @@ __all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", 
            "export_key", "sync_dir"]
 
 CHUNK = 5000  # operations per changeset file (a first join of 100,000 memories writes 20 files)
-_OP_ID = re.compile(r"^[0-9a-f]{16}-[0-9]+$")
-_MEMORY_ID = re.compile(r"^[0-9a-z]{1,32}$")
+_OP_ID = re.compile(r"[0-9a-f]{16}-[0-9]+")  # fullmatch: `$` also matches before a final newline
+_MEMORY_ID = re.compile(r"[0-9a-z]{1,32}")
 Progress = Callable[[str], None]
 
 
@@ -112,7 +112,25 @@ def _refuse_db_inside(store: "MemoryStore", folder: Path) -> None:
                          "SQLite file. Keep pmem's home outside it (sync writes only changesets there)")
 
 
-def _transport(store: "MemoryStore", kind: str, remote: str, device: str = "") -> Folder:
+def _refuse_inside(store: "MemoryStore", kind: str, remote: str, key_file: str | os.PathLike | None) -> None:
+    """The key, and pmem's own sync folder, never inside what travels to the remote: a key file
+    in the synced folder (or in pmem's git clone, where `git add` would commit it) hands the key
+    to whoever holds the remote."""
+    synced = (sync_dir(store) / "git") if kind == "git" else Path(remote).expanduser()
+    root, own = synced.resolve(), sync_dir(store).resolve()
+    for what, path in (("the sync key file", Path(key_file).expanduser().resolve() if key_file else None),
+                       ("pmem's sync folder", own if kind != "git" else None)):
+        if path is not None and (path == root or root in path.parents):
+            raise UsageError(f"{what} {path} is inside the synced folder {root}: it would travel to the remote "
+                             "(anyone who holds it would hold the key). Keep it outside")
+    if kind != "git" and (root == own or own in root.parents):
+        raise UsageError(f"the synced folder {root} is inside pmem's own sync folder {own}: choose a folder "
+                         "of its own")
+
+
+def _transport(store: "MemoryStore", kind: str, remote: str, device: str = "",
+               key_file: str | os.PathLike | None = None) -> Folder:
+    _refuse_inside(store, kind, remote, key_file)
     if kind == "git":
         return Git(remote, sync_dir(store) / "git", device)
     folder = Folder(Path(remote))
@@ -159,6 +177,7 @@ def init(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file
     if SyncLog(store).exists():
         raise SyncError(f"this database already syncs with {SyncLog(store).get('remote')}")
     path = _key_file(store, key_file)
+    _refuse_inside(store, kind, remote, None if passphrase else path)
     fresh = not path.exists()
     key = keyring.new_key() if fresh else keyring.read_key_file(path)
     with _staged(store, kind, remote) as t:
@@ -184,6 +203,7 @@ def join(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file
     if SyncLog(store).exists():
         raise SyncError(f"this database already syncs with {SyncLog(store).get('remote')}")
     path = _key_file(store, key_file)
+    _refuse_inside(store, kind, remote, None if passphrase else path)
     if key_text is not None:
         key, fresh = keyring.decode_key(key_text), True
         if path.exists():
@@ -255,12 +275,12 @@ def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]]) -> list[int]:
     return seqs
 
 
-def _flush_outbox(j: SyncLog, t: Folder) -> int:
+def _flush_outbox(j: SyncLog, t: Folder, key: bytes | None = None) -> int:
     """Write committed changesets to the remote; one already there must be ours, byte for byte."""
     rows = j.outbox()
     for seq, blob in rows:
-        if t.exists(j.device, seq) and t.read(j.device, seq) != bytes(blob):
-            raise SyncError(_copied(j.device))
+        if t.exists(j.device, seq) and (found := t.read(j.device, seq)) != bytes(blob):
+            raise SyncError(_not_mine(j.device, seq, found, key))
         t.write(j.device, seq, bytes(blob))
         j.outbox_done(seq)
     return len(rows)
@@ -271,13 +291,28 @@ def _copied(device: str) -> str:
             "from another machine must not sync as it. Move the copy aside and `pmem sync join` afresh")
 
 
+def _not_mine(device: str, seq: int, found: bytes, key: bytes | None, written: int | None = None) -> str:
+    """Why the remote holds a changeset at this device's path that this device did not write: a
+    key holder sealed it as this device (a copy of this home, or this home restored from an
+    older backup), or someone without the key put it there (the remote is not to be trusted)."""
+    cause = keyring.written_by(key, found, device, seq) if key is not None else "key"
+    if cause != "key":
+        return (f"the remote holds a changeset {device}/{seq} at this device's own path that does not open "
+                f"with the key ({cause}): someone without the key wrote it there; nothing was sent")
+    if written is not None:
+        return (f"the remote holds changeset {device}/{seq} of this device, which has written only {written}: "
+                "another copy of this pmem home synced as it, or this home was restored from an older backup. "
+                "Move this home aside and `pmem sync join` afresh")
+    return _copied(device)
+
+
 def _check_ops(payload: Any, what: str) -> list[dict[str, Any]]:
     ops = payload.get("ops") if isinstance(payload, dict) else None
     if not isinstance(ops, list):
         raise SyncError(f"{what} holds no operations list")
     for op in ops:
-        if not (isinstance(op, dict) and isinstance(op.get("id"), str) and _OP_ID.match(op["id"])
-                and isinstance(op.get("m"), str) and _MEMORY_ID.match(op["m"]) and isinstance(op.get("c"), str)
+        if not (isinstance(op, dict) and isinstance(op.get("id"), str) and _OP_ID.fullmatch(op["id"])
+                and isinstance(op.get("m"), str) and _MEMORY_ID.fullmatch(op["m"]) and isinstance(op.get("c"), str)
                 and isinstance(op.get("n"), int) and isinstance(op.get("k"), str)
                 and isinstance(op.get("f", {}), dict)):
             raise SyncError(f"{what} holds a malformed operation")
@@ -339,7 +374,7 @@ def _stewarded(j: SyncLog, retired: dict[str, dict[str, Any]]) -> list[str]:
 
 def _open(store: "MemoryStore", passphrase: str | None, key: bytes | None) -> tuple[SyncLog, Folder, bytes]:
     j = _journal(store)
-    t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
+    t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device, j.get("key_file"))
     return j, t, key or _load_key(j, passphrase)
 
 
@@ -383,17 +418,17 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
     with _lock(store, lock_wait):
         retired = _pull(j, t, key, progress)
         _refuse_retired(j, retired)
-        _flush_outbox(j, t)
+        _flush_outbox(j, t, key)
         listing = t.listing()
         mine = listing.get(j.device, [])
         if mine and mine[-1] > j.number("seq"):
-            raise SyncError(_copied(j.device))
+            raise SyncError(_not_mine(j.device, mine[-1], t.read(j.device, mine[-1]), key, j.number("seq")))
         clock = j.clock()
         with store.transaction():
             ops, purged = j.export(clock)
             written = _seal_out(j, key, ops)
             cleared = sum(j.forget_conflicts(mid) for mid in purged)
-        _flush_outbox(j, t)
+        _flush_outbox(j, t, key)
         changesets, gaps = _incoming(j, t, key, listing, progress, set(retired))
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
         if changesets:
@@ -435,7 +470,7 @@ def status(store: "MemoryStore") -> dict[str, Any]:
     t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
     try:
         listing = t.listing()
-    except OSError:
+    except (OSError, SyncError):  # unreadable, or refused (a link where pmem's folder should be)
         listing = {}
     cursors = j.cursors()
     retired = j.retired()
@@ -567,7 +602,7 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
         old = j.device
         if old not in retired:
             raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
-        last_words = _flush_outbox(j, t)
+        last_words = _flush_outbox(j, t, key)
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
             t.commit(message)

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,10 @@ MAX_FILE = 256 * 1024 * 1024  # bytes; a larger file on the remote is refused be
 MAX_PLAIN = 1024 * 1024 * 1024  # bytes a changeset may inflate to (a zip bomb is refused)
 KEYCHECK = b'{"pmem":"keycheck"}'
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1  # ~0.1 s and 32 MiB: a passphrase guess costs the same
+HEADER_FIELDS = {"device", "seq", "key", "nonce"}
+_NONCE = re.compile(r"[0-9a-f]{24}")  # 12 bytes; fullmatch (`$` would match before a final newline)
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
+_SALT = re.compile(r"[0-9a-f]{32}")
 
 
 class SyncError(PmemError):
@@ -112,14 +117,22 @@ def unwrap_key(blob: bytes, passphrase: str) -> bytes:
     from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
     header, body = _split(blob, "wrapped key")
+    n, r, p, salt, nonce = (header.get(f) for f in ("n", "r", "p", "salt", "nonce"))
+    if not (_int(n) and 2 <= n <= 2**20 and n & (n - 1) == 0 and _int(r) and 1 <= r <= 32 and _int(p)
+            and 1 <= p <= 16 and isinstance(salt, str) and _SALT.fullmatch(salt) and isinstance(nonce, str)
+            and _NONCE.fullmatch(nonce)):
+        raise SyncError("damaged wrapped key: its header is not one pmem writes")
     try:
-        kek = Scrypt(salt=bytes.fromhex(header["salt"]), length=32, n=int(header["n"]), r=int(header["r"]),
-                     p=int(header["p"])).derive(passphrase.encode())
-        return _aead(kek).decrypt(bytes.fromhex(header["nonce"]), body, blob[:len(blob) - len(body)])
+        kek = Scrypt(salt=bytes.fromhex(salt), length=32, n=n, r=r, p=p).derive(passphrase.encode())
+        return _aead(kek).decrypt(bytes.fromhex(nonce), body, blob[:len(blob) - len(body)])
     except InvalidTag:
         raise WrongKey("wrong passphrase") from None
-    except (KeyError, ValueError) as exc:
+    except (ValueError, MemoryError) as exc:
         raise SyncError(f"damaged wrapped key: {exc}") from None
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _split(blob: bytes, what: str) -> tuple[dict[str, Any], bytes]:
@@ -130,7 +143,7 @@ def _split(blob: bytes, what: str) -> tuple[dict[str, Any], bytes]:
         raise SyncError(f"{what} has a damaged header")
     try:
         header = json.loads(blob[len(MAGIC):end])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past Python's limit
         raise SyncError(f"{what} has a damaged header") from None
     if not isinstance(header, dict):
         raise SyncError(f"{what} has a damaged header")
@@ -147,20 +160,29 @@ def seal(key: bytes, device: str, seq: int, payload: Any) -> bytes:
 
 
 def open_sealed(key: bytes, blob: bytes, device: str, seq: int, what: str) -> Any:
-    """The payload of a sealed file, after checking that its header names this device, seq and key."""
+    """The payload of a sealed file, after checking that its header names this device, seq and key.
+    The header is the remote's (anyone may write it, and the key id is public): every field is
+    checked for its type and form before it is used, and anything else is one refusal."""
     from cryptography.exceptions import InvalidTag
 
     if len(blob) > MAX_FILE:
         raise SyncError(f"{what} is {len(blob):,} bytes; refusing more than {MAX_FILE:,}")
     header, body = _split(blob, what)
-    if header.get("key") != key_id(key):
-        raise WrongKey(f"{what} was sealed with another key (key id {header.get('key')!r}, "
+    if set(header) != HEADER_FIELDS or not (isinstance(header["key"], str) and _KEY_ID.fullmatch(header["key"])):
+        raise SyncError(f"{what} has a damaged header")
+    if header["key"] != key_id(key):
+        raise WrongKey(f"{what} was sealed with another key (key id {header['key']!r}, "
                        f"this device's is {key_id(key)!r})")
-    if header.get("device") != device or header.get("seq") != seq:
-        raise SyncError(f"{what} says it is {header.get('device')}/{header.get('seq')}: moved or tampered")
+    if header["device"] != device or not _int(header["seq"]) or header["seq"] != seq:
+        shown = (f"{header['device']}/{header['seq']}" if isinstance(header["device"], str) and _int(header["seq"])
+                 and len(header["device"]) <= 64 and header["device"].isprintable() else "something else")
+        raise SyncError(f"{what} says it is {shown}: moved or tampered")
+    nonce = header["nonce"]
+    if not (isinstance(nonce, str) and _NONCE.fullmatch(nonce)):
+        raise SyncError(f"{what} has a damaged header (its nonce)")
     try:
-        plain = _aead(key).decrypt(bytes.fromhex(header["nonce"]), body, blob[:len(blob) - len(body)])
-    except (InvalidTag, KeyError, ValueError):
+        plain = _aead(key).decrypt(bytes.fromhex(nonce), body, blob[:len(blob) - len(body)])
+    except (InvalidTag, ValueError):
         raise SyncError(f"{what} fails authentication: tampered or damaged") from None
     inflate = zlib.decompressobj()
     try:
@@ -169,7 +191,22 @@ def open_sealed(key: bytes, blob: bytes, device: str, seq: int, what: str) -> An
         raise SyncError(f"{what} is damaged") from None
     if inflate.unconsumed_tail:
         raise SyncError(f"{what} inflates to more than {MAX_PLAIN:,} bytes; refused")
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise SyncError(f"{what} is damaged (not JSON)") from None
+
+
+def written_by(key: bytes, blob: bytes, device: str, seq: int) -> str:
+    """Who could have written `blob` as device/seq: "key" (it opens with the key: a key holder
+    wrote it as that device), or a one-line reason it is not a key holder's file."""
+    try:
+        open_sealed(key, blob, device, seq, f"changeset {device}/{seq}")
+    except WrongKey:
+        return "sealed with another key"
+    except SyncError as exc:
+        return str(exc)
+    return "key"
 
 
 def seal_keycheck(key: bytes) -> bytes:

@@ -6,6 +6,11 @@ by it after a purge), and `retired/<device>` (sealed: a device another one retir
 merges are pure additions and a file syncer never makes a conflict copy. Over git, `epoch` names
 the history: `pmem sync compact` replaces it by one new root commit under a new epoch, and a
 clone that finds another epoch on the remote is cloned afresh (keeping this device's own files).
+
+The remote is a stranger's disk (README, Sync: "A remote you do not trust"): every file and folder
+is read and written through safefs.py (no link followed, regular files only, sizes bounded before
+reading), and a git clone is made so that git never rewrites what it checks out (`ATTRIBUTES`)
+nor makes a link in it (`core.symlinks=false`).
 """
 
 from __future__ import annotations
@@ -14,18 +19,19 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
-from ..paths import write_atomic
-from .keys import SyncError
+from . import safefs
+from .keys import MAX_FILE, SyncError
 
 SEGMENTS = "segments"
 KEYCHECK = "keycheck"
 RETIRED = "retired"
 EPOCH = "epoch"
-MAX_NOTE = 64 * 1024  # bytes; a retirement note is a few hundred
-_DEVICE = re.compile(r"^[0-9a-f]{16}$")
-_SEQ = re.compile(r"^[0-9]{10}$")
+MAX_NOTE = 64 * 1024  # bytes; a retirement note, a key check or an epoch is a few hundred
+_DEVICE = re.compile(r"[0-9a-f]{16}")  # fullmatch only: `$` would also match before a final newline
+_SEQ = re.compile(r"[0-9]{10}")
 BRANCH = "main"
 PUSH_TRIES = 5
 GIT_TIMEOUT = 300  # seconds one git command may take (a remote over ssh that hangs is given up)
@@ -47,6 +53,8 @@ class Folder:
         return str(self.root)
 
     def pull(self) -> None:
+        if self.root.is_symlink():
+            raise safefs.root_link(self.root)
         if not self.root.is_dir():
             raise SyncError(f"sync folder {self.root} is not there (unmounted, or not synced yet?)")
 
@@ -54,59 +62,89 @@ class Folder:
         return 0
 
     def listing(self) -> dict[str, list[int]]:
-        """Every device's changeset numbers, sorted (names that are not pmem's are ignored)."""
+        """Every device's changeset numbers, sorted (names that are not pmem's are ignored; a link
+        or a special file with one of pmem's names is refused, never followed)."""
         out: dict[str, list[int]] = {}
-        base = self.root / SEGMENTS
-        if not base.is_dir():
-            return out
-        for d in os.scandir(base):
-            if d.is_dir() and _DEVICE.match(d.name):
-                out[d.name] = sorted(int(f.name) for f in os.scandir(d.path) if _SEQ.match(f.name) and f.is_file())
+        top = safefs.entries(self.root).get(SEGMENTS)
+        if top not in (None, "dir"):
+            raise safefs.refuse(self.root, SEGMENTS, top or "")
+        for name, what in safefs.entries(self.root, SEGMENTS).items():
+            if not _DEVICE.fullmatch(name):
+                continue
+            if what != "dir":
+                raise safefs.refuse(self.root, f"{SEGMENTS}/{name}", what)
+            seqs = []
+            for f, fwhat in safefs.entries(self.root, f"{SEGMENTS}/{name}").items():
+                if _SEQ.fullmatch(f):
+                    if fwhat != "file":
+                        raise safefs.refuse(self.root, f"{SEGMENTS}/{name}/{f}", fwhat)
+                    seqs.append(int(f))
+            out[name] = sorted(seqs)
         return out
 
+    @staticmethod
+    def _path(device: str, seq: int) -> str:
+        if not _DEVICE.fullmatch(device):
+            raise SyncError(f"not a device id: {device!r}")
+        return f"{SEGMENTS}/{device}/{seg_name(seq)}"
+
     def read(self, device: str, seq: int) -> bytes:
-        try:
-            return (self.root / SEGMENTS / device / seg_name(seq)).read_bytes()
-        except FileNotFoundError:
-            raise SyncError(f"changeset {device}/{seq} is missing from {self.describe()}") from None
+        blob = safefs.read(self.root, self._path(device, seq), MAX_FILE)
+        if blob is None:
+            raise SyncError(f"changeset {device}/{seq} is missing from {self.describe()}")
+        return blob
 
     def exists(self, device: str, seq: int) -> bool:
-        return (self.root / SEGMENTS / device / seg_name(seq)).is_file()
+        return safefs.kind(self.root, self._path(device, seq)) == "file"
 
     def write(self, device: str, seq: int, blob: bytes) -> None:
         """Atomically: a syncer or a reader never sees half a file (a hidden temporary, renamed)."""
-        folder = self.root / SEGMENTS / device
-        folder.mkdir(parents=True, exist_ok=True)
-        self._atomic(folder / seg_name(seq), blob)
+        safefs.write(self.root, self._path(device, seq), blob)
 
     def retired(self) -> dict[str, bytes]:
         """The sealed retirement notes, by device."""
-        base = self.root / RETIRED
-        if not base.is_dir():
-            return {}
         notes = {}
-        for f in os.scandir(base):
-            if _DEVICE.match(f.name) and f.is_file():
-                if f.stat().st_size > MAX_NOTE:
-                    raise SyncError(f"the retirement of {f.name} is {f.stat().st_size:,} bytes: not one pmem wrote")
-                notes[f.name] = Path(f.path).read_bytes()
+        for name, what in safefs.entries(self.root, RETIRED).items():
+            if _DEVICE.fullmatch(name):
+                if what != "file":
+                    raise safefs.refuse(self.root, f"{RETIRED}/{name}", what)
+                blob = safefs.read(self.root, f"{RETIRED}/{name}", MAX_NOTE)
+                if blob is not None:
+                    notes[name] = blob
         return notes
 
     def write_retired(self, device: str, blob: bytes) -> None:
-        (self.root / RETIRED).mkdir(parents=True, exist_ok=True)
-        self._atomic(self.root / RETIRED / device, blob)
+        if not _DEVICE.fullmatch(device):
+            raise SyncError(f"not a device id: {device!r}")
+        safefs.write(self.root, f"{RETIRED}/{device}", blob)
 
     def read_keycheck(self) -> bytes | None:
-        path = self.root / KEYCHECK
-        return path.read_bytes() if path.is_file() else None
+        return safefs.read(self.root, KEYCHECK, MAX_NOTE)
 
     def write_keycheck(self, blob: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._atomic(self.root / KEYCHECK, blob)
+        safefs.write(self.root, KEYCHECK, blob)
 
-    @staticmethod
-    def _atomic(path: Path, blob: bytes) -> None:
-        write_atomic(path, blob, prefix=".pmem-tmp-")
+
+# What git must never do to a changeset it checks out or adds, whatever the remote's
+# `.gitattributes` say: `.git/info/attributes` outranks every attributes file in the tree.
+ATTRIBUTES = "* -text -eol -filter -ident -diff -merge !working-tree-encoding\n"
+# Settings on every git command: no line-ending conversion, links checked out as plain files
+# (safefs refuses those where pmem expects its own), objects checked as they arrive, no hooks.
+GIT_CONFIG = ("user.name=pmem", "user.email=pmem@localhost", "commit.gpgsign=false", "core.hooksPath=/dev/null",
+              "core.autocrlf=false", "core.symlinks=false", "core.fsmonitor=false", "transfer.fsckObjects=true",
+              "core.attributesFile=/dev/null")
+# git's words for a push that lost a race: another push moved the branch first ("[rejected]",
+# "fetch first", ...), or took the remote's ref lock at the same moment ("[remote rejected] ...
+# failed to update ref", "cannot lock ref"): both are pulled, rebased and pushed again.
+LOST_RACE = ("[rejected]", "fetch first", "non-fast-forward", "stale info", "failed to update ref",
+             "cannot lock ref", "failed to lock", "incorrect old value")
+STALE_LOCK = 600  # seconds: where running git processes cannot be seen, a lock file this old is a dead one's
+_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "FETCH_HEAD.lock", "packed-refs.lock", "config.lock",
+          "shallow.lock")
+
+
+def lost_race(stderr: str) -> bool:
+    return any(w in stderr for w in LOST_RACE)
 
 
 class Git(Folder):
@@ -126,11 +164,10 @@ class Git(Folder):
 
     def git(self, *args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-        cmd = ["git", "-c", "user.name=pmem", "-c", "user.email=pmem@localhost", "-c", "commit.gpgsign=false",
-               "-c", "core.hooksPath=/dev/null", *args]
+        cmd = ["git", *(a for c in GIT_CONFIG for a in ("-c", c)), *args]
         try:
             p = subprocess.run(cmd, cwd=cwd or self.root, env=env, capture_output=True, text=True,
-                               timeout=GIT_TIMEOUT)
+                               errors="replace", timeout=GIT_TIMEOUT)
         except FileNotFoundError:
             raise SyncError("sync over git needs the `git` command") from None
         except subprocess.TimeoutExpired:
@@ -142,28 +179,43 @@ class Git(Folder):
     def clone(self, into: Path | None = None) -> None:
         """Clone the remote into this folder, or `into` (which must not exist yet). `--no-local`:
         a clone of a path hardlinks the remote's objects, unreachable ones too (a compacted
-        remote's old history until its gc); over the transport it gets only what is reachable."""
+        remote's old history until its gc); over the transport it gets only what is reachable.
+        `--no-checkout`, then ATTRIBUTES, then the checkout: git rewrites no file of it."""
         into = into or self.root
         into.parent.mkdir(parents=True, exist_ok=True)
-        self.git("clone", "--quiet", "--no-local", "--", self.remote, str(into), cwd=into.parent)
+        self.git("clone", "--quiet", "--no-local", "--no-checkout", "--", self.remote, str(into), cwd=into.parent)
+        _harden(into)
         if self.git("rev-parse", "--verify", "-q", "HEAD", check=False, cwd=into).returncode != 0:
             # an empty remote (start its branch), or one whose HEAD names another branch than ours
             self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}", cwd=into)
             if self.git("rev-parse", "--verify", "-q", f"refs/remotes/origin/{BRANCH}", check=False,
                         cwd=into).returncode == 0:
                 self.git("reset", "--quiet", "--hard", f"origin/{BRANCH}", cwd=into)
+        else:
+            self.git("reset", "--quiet", "--hard", "HEAD", cwd=into)
 
     def _has(self, ref: str) -> bool:
         return self.git("rev-parse", "--verify", "-q", ref, check=False).returncode == 0
 
     def _epoch(self, ref: str) -> str:
-        p = self.git("show", f"{ref}:{EPOCH}", check=False)
-        return p.stdout.strip() if p.returncode == 0 else ""
+        """The epoch a commit names, read from git's objects (never through the working tree);
+        its size is asked first, so a huge one is not read ("" when there is none)."""
+        size = self.git("cat-file", "-s", f"{ref}:{EPOCH}", check=False)
+        if size.returncode != 0:
+            return ""
+        if not size.stdout.strip().isdigit() or int(size.stdout) > MAX_NOTE:
+            return f"(not an epoch pmem wrote: {size.stdout.strip()[:20]} bytes)"
+        p = self.git("cat-file", "blob", f"{ref}:{EPOCH}", check=False)
+        return p.stdout.strip()[:64] if p.returncode == 0 else ""
 
     def pull(self) -> None:
         self._finish_reclone()
         if not (self.root / ".git").is_dir():
-            raise SyncError(f"the git clone {self.root} is missing: run `pmem sync join {self.remote}` again")
+            # the clone was deleted (by hand, a cleaner, a full disk): clone again, keeping any
+            # of this device's own files still there
+            self.reclone()
+            return
+        self._recover()
         self.git("fetch", "--quiet", "origin")
         if not self._has(f"refs/remotes/origin/{BRANCH}"):
             return
@@ -180,9 +232,48 @@ class Git(Folder):
             return
         p = self.git("rebase", "--quiet", f"origin/{BRANCH}", check=False)
         if p.returncode != 0:
+            both = self.git("diff", "--name-only", "--diff-filter=U", "-z", check=False).stdout
             self.git("rebase", "--abort", check=False)
-            raise SyncError("two copies of this home wrote the same changeset (a copied pmem home?): "
-                            "the remote already has another device's file at one of this device's paths")
+            paths = [q for q in both.split("\0") if q]
+            if not paths:
+                raise SyncError(f"git rebase onto {self.remote} failed: {_reason(p)}")
+            shown = ", ".join(repr(q)[1:-1] for q in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3
+                                                                   else "")
+            raise SyncError(f"the remote changed {shown}, which this device changed too: each of pmem's files "
+                            "has one writer, so another copy of this home wrote as this device, two devices "
+                            "retired the same one at once, or someone without the key wrote there")
+
+    def _recover(self) -> None:
+        """What a git killed mid-command leaves: lock files (every later command refuses to run
+        while one is there) and a rebase half done. Called under the sync lock, so no git of
+        pmem's runs in this clone; a lock is cleared when no git process runs here at all."""
+        gitdir = self.root / ".git"
+        locks = [gitdir / n for n in _LOCKS if os.path.lexists(gitdir / n)]
+        refs = gitdir / "refs"
+        locks += [Path(d) / f for d, _, fs in os.walk(refs) for f in fs if f.endswith(".lock")]
+        if locks:
+            running = _git_running_in(self.root)
+            if running:
+                raise SyncError(f"git is running in {self.root} (process {running[0]}); try again when it ends")
+            for lock in locks:
+                age = time.time() - os.lstat(lock).st_mtime
+                if running is None and age < STALE_LOCK:
+                    raise SyncError(f"{lock} is there ({age:.0f} s old) and whether a git still runs here "
+                                    f"cannot be seen: pmem clears it once it is {STALE_LOCK} s old, or delete it")
+                os.unlink(lock)
+        if (gitdir / "rebase-merge").exists() or (gitdir / "rebase-apply").exists():
+            self.git("rebase", "--abort", check=False)
+        if not _hardened(self.root):
+            # a clone made before ATTRIBUTES: git may have rewritten files at checkout. Keep what
+            # this device wrote (committed under the attributes it was checked out with, so a
+            # rewritten file is not taken for a change), then check every file out again as stored
+            has_head = self._has("HEAD")
+            if has_head:
+                self.commit("pmem sync: changesets of an interrupted sync")
+            _harden(self.root)
+            if has_head:
+                self.git("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", ".")
+                self.git("reset", "--quiet", "--hard", "HEAD")
 
     def reclone(self) -> None:
         """Replace the clone by a fresh one of the remote. This device's own changesets are
@@ -191,15 +282,17 @@ class Git(Folder):
         fresh, old = self._aside(".new"), self._aside(".old")
         shutil.rmtree(fresh, ignore_errors=True)
         self.clone(into=fresh)
-        if self.device:
-            mine = self.root / SEGMENTS / self.device
-            for f in sorted(mine.iterdir()) if mine.is_dir() else []:
-                target = fresh / SEGMENTS / self.device / f.name
-                if _SEQ.match(f.name) and (not target.is_file() or target.read_bytes() != f.read_bytes()):
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    self._atomic(target, f.read_bytes())
+        if self.device and self.root.is_dir():
+            mine = f"{SEGMENTS}/{self.device}"
+            for name, what in sorted(safefs.entries(self.root, mine).items()):
+                if not (_SEQ.fullmatch(name) and what == "file"):
+                    continue
+                blob = safefs.read(self.root, f"{mine}/{name}", MAX_FILE)
+                if blob is not None and safefs.read(fresh, f"{mine}/{name}", MAX_FILE) != blob:
+                    safefs.write(fresh, f"{mine}/{name}", blob)
         shutil.rmtree(old, ignore_errors=True)
-        os.replace(self.root, old)
+        if os.path.lexists(self.root):
+            os.replace(self.root, old)
         os.replace(fresh, self.root)
         shutil.rmtree(old, ignore_errors=True)
         self.recloned = True
@@ -223,7 +316,7 @@ class Git(Folder):
         """Push the current tree as one new root commit under `epoch`, replacing the remote's
         history; False when another device pushed meanwhile (pull and try again). Then this
         clone is cloned afresh, so it keeps none of the old objects either."""
-        (self.root / EPOCH).write_text(epoch + "\n", encoding="utf-8")
+        safefs.write(self.root, EPOCH, (epoch + "\n").encode())
         self.git("add", "-A", "--", ".")
         tree = self.git("write-tree").stdout.strip()
         commit = self.git("commit-tree", tree, "-m", message).stdout.strip()
@@ -232,11 +325,11 @@ class Git(Folder):
         p = self.git("push", "--quiet", f"--force-with-lease=refs/heads/{BRANCH}:{lease}", "origin",
                      f"{commit}:refs/heads/{BRANCH}", check=False)
         if p.returncode != 0:
-            if any(w in p.stderr for w in ("[rejected]", "stale info", "fetch first", "non-fast-forward")):
-                self.git("checkout", "--quiet", "HEAD", "--", EPOCH, check=False)
-                if not self._has(f"HEAD:{EPOCH}"):
-                    (self.root / EPOCH).unlink(missing_ok=True)
+            if lost_race(p.stderr):
                 self.git("reset", "--quiet", check=False)
+                safefs.unlink(self.root, EPOCH)
+                if self._has(f"HEAD:{EPOCH}"):
+                    self.git("checkout", "--quiet", "HEAD", "--", EPOCH, check=False)
                 return False
             raise SyncError(f"git push failed: {_reason(p)}; nothing was compacted")
         self.reclone()
@@ -252,7 +345,7 @@ class Git(Folder):
         self.git("add", "-A", "--", ".")
         if self.git("diff", "--cached", "--quiet", check=False).returncode == 0:
             return False
-        self.git("commit", "--quiet", "-m", message)
+        self.git("commit", "--quiet", "--no-verify", "-m", message)
         return True
 
     def push(self, message: str = "pmem sync") -> int:
@@ -268,7 +361,7 @@ class Git(Folder):
             if p.returncode == 0:
                 self.git("fetch", "--quiet", "origin", check=False)
                 return attempt
-            if not any(w in p.stderr for w in ("[rejected]", "fetch first", "non-fast-forward")):
+            if not lost_race(p.stderr):
                 # not a lost race but a remote gone (unplugged, deleted, unreachable): what is
                 # committed here stays and goes with the next sync
                 raise SyncError(f"git push failed: {_reason(p)}; this device's changes are kept and sent "
@@ -281,6 +374,42 @@ class Git(Folder):
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _hardened(clone: Path) -> bool:
+    try:
+        return (clone / ".git" / "info" / "attributes").read_text(encoding="utf-8") == ATTRIBUTES
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _harden(clone: Path) -> None:
+    """Write ATTRIBUTES into the clone's `.git/info/attributes`."""
+    info = clone / ".git" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "attributes").write_text(ATTRIBUTES, encoding="utf-8")
+
+
+def _git_running_in(clone: Path) -> list[int] | None:
+    """The ids of git processes whose working folder is this clone (None: processes cannot be
+    seen here, no /proc)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "cwd").exists():
+        return None
+    root = os.path.realpath(clone)
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if not (entry / "comm").read_text().strip().startswith("git"):
+                continue
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd == root or cwd.startswith(root + os.sep):
+            found.append(int(entry.name))
+    return found
 
 
 def _reason(p: subprocess.CompletedProcess) -> str:
