@@ -282,12 +282,20 @@ class VectorIndex:
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
         if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
             embedder = embedder.local()  # type: ignore[attr-defined]  # `pmem serve` is for short requests; bulk work runs here
+        engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
+        threads = getattr(engine, "threads", 0) if hasattr(engine, "use_threads") else 0
         out: list[bytes] = []
-        for start in range(0, len(texts), batch):
-            chunk = texts[start:start + batch]
-            out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
-            if progress:
-                progress(min(start + batch, len(texts)), len(texts))
+        try:
+            for start in range(0, len(texts), batch):
+                if threads:  # the cores MiniLM does not hold now (english.BULK_SHARE)
+                    engine.use_threads(max(1, threads - self.english.busy_threads()))
+                chunk = texts[start:start + batch]
+                out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
+                if progress:
+                    progress(min(start + batch, len(texts)), len(texts))
+        finally:
+            if threads:
+                engine.use_threads(threads)
         if english is not None:
             english()
         return out
