@@ -127,6 +127,7 @@ class EnglishVectors:
         self._busy_threads = 0  # the cores prepare()'s MiniLM holds while it runs (VectorIndex.embed's e5 has the rest)
         self._load_lock = threading.Lock()
         self.pool = POOL
+        self.bulk = False  # VectorIndex.bulk(): every batch embeds in this process
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -168,7 +169,7 @@ class EnglishVectors:
         if model is None:
             return None
         try:
-            if len(texts) > BULK_EMBED and getattr(model, "remote", False):
+            if (len(texts) > BULK_EMBED or self.bulk) and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             from ..embed import LlamaEmbedder
 

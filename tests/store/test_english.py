@@ -286,6 +286,32 @@ def test_the_second_model_takes_a_third_of_the_threads(threads, share):
     assert en.share(threads) == share
 
 
+class Served(Named):
+    """A second model as a `pmem serve` client is: remote, with the same model loadable here."""
+
+    remote = True
+
+    def __init__(self, name: str, dim: int):
+        super().__init__(name, dim)
+        self.here = Named(name, dim)
+
+    def local(self) -> Named:
+        return self.here
+
+
+def test_a_bulk_write_embeds_every_batch_of_the_second_model_here(two):
+    """Inside bulk_embedding (an import, a reindex), a batch as small as a `pmem add` embeds in
+    this process; outside it, the server answers it."""
+    two.vectors.english.embedder = served = Served(en.MODEL, 32)
+    with two.bulk_embedding(en.BULK_EMBED + 1):
+        two.insert([Memory(id="", text=DANA)])
+    two.insert([Memory(id="", text=TOKYO)])
+    assert (served.here.calls, served.calls) == ([[DANA]], [[TOKYO]])
+    with two.bulk_embedding(en.BULK_EMBED):  # no more than one call would send
+        two.insert([Memory(id="", text="The spare key is under the blue flowerpot.")])
+    assert len(served.calls) == 2
+
+
 def test_a_cold_search_loads_the_second_model_on_its_own_thread(two, monkeypatch):
     """MiniLM's load (import llama_cpp, the file) overlaps e5's load and query, not precedes them."""
     two.add(DANA)
