@@ -329,6 +329,50 @@ def test_bulk_embedding_runs_in_the_calling_process(server, fake_config, tmp_pat
     store.close()
 
 
+def test_an_import_in_batches_runs_its_last_small_batch_in_the_calling_process_too(server, fake_config, tmp_path,
+                                                                                  monkeypatch):
+    """An import of BULK_EMBED + 40 records in batches of BULK_EMBED: the 40 left for the last
+    batch embed here like the rest (the server answers only the import's own status calls)."""
+    from pmem import Memory
+    from pmem.integrations.importers.registry import run_import
+    from pmem.store import BULK_EMBED, MemoryStore
+
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    calls: list[int] = []
+    local = FakeEmbedder(32)
+    monkeypatch.setattr(local, "embed", lambda texts: calls.append(len(texts)) or FakeEmbedder(32).embed(texts))
+    monkeypatch.setattr(srv.RemoteEmbedder, "local", lambda self: local)
+    store = MemoryStore(tmp_path / "import.db", config=fake_config, embedder=remote)
+    records = [Memory(id="", text=f"imported note {i}") for i in range(BULK_EMBED + 40)]
+    before = srv.status()["requests"]
+    assert run_import(store, records, batch=BULK_EMBED).imported == len(records)
+    assert srv.status()["requests"] == before + 1  # this status call: no embed request
+    assert sum(calls) == len(records) and 40 in calls
+    store.embed(["one short text after it"])  # outside the import: the server's again
+    assert srv.status()["requests"] == before + 3
+    store.close()
+
+
+def test_a_reindex_of_a_large_store_embeds_every_batch_in_the_calling_process(server, fake_config, tmp_path,
+                                                                              monkeypatch):
+    from pmem import Memory
+    from pmem.store import BULK_EMBED, MemoryStore
+
+    remote = srv.connect_embedder(tmp_path / "m.gguf")
+    calls: list[int] = []
+    local = FakeEmbedder(32)
+    monkeypatch.setattr(local, "embed", lambda texts: calls.append(len(texts)) or FakeEmbedder(32).embed(texts))
+    monkeypatch.setattr(srv.RemoteEmbedder, "local", lambda self: local)
+    store = MemoryStore(tmp_path / "reindex.db", config=fake_config, embedder=remote)
+    store.insert([Memory(id="", text=f"note {i}") for i in range(BULK_EMBED + 1)])
+    calls.clear()
+    before = srv.status()["requests"]
+    assert store.reindex(batch=64) == BULK_EMBED + 1
+    assert srv.status()["requests"] == before + 1  # this status call: no embed request
+    assert sum(calls) == BULK_EMBED + 1 and max(calls) == 64
+    store.close()
+
+
 @pytest.mark.parametrize("setting, idle", [("auto", ["--idle", "90.0s"]), ("start", ["--idle", "90.0s"]),
                                            ("always", [])])
 def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_path, monkeypatch, setting, idle):

@@ -44,6 +44,10 @@ BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vecto
 # memories in packs of 32 tokens (CPU per short memory: 128 +12%, 512 +55%; no gain from packing).
 QUERY_THREADS = 1
 BULK_PACK = 32
+# A bulk write runs both models at once (prepare): MiniLM takes a third of the cores (one at least),
+# e5 the rest, and all of them once MiniLM is done. Both engines' threads wait spinning: each at its
+# full count on 2 cores, they stalled each other (benchmarks/README.md, "Import speed").
+BULK_SHARE = 3
 
 # MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
 # reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
@@ -81,6 +85,11 @@ def create_tables(conn) -> None:
                  "WHEN old.text IS NOT new.text BEGIN DELETE FROM memory_vec_en WHERE seq = old.seq; END")
 
 
+def share(threads: int) -> int:
+    """MiniLM's threads beside e5 in a bulk write, of `threads` in all (BULK_SHARE)."""
+    return max(1, threads // BULK_SHARE)
+
+
 def model_file(progress: "Reporting" = None) -> Path:
     """MiniLM's file as the second vectors use it, here and in `pmem serve` (its Q8_0 copy)."""
     from ..provision import quantized_model
@@ -115,8 +124,10 @@ class EnglishVectors:
         self._pending: dict[str, bytes] = {}
         self._preparing: threading.Thread | None = None  # prepare()'s embedding, while e5 embeds
         self._error: Exception | None = None  # what it raised, for wait() to raise here
+        self._busy_threads = 0  # the cores prepare()'s MiniLM holds while it runs (VectorIndex.embed's e5 has the rest)
         self._load_lock = threading.Lock()
         self.pool = POOL
+        self.bulk = False  # VectorIndex.bulk(): every batch embeds in this process
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -151,12 +162,14 @@ class EnglishVectors:
         self._failed = True
         notices.notice(message)
 
-    def _embed(self, texts: list[str], query: bool = False) -> list[bytes] | None:
+    def _embed(self, texts: list[str], query: bool = False, beside: bool = False) -> list[bytes] | None:
+        """MiniLM's vectors of `texts` (None where it cannot be had); `beside`: e5 embeds meanwhile
+        in this process (prepare), so MiniLM takes its share of the cores only (BULK_SHARE)."""
         model = self._model()
         if model is None:
             return None
         try:
-            if len(texts) > BULK_EMBED and getattr(model, "remote", False):
+            if (len(texts) > BULK_EMBED or self.bulk) and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             from ..embed import LlamaEmbedder
 
@@ -164,11 +177,17 @@ class EnglishVectors:
                 vectors = model.embed(texts)
             elif query:
                 vectors = model.embed(texts, threads=QUERY_THREADS)
+            elif beside:
+                self._busy_threads = share(model.threads)
+                vectors = model.embed(texts, threads=self._busy_threads, pack_tokens=BULK_PACK)
             else:
                 vectors = model.embed(texts, pack_tokens=BULK_PACK)
         except ModelError as exc:
             self._fail(f"{exc}; searching English memories by {MAIN} alone")
             return None
+        finally:
+            if beside:
+                self._busy_threads = 0
         return [struct.pack(f"<{len(v)}f", *v) for v in vectors]
 
     # -- writes ---------------------------------------------------------------------------------
@@ -186,7 +205,7 @@ class EnglishVectors:
 
         def run() -> None:
             try:
-                blobs = self._embed(todo)
+                blobs = self._embed(todo, beside=True)
             except Exception as exc:  # noqa: BLE001 - raised again on the caller's thread, by wait()
                 self._error = exc
                 return
@@ -199,6 +218,11 @@ class EnglishVectors:
         self._preparing = threading.Thread(target=run, name="pmem-english-prepare", daemon=True)
         self._preparing.start()
         return self.wait
+
+    def busy_threads(self) -> int:
+        """The threads prepare()'s MiniLM runs on now, 0 when it is not running in this process."""
+        worker = self._preparing
+        return self._busy_threads if worker is not None and worker.is_alive() else 0
 
     def wait(self) -> None:
         """Until what prepare() started is done (the pending vectors are then this thread's)."""

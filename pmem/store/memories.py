@@ -246,6 +246,11 @@ class MemoryStore(DreamReads):
         """Embed `texts` now and answer `embed()` from them until the block ends (VectorIndex.prepared)."""
         return self.vectors.prepared(texts)
 
+    def bulk_embedding(self, count: int):
+        """Embed in this process, not in `pmem serve`, while a write of `count` texts goes on in
+        batches (VectorIndex.bulk)."""
+        return self.vectors.bulk(count)
+
     def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
         """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
         return self.vectors.reindex(progress, batch)

@@ -205,6 +205,7 @@ class VectorIndex:
         self._reindex_target = False  # during reindex(): embed with the configured model
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
         self._prepared: dict[str, bytes] | None = None  # vectors embedded ahead of a write (prepared)
+        self._bulk = False  # inside bulk(): every batch embeds in this process, the last small one too
         self.english = EnglishVectors(db, self)  # English memories' second vector (store/english.py)
 
     def __call__(self, ids: Iterable[str]) -> dict[str, bytes]:
@@ -280,17 +281,38 @@ class VectorIndex:
         english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
-        if len(texts) > BULK_EMBED and getattr(embedder, "remote", False):
+        if (len(texts) > BULK_EMBED or self._bulk) and getattr(embedder, "remote", False):
             embedder = embedder.local()  # type: ignore[attr-defined]  # `pmem serve` is for short requests; bulk work runs here
+        engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
+        threads = getattr(engine, "threads", 0) if hasattr(engine, "use_threads") else 0
         out: list[bytes] = []
-        for start in range(0, len(texts), batch):
-            chunk = texts[start:start + batch]
-            out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
-            if progress:
-                progress(min(start + batch, len(texts)), len(texts))
+        try:
+            for start in range(0, len(texts), batch):
+                if threads:  # the cores MiniLM does not hold now (english.BULK_SHARE)
+                    engine.use_threads(max(1, threads - self.english.busy_threads()))
+                chunk = texts[start:start + batch]
+                out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
+                if progress:
+                    progress(min(start + batch, len(texts)), len(texts))
+        finally:
+            if threads:
+                engine.use_threads(threads)
         if english is not None:
             english()
         return out
+
+    @contextmanager
+    def bulk(self, count: int) -> Iterator[None]:
+        """A write of `count` texts embedded in batches (an import, a reindex): past BULK_EMBED in
+        all, each batch embeds in this process, as one call of that size would. Batch by batch, an
+        import's last batch (680 turns: 512 + 168) went to a running `pmem serve`, whose two models
+        then ran side by side on all cores each (benchmarks/README.md, "Import speed")."""
+        outer = self._bulk, self.english.bulk
+        self._bulk = self.english.bulk = outer[0] or count > BULK_EMBED
+        try:
+            yield
+        finally:
+            self._bulk, self.english.bulk = outer
 
     @contextmanager
     def prepared(self, texts: Iterable[str]) -> Iterator[None]:
@@ -548,13 +570,15 @@ class VectorIndex:
             self._embedder = None
         self._reindex_target = True
         try:
-            n = self._reindex(progress, batch)
+            with self.bulk(self.db.memory_count()):
+                n = self._reindex(progress, batch)
         finally:
             self._reindex_target = False
             if not self._embedder_given and self._embedder is not None \
                     and self.model()[0] not in (None, self._embedder.name):
                 self._embedder = None  # interrupted: the stored vectors' model answers again
-        self.english.fill(progress, batch)  # English memories' second vectors, where missing
+        with self.bulk(self.db.memory_count()):
+            self.english.fill(progress, batch)  # English memories' second vectors, where missing
         return n
 
     def _reindex(self, progress: Progress | None, batch: int) -> int:
@@ -583,6 +607,8 @@ class VectorIndex:
         its text changes, so what is staged always matches the text. Returns (seq, vector) in
         seq order, for the final swap."""
         e = self.embedder
+        if self._bulk and getattr(e, "remote", False):
+            e = e.local()  # type: ignore[attr-defined]  # bulk work runs here (bulk)
         db = self.db
         with db.transaction():
             if (db.setting("reindex_model"), db.setting("reindex_dim")) != (e.name, str(e.dim)):

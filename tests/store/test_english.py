@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib
 import struct
 import threading
+import time
 
 import pytest
 
 from pmem import Memory, search
-from pmem.embed import FakeEmbedder
+from pmem.embed import FakeEmbedder, LlamaEmbedder
 from pmem.search import semantic_ranks
 from pmem.store import Filter, MemoryStore
 from pmem.store import english as en
@@ -212,6 +213,103 @@ def test_the_second_model_embeds_memories_beside_the_main_one(tmp_path, fake_con
         assert second_rows(s)[seq_of(s, m.id)] == struct.pack("<32f", *FakeEmbedder(32).embed([DANA])[0])
     finally:
         s.close()
+
+
+class Threaded(Named):
+    """A main model on `threads` BLAS threads (as E5Embedder): it records the threads each batch
+    runs on; its first batch waits for the second model to have started, its second lets that
+    finish (up to 5 s each)."""
+
+    def __init__(self, name: str, started: threading.Event, release: threading.Event, threads: int = 2):
+        super().__init__(name)
+        self.english: en.EnglishVectors | None = None  # the store's, once it is open
+        self.started, self.release = started, release
+        self.threads, self.batches, self.set_to = threads, [], []
+
+    def use_threads(self, n: int) -> None:
+        self.set_to.append(n)
+        self.threads = n
+
+    def embed(self, texts, query: bool = False):
+        self.batches.append(self.threads)
+        if len(self.batches) == 1:
+            self.started.wait(5)
+        elif len(self.batches) == 2:
+            self.release.set()
+            for _ in range(500):
+                if self.english is None or not self.english.busy_threads():
+                    break
+                time.sleep(0.01)
+        return super().embed(texts, query)
+
+
+class SecondOnCores(LlamaEmbedder):
+    """A second model as LlamaEmbedder is called (threads, pack_tokens), without llama.cpp: it
+    records the threads it was given and holds its pass until released."""
+
+    def __init__(self, started: threading.Event, release: threading.Event, threads: int = 2):
+        self.name, self.dim, self.threads = en.MODEL, 32, threads
+        self.started, self.release, self.given = started, release, []
+
+    def embed(self, texts, threads: int = 0, pack_tokens: int = 0):
+        self.given.append(threads)
+        self.started.set()
+        self.release.wait(5)
+        return FakeEmbedder(32).embed(texts)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_bulk_write_shares_the_cores_between_the_two_models(tmp_path, fake_config):
+    """An import runs MiniLM beside e5: MiniLM on its share of the threads (en.share), e5 on the
+    rest while MiniLM runs and on all of them after; its own count again at the end."""
+    started, release = threading.Event(), threading.Event()
+    main = Threaded(en.MAIN, started, release, threads=2)
+    s = MemoryStore(tmp_path / "bulk.db", config=fake_config.with_values(embed_model=en.MAIN), embedder=main)
+    main.english = s.vectors.english
+    s.vectors.english.embedder = second = SecondOnCores(started, release, threads=2)
+    texts = [f"{p} {t} {w} (note {i})." for i, (p, t, w) in
+             enumerate((p, t, w) for p in PEOPLE for t in THINGS for w in WHEN)][:150]
+    try:
+        s.insert([Memory(id="", text=t) for t in texts])
+        assert second.given == [en.share(2)] == [1]
+        assert main.batches[1:] == [1, 2]  # batch 2 beside MiniLM, batch 3 after it (batch 1: as it starts)
+        assert main.threads == 2  # given back
+        assert len(second_rows(s)) == len(texts)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("threads, share", [(1, 1), (2, 1), (3, 1), (6, 2), (8, 2)])
+def test_the_second_model_takes_a_third_of_the_threads(threads, share):
+    assert en.share(threads) == share
+
+
+class Served(Named):
+    """A second model as a `pmem serve` client is: remote, with the same model loadable here."""
+
+    remote = True
+
+    def __init__(self, name: str, dim: int):
+        super().__init__(name, dim)
+        self.here = Named(name, dim)
+
+    def local(self) -> Named:
+        return self.here
+
+
+def test_a_bulk_write_embeds_every_batch_of_the_second_model_here(two):
+    """Inside bulk_embedding (an import, a reindex), a batch as small as a `pmem add` embeds in
+    this process; outside it, the server answers it."""
+    two.vectors.english.embedder = served = Served(en.MODEL, 32)
+    with two.bulk_embedding(en.BULK_EMBED + 1):
+        two.insert([Memory(id="", text=DANA)])
+    two.insert([Memory(id="", text=TOKYO)])
+    assert (served.here.calls, served.calls) == ([[DANA]], [[TOKYO]])
+    with two.bulk_embedding(en.BULK_EMBED):  # no more than one call would send
+        two.insert([Memory(id="", text="The spare key is under the blue flowerpot.")])
+    assert len(served.calls) == 2
 
 
 def test_a_cold_search_loads_the_second_model_on_its_own_thread(two, monkeypatch):

@@ -482,17 +482,18 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     stored = 0
     if progress:
         progress(0, len(todo))
-    for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
-        blobs = store.embed([m.text.strip() for m in chunk])
-        with store.operation("import", summary, op_id=op_id) as op_id:
-            again = existing(store, chunk)  # another process may have stored some meanwhile
-            keep = [(m, b) for m, b in zip(chunk, blobs) if not m.id or m.id not in again]
-            if keep:
-                stored += len(store.insert([m for m, _ in keep], kind="import", summary=summary,
-                                           vectors=[b for _, b in keep], allow_secret=True))  # scanned above
-        if progress:
-            progress(min(start + batch, len(todo)), len(todo))
+    with store.bulk_embedding(len(todo)):  # every batch in this process, the last small one too
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            blobs = store.embed([m.text.strip() for m in chunk])
+            with store.operation("import", summary, op_id=op_id) as op_id:
+                again = existing(store, chunk)  # another process may have stored some meanwhile
+                keep = [(m, b) for m, b in zip(chunk, blobs) if not m.id or m.id not in again]
+                if keep:
+                    stored += len(store.insert([m for m, _ in keep], kind="import", summary=summary,
+                                               vectors=[b for _, b in keep], allow_secret=True))  # scanned above
+            if progress:
+                progress(min(start + batch, len(todo)), len(todo))
     if merge and merge_due(store, stored):
         try:
             store.merge_keyword_index()

@@ -1,0 +1,144 @@
+"""`pmem import` of one LoCoMo conversation, two pmem trees side by side (interleaved runs).
+
+    python benchmarks/import_speed.py --base /work/main --runs 5                # server auto, as a user runs it
+    python benchmarks/import_speed.py --base /work/main --runs 5 --server off   # the model in the command
+    python benchmarks/import_speed.py --threads 2    # PMEM_THREADS=2: what an idle 2-core machine gets
+    python benchmarks/import_speed.py --server running   # a `pmem serve` already up (a command before started it)
+
+Writes one LoCoMo development conversation (conv-43 by default, 680 turns) as pmem JSONL, then
+imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run in a fresh
+PMEM_HOME (no server running: with server auto the command starts one, as a first import does;
+`--server running` starts one first, untimed, and counts the CPU it spends during the import),
+the models from one shared directory (--models, its caches warm after the first run). The trees
+alternate run by run, so a machine other work loads hurts both alike; it prints each run's time,
+the medians, turns/s and the ratio. A server a run started is stopped before the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import locomo  # noqa: E402
+
+MODELS = ("multilingual-e5-small.q4.e5s1", "all-MiniLM-L6-v2.f16.gguf", "all-MiniLM-L6-v2.q8_0.gguf")
+
+
+def write_jsonl(path: Path, sample: str) -> int:
+    conv = next(c for c in locomo.load() if c["sample_id"] == sample)
+    records = locomo.turn_records(conv, thread="session")
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return len(records)
+
+
+def models_copy(source: Path, target: Path) -> Path:
+    """The model files in a folder of this benchmark's own (their caches are written beside them)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in MODELS:
+        if (source / name).exists() and not (target / name).exists():
+            shutil.copy2(source / name, target / name)
+    return target
+
+
+def server_cpu(env: dict) -> tuple[int, float] | None:
+    """(pid, CPU seconds so far) of the home's running server, None when none runs."""
+    proc = subprocess.run([sys.executable, "-m", "pmem", "serve", "--status", "--json"], env=env,
+                          capture_output=True, text=True)
+    try:
+        pid = int(json.loads(proc.stdout)["pid"])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (ValueError, KeyError, OSError):
+        return None
+    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(tree: Path, data: Path, models: Path, server: str, work: Path, threads: int = 0) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of the command, memories stored)."""
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env.update(PYTHONPATH=str(tree), PMEM_HOME=str(home), PMEM_MODELS_DIR=str(models), NO_COLOR="1")
+    if server not in ("auto", "running"):
+        env["PMEM_SERVER"] = server
+    if threads:
+        env["PMEM_THREADS"] = str(threads)
+    served = None
+    if server == "running":
+        subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "10m"], env=env,
+                       capture_output=True, check=True, timeout=300)
+        served = server_cpu(env)
+    before = os.times()
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pmem", "import", str(data), "--json"], env=env,
+                          capture_output=True, text=True)
+    took = time.perf_counter() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    if served is not None:  # the import's work the server did counts too
+        now = server_cpu(env)
+        cpu += now[1] - served[1] if now is not None and now[0] == served[0] else 0.0
+    if proc.returncode != 0:
+        raise SystemExit(f"{tree}: pmem import failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    count = subprocess.run([sys.executable, "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])"
+                            ".execute('select count(*) from memories').fetchone()[0])", str(home / "pmem.db")],
+                           capture_output=True, text=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=env, capture_output=True, timeout=60)
+    shutil.rmtree(home, ignore_errors=True)
+    return took, cpu, int(count or 0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", type=Path, default=Path("/work/main"), help="the tree to compare with")
+    ap.add_argument("--tree", type=Path, default=ROOT, help="this tree (default: the benchmark's own)")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each tree (interleaved)")
+    ap.add_argument("--server", default="auto", choices=("auto", "off", "always", "running"))
+    ap.add_argument("--sample", default="conv-43", help="the LoCoMo conversation")
+    ap.add_argument("--warm", type=int, default=1, help="untimed runs of each tree first")
+    ap.add_argument("--threads", type=int, default=0, help="PMEM_THREADS for the commands (0: automatic)")
+    ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "pmem-import-speed-models")
+    ap.add_argument("--models-from", type=Path,
+                    default=Path(os.environ.get("PMEM_TEST_MODELS_DIR") or ROOT / ".models-cache"))
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="pmem-import-speed-"))
+    data = work / "conversation.jsonl"
+    turns = write_jsonl(data, args.sample)
+    models = models_copy(args.models_from, args.models)
+    trees = {"base": args.base.resolve(), "this": args.tree.resolve()}
+    for _ in range(args.warm):  # the models' caches, the page cache and the .pyc files; not counted
+        for tree in trees.values():
+            one_run(tree, data, models, args.server, work, args.threads)
+    times: dict[str, list[float]] = {k: [] for k in trees}
+    cpus: dict[str, list[float]] = {k: [] for k in trees}
+    for i in range(args.runs):
+        order = list(trees) if i % 2 == 0 else list(trees)[::-1]
+        for name in order:
+            took, cpu, stored = one_run(trees[name], data, models, args.server, work, args.threads)
+            times[name].append(took)
+            cpus[name].append(cpu)
+            print(f"run {i + 1} {name}: {took:.2f} s, CPU {cpu:.2f} s ({stored} memories)", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{turns} turns, server {args.server}, threads {args.threads or 'automatic'}, {args.runs} runs each, "
+          f"load {os.getloadavg()[0]:.1f}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
+    for name, tree in trees.items():
+        print(f"{name:5} {tree}: median {med[name]:.2f} s, {turns / med[name]:.0f} turns/s, CPU {cpu_med[name]:.2f} s "
+              f"(runs {' '.join(f'{t:.2f}' for t in times[name])})")
+    print(f"this / base: {med['this'] / med['base']:.2f} wall, {cpu_med['this'] / cpu_med['base']:.2f} CPU")
+
+
+if __name__ == "__main__":
+    main()
