@@ -46,7 +46,7 @@ QUERY_THREADS = 1
 BULK_PACK = 32
 # A bulk write runs both models at once (prepare): MiniLM takes a third of the cores (one at least),
 # e5 the rest, and all of them once MiniLM is done. Both engines' threads wait spinning: each at its
-# full count on 2 cores, they stalled each other (benchmarks/README.md, "Import speed").
+# full count on 2 cores, they stalled each other (docs/decisions/0054-import-bulk-embedding.md).
 BULK_SHARE = 3
 
 # MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
