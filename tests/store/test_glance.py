@@ -101,12 +101,17 @@ def test_a_writer_holding_the_file_costs_it_its_timeout_at_most(store):
     assert _glance(store.path) is True
 
 
-def test_autosync_loads_nothing_of_pmem_but_glance():
-    """The hot path after every write command: no sqlite-vec, no store, sync or config."""
+def test_autosync_loads_nothing_of_pmem_but_glance(store):
+    """The hot path after every write command: no sqlite-vec, no store, sync or config, while its
+    kick reads a real store that syncs (and has nothing to send, so no sync starts)."""
+    _syncing(store)
+    store.checkpoint()
+    Path(str(store.path) + ".sync").mkdir()
     code = ("import sys, json, pmem.autosync as a\n"
-            "a.kick(sys.argv[1])\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('pmem', 'sqlite_vec', 'numpy', "
-            "'sqlean')))))")
-    out = subprocess.run([sys.executable, "-c", code, "/nonexistent/pmem.db"], capture_output=True, text=True,
+            "started = a.kick(sys.argv[1])\n"
+            "print(json.dumps([started, a._changes_to_send(sys.argv[1]), sorted(m for m in sys.modules "
+            "if m.startswith(('pmem', 'sqlite_vec', 'numpy', 'sqlean')))]))")
+    out = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True,
                          check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert json.loads(out.stdout) == ["pmem", "pmem.autosync", "pmem.store", "pmem.store.glance", "pmem.version"]
+    assert json.loads(out.stdout) == [False, False, ["pmem", "pmem.autosync", "pmem.store", "pmem.store.glance",
+                                                     "pmem.version"]]
