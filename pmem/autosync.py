@@ -1,6 +1,7 @@
 """Sync after each change (the setting `sync_auto = on`), its cheap half: what a command runs as it
-ends. It imports nothing of pmem (importing the sync package cost a write command ~0.1 s on a
-busy machine: docs/decisions/0047-sync-compact-auto.md); the background half is pmem/sync/auto.py.
+ends. It imports nothing of pmem but the store's glance.py, a read-only look at the file (importing
+the sync package cost a write command ~0.1 s on a busy machine: docs/decisions/0047-sync-compact-auto.md);
+the background half is pmem/sync/auto.py.
 
 After a command that changed memories, one `pmem sync` starts in the background, detached, and
 waits DELAY seconds for more writes before it syncs (a run of commands is one sync). It prints
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .store.glance import Glance
 
 DELAY = 2.0  # seconds a background sync waits for more writes (debounce); PMEM_SYNC_AUTO_DELAY changes it
 STALE = 120.0  # seconds after which a marker left by a killed background sync is ignored
@@ -51,20 +53,8 @@ def last(db_path: str | os.PathLike) -> dict[str, Any] | None:
 
 def _changes_to_send(db_path: str | os.PathLike) -> bool:
     """Whether this database holds changes not yet sent (read-only; False when it does not sync)."""
-    try:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1.0)
-    except sqlite3.Error:
-        return False
-    try:
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM events e JOIN operations o ON o.id = e.op_id WHERE e.seq > "
-            "(SELECT coalesce((SELECT CAST(value AS INTEGER) FROM sync_state WHERE key = 'exported'), 0)) "
-            "AND o.kind != 'sync')").fetchone()
-        return bool(row and row[0])
-    except sqlite3.Error:
-        return False  # no sync tables: this database does not sync
-    finally:
-        conn.close()
+    with Glance(db_path, timeout=1.0) as glance:
+        return glance.changes_to_send()
 
 
 def kick(db_path: str | os.PathLike) -> bool:

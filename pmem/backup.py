@@ -11,14 +11,13 @@ backup removes once its process is gone.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import db, paths, timeutil
+from . import paths, timeutil
 from .errors import DatabaseError
 
 if TYPE_CHECKING:
@@ -147,18 +146,15 @@ def rotate(directory: Path, *, keep: int, max_total_bytes: int = MAX_TOTAL_BYTES
 
 def backups_holding(ids: list[str], directory: Path | None = None) -> list[Path]:
     """Backups that still hold any of these memories (their row or an event about them)."""
+    from .store.inspection import Inspection
+
     found = []
     for path in list_backups(directory):
-        conn = db.driver().connect(f"file:{path}?mode=ro", uri=True)
         try:
-            q = json.dumps(list(ids))
-            hit = conn.execute("SELECT 1 FROM memories WHERE id IN (SELECT value FROM json_each(?)) "
-                               "UNION ALL SELECT 1 FROM events WHERE memory_id IN (SELECT value FROM json_each(?)) "
-                               "AND (before IS NOT NULL OR after IS NOT NULL) LIMIT 1", (q, q)).fetchone()
-        except db.errors() as exc:
+            with Inspection(path, read_only=True) as backup:
+                hit = backup.holds_any(ids)
+        except DatabaseError as exc:
             raise DatabaseError(f"cannot read backup {path}: {exc}") from None
-        finally:
-            conn.close()
         if hit:
             found.append(path)
     return found

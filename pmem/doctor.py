@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, ContextManager
 
 from . import db, paths
 from .config import Settings
 from .errors import PmemError
+
+if TYPE_CHECKING:
+    from .store.inspection import Inspection
 
 
 @dataclass
@@ -49,11 +53,10 @@ def run_checks(settings: Settings | PmemError, db_override=None,
     except PmemError as exc:
         checks.append(Check("sqlite driver", False, str(exc), "pip install sqlean.py"))
         return checks
+    from .store import inspection
+
     try:
-        conn = db.connect(":memory:")
-        version = conn.execute("SELECT vec_version()").fetchone()[0]
-        conn.close()
-        checks.append(Check("sqlite-vec", True, version))
+        checks.append(Check("sqlite-vec", True, inspection.vec_version()))
     except PmemError as exc:
         checks.append(Check("sqlite-vec", False, str(exc), "pip install --force-reinstall sqlite-vec"))
         return checks
@@ -73,56 +76,7 @@ def run_checks(settings: Settings | PmemError, db_override=None,
     if not path.exists():
         checks.append(Check("database", True, f"{path} (not created yet: the first `pmem add` creates it)"))
     else:
-        try:
-            conn = db.connect(path, create=False)
-            with busy(f"checking the database ({path.stat().st_size / 1e6:,.0f} MB)"):
-                result = conn.execute("PRAGMA quick_check").fetchone()[0]
-            mode = path.stat().st_mode & 0o777
-            checks.append(Check("database", result == "ok", f"{path}: integrity {result}",
-                                "restore from a backup in " + str(paths.backups_dir())))
-            checks.append(Check("permissions", mode & 0o077 == 0, f"{path} mode {oct(mode)}",
-                                f"chmod 600 {path}"))
-            page, pages, free = (conn.execute(f"PRAGMA {name}").fetchone()[0]
-                                 for name in ("page_size", "page_count", "freelist_count"))
-            from .store import UPKEEP_MIN_FREE
-
-            if pages and free >= UPKEEP_MIN_FREE * pages and free * page >= UPKEEP_BYTES:
-                checks.append(Check("free space", True, f"{free * page / 1e6:.0f} MB of the "
-                                    f"{pages * page / 1e6:.0f} MB file is free pages",
-                                    "pmem dream --apply gives it back at its end", level="info"))
-            from .store.migrations import MIGRATIONS, applied
-
-            done = applied(conn)
-            checks.append(Check("schema", len(done) <= len(MIGRATIONS), f"{len(done)} of {len(MIGRATIONS)} migrations",
-                                "upgrade pmem"))
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            row = conn.execute("SELECT value FROM settings WHERE key = 'embed_model'").fetchone() \
-                if "settings" in tables else None
-            staged = conn.execute("SELECT (SELECT value FROM settings WHERE key = 'reindex_model'), "
-                                  "(SELECT count(*) FROM reindex_vec), (SELECT count(*) FROM memories)").fetchone() \
-                if "reindex_vec" in tables else None
-            english = _english_check(cfg, conn, tables, row[0] if row else None)
-            conn.close()
-            resume = f" (an interrupted reindex to {staged[0]} has {staged[1]} of {staged[2]} done; " \
-                     f"`pmem reindex` resumes it)" if staged else ""
-            from .provision import embed_model_for
-
-            in_use = embed_model_for(cfg, row[0] if row else None)
-            if row and row[0] != _model_name(in_use):
-                checks.append(Check("vectors", False, f"stored vectors come from {row[0]}, configured model is "
-                                    f"{cfg.embed_model}{resume}", "pmem reindex"))
-            elif row and in_use != cfg.embed_model:  # no model configured: the store keeps its own
-                from .provision import memories_as_queries
-
-                gain = "questions in other words find their memories more often" \
-                    if memories_as_queries(cfg.embed_model) else "about 100 languages"
-                checks.append(Check("vectors", True, f"stored vectors come from {in_use}, which this store keeps "
-                                    f"using; new stores use {cfg.embed_model} ({gain}){resume}",
-                                    "pmem reindex", level="info"))
-            if english is not None:
-                checks.append(english)
-        except PmemError as exc:
-            checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
+        checks.extend(_database_checks(cfg, path, busy))
     from . import provision
     from .embed import is_fake
 
@@ -140,8 +94,6 @@ def run_checks(settings: Settings | PmemError, db_override=None,
                 checks.append(Check(key, True, f"{spec}: not installed yet; fetched on first use",
                                     "pmem models pull (to fetch it now)", level="info"))
         else:
-            from pathlib import Path
-
             p = Path(spec).expanduser()
             ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
@@ -152,19 +104,73 @@ def run_checks(settings: Settings | PmemError, db_override=None,
     return checks
 
 
-def _english_check(cfg: Settings, conn, tables: set[str], stored: str | None) -> Check | None:
+def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextManager[object]]) -> list[Check]:
+    """What the database file says of itself, asked through an Inspection (pmem/store/inspection.py):
+    a file a store would refuse, or migrate, is still read, and a damaged one is a finding."""
+    from .store.inspection import Inspection
+
+    checks: list[Check] = []
+    try:
+        with Inspection(path) as look:
+            with busy(f"checking the database ({path.stat().st_size / 1e6:,.0f} MB)"):
+                result = look.quick_check()
+            mode = path.stat().st_mode & 0o777
+            checks.append(Check("database", result == "ok", f"{path}: integrity {result}",
+                                "restore from a backup in " + str(paths.backups_dir())))
+            checks.append(Check("permissions", mode & 0o077 == 0, f"{path} mode {oct(mode)}",
+                                f"chmod 600 {path}"))
+            page, pages, free = look.pages()
+            from .store import UPKEEP_MIN_FREE
+
+            if pages and free >= UPKEEP_MIN_FREE * pages and free * page >= UPKEEP_BYTES:
+                checks.append(Check("free space", True, f"{free * page / 1e6:.0f} MB of the "
+                                    f"{pages * page / 1e6:.0f} MB file is free pages",
+                                    "pmem dream --apply gives it back at its end", level="info"))
+            from .store.migrations import MIGRATIONS
+
+            done = look.applied_migrations()
+            checks.append(Check("schema", len(done) <= len(MIGRATIONS), f"{len(done)} of {len(MIGRATIONS)} migrations",
+                                "upgrade pmem"))
+            stored = look.setting("embed_model")
+            staged = look.interrupted_reindex()
+            english = _english_check(cfg, look, stored)
+        resume = f" (an interrupted reindex to {staged.model} has {staged.done} of {staged.total} done; " \
+                 f"`pmem reindex` resumes it)" if staged else ""
+        from .provision import embed_model_for
+
+        in_use = embed_model_for(cfg, stored)
+        if stored is not None and stored != _model_name(in_use):
+            checks.append(Check("vectors", False, f"stored vectors come from {stored}, configured model is "
+                                f"{cfg.embed_model}{resume}", "pmem reindex"))
+        elif stored is not None and in_use != cfg.embed_model:  # no model configured: the store keeps its own
+            from .provision import memories_as_queries
+
+            gain = "questions in other words find their memories more often" \
+                if memories_as_queries(cfg.embed_model) else "about 100 languages"
+            checks.append(Check("vectors", True, f"stored vectors come from {in_use}, which this store keeps "
+                                f"using; new stores use {cfg.embed_model} ({gain}){resume}",
+                                "pmem reindex", level="info"))
+        if english is not None:
+            checks.append(english)
+    except PmemError as exc:
+        if not any(c.name == "database" and not c.ok for c in checks):  # one finding of a file too damaged to read
+            checks.append(Check("database", False, str(exc), "check the path, or restore a backup"))
+    return checks
+
+
+def _english_check(cfg: Settings, look: Inspection, stored: str | None) -> Check | None:
     """English memories without their second vector (pmem/store/english.py: a store from before
     it, or one whose MiniLM could not load): searched by e5 alone until `pmem reindex --missing` fills them.
     Counted from the store's counters (`lang:` counts every memory not guessed English), not by
     guessing each text's language again."""
     from .store import english
 
-    if cfg.embed_english != "minilm" or stored != english.MAIN or not {"memories", "counts"} <= tables:
+    if cfg.embed_english != "minilm" or stored != english.MAIN:
         return None
-    total, other = conn.execute("SELECT (SELECT count(*) FROM memories), (SELECT coalesce(sum(n), 0) FROM counts "
-                                "WHERE key >= 'lang:' AND key < 'lang;')").fetchone()
-    have = conn.execute("SELECT count(*) FROM memory_vec_en").fetchone()[0] if "memory_vec_en" in tables else 0
-    missing = total - other - have
+    counts = look.english_counts()
+    if counts is None:
+        return None
+    missing = counts.memories - counts.not_english - counts.english_vectors
     if missing <= 0:
         return None
     return Check("english vectors", True, f"{missing:,} English memories have no second vector ({english.MODEL}) "
@@ -174,8 +180,6 @@ def _english_check(cfg: Settings, conn, tables: set[str], stored: str | None) ->
 def _chat_runs_check(cfg: Settings) -> Check:
     """The chat model, run once in a child process: a llama.cpp build that dies on this CPU shows
     here as a finding with its fix, not as a crash of `extract` or `dream`."""
-    from pathlib import Path
-
     from . import provision
     from .generate import ModelCrash, check_runs
 
@@ -232,8 +236,6 @@ UPKEEP_BYTES = 10_000_000  # free space worth mentioning (and the share at which
 
 
 def _model_name(spec: str) -> str:
-    from pathlib import Path
-
     from . import provision
 
     if spec in provision.known_models():

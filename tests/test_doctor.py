@@ -49,3 +49,67 @@ def test_doctor_says_what_it_does_while_it_reads_the_whole_database(store, monke
     mb = f"{store.path.stat().st_size / 1e6:,.0f} MB"
     assert seen == [f"checking the database ({mb})", "PRAGMA quick_check", "done"]
 
+
+
+def _damaged(path, fake_config, page_of):
+    """A real store's file with one page overwritten in place (page_of: the file's pages -> which)."""
+    from pmem.store import MemoryStore
+
+    with MemoryStore(path, config=fake_config) as s:
+        s.insert([Memory(id="", text=f"memory number {i} " * 30) for i in range(300)])
+        s.checkpoint()
+    data = bytearray(path.read_bytes())
+    page = page_of(len(data) // db.PAGE_SIZE) * db.PAGE_SIZE
+    data[page:page + 200] = b"\xff" * 200
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_doctor_reports_a_damaged_database_and_goes_on_to_the_other_checks(tmp_path, fake_config):
+    """A file whose integrity check SQLite cannot even finish (it raises "malformed" or a virtual
+    table fails to start) is one failed finding with its fix, not an error that ends doctor."""
+    from pmem import doctor
+
+    for n, page_of in enumerate((lambda n: n // 2, lambda n: 20, lambda n: n - 2)):
+        checks = doctor.run_checks(fake_config, db_override=_damaged(tmp_path / f"{n}.db", fake_config, page_of))
+        (database,) = [c for c in checks if c.name == "database"]
+        assert not database.ok and "integrity" in database.detail and database.fix.startswith("restore from a backup")
+        assert {"permissions", "schema", "embed_model", "server", "agent hooks"} <= {c.name for c in checks}
+
+
+def test_doctor_reads_a_file_a_store_would_refuse_or_migrate(tmp_path, fake_config):
+    import sqlite3
+
+    from pmem import doctor
+    from pmem.store import MemoryStore, migrations
+
+    half = tmp_path / "half.db"
+    conn = sqlite3.connect(half)
+    conn.execute("CREATE TABLE _pmem_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO _pmem_migrations (name) VALUES ('m001_initial')")
+    conn.commit()
+    conn.close()
+    checks = {c.name: c for c in doctor.run_checks(fake_config, db_override=half)}
+    assert checks["database"].ok and checks["schema"].ok
+    assert checks["schema"].detail == f"1 of {len(migrations.MIGRATIONS)} migrations"
+    assert migrations.applied(sqlite3.connect(half)) == ["m001_initial"]  # doctor migrated nothing
+
+    newer = tmp_path / "newer.db"
+    MemoryStore(newer, config=fake_config).close()
+    conn = sqlite3.connect(newer)
+    conn.execute("INSERT INTO _pmem_migrations (name) VALUES ('m999_from_the_future')")
+    conn.commit()
+    conn.close()
+    checks = {c.name: c for c in doctor.run_checks(fake_config, db_override=newer)}
+    assert checks["database"].ok and not checks["schema"].ok and checks["schema"].fix == "upgrade pmem"
+
+
+def test_doctor_reports_a_file_that_is_no_database(tmp_path, fake_config):
+    from pmem import doctor
+
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all " * 200)
+    checks = doctor.run_checks(fake_config, db_override=garbage)
+    (database,) = [c for c in checks if c.name == "database"]
+    assert not database.ok and "not a usable pmem database" in database.detail
+    assert database.fix == "check the path, or restore a backup"

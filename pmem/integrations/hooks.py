@@ -416,9 +416,10 @@ def warm_hook() -> None:
     it a server's first hook took 0.1-0.3 s longer than the next (the search's and store's modules,
     the sqlite driver and sqlite-vec: ~0.09 s of it), and under load that was past the hook's own
     wait, so it worked itself."""
-    from .. import db, provision, scope, search, store  # noqa: F401
+    from .. import provision, scope, search  # noqa: F401
+    from ..store import inspection, memories  # noqa: F401 - the store package binds its names on first use
 
-    db.connect(":memory:").close()
+    inspection.vec_version()  # loads the driver and sqlite-vec
 
 
 def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
