@@ -49,10 +49,15 @@ def anchor(path: list[str]) -> str:
     return "-".join(path)
 
 
-def cli_page(tree) -> str:
-    from .docs import _all
+def _walk(node):
+    """The command tree in order, each command before its subcommands."""
+    yield node
+    for child in node.children:
+        yield from _walk(child)
 
-    nodes = list(_all(tree))
+
+def cli_page(tree) -> str:
+    nodes = list(_walk(tree))
     lines = [HEADER.format(source="the command tree (pmem/cli/)"), "# Commands", "",
              "Every command and option, from the same source as `man pmem` and the shell completions. "
              "`pmem COMMAND --help` shows the same text.", "",

@@ -306,7 +306,7 @@ class VectorIndex:
         """A write of `count` texts embedded in batches (an import, a reindex): past BULK_EMBED in
         all, each batch embeds in this process, as one call of that size would. Batch by batch, an
         import's last batch (680 turns: 512 + 168) went to a running `pmem serve`, whose two models
-        then ran side by side on all cores each (benchmarks/README.md, "Import speed")."""
+        then ran side by side on all cores each (docs/decisions/0054-import-bulk-embedding.md)."""
         outer = self._bulk, self.english.bulk
         self._bulk = self.english.bulk = outer[0] or count > BULK_EMBED
         try:
