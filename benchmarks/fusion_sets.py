@@ -124,12 +124,13 @@ def build(tmp: Path, name: str, records: list[dict], emb, english=None):
     return store, keys
 
 
-def stores(tmp: Path, emb, sets=SETS, english=None):
+def stores(tmp: Path, emb, sets=SETS, english=None, conversations=None):
     """Yield (set name, store, key by seq, queries) for each of `sets`; each store is closed after.
-    `english`: as for build."""
+    `english`: as for build. `conversations`: LoCoMo's sample ids to take (default: all 5)."""
     para, para_q = paraphrase_records()
     multi, multi_q = multilingual_records()
-    convs = [locomo_records(c) for c in locomo.load()]
+    convs = [locomo_records(c) for c in locomo.load()
+             if conversations is None or c["sample_id"] in conversations]
     if "paraphrase" in sets:
         store, keys = build(tmp, "paraphrase", para + distractors(), emb, english)
         yield "paraphrase", store, keys, para_q

@@ -149,21 +149,35 @@ def sweep(args) -> int:
     return 0
 
 
+MODES = ("hybrid", "semantic", "keyword")
+
+
 def suite(args) -> int:
     """Each set's figures per mode through pmem.search.search (and pmem.recall for LoCoMo's block)."""
-    import fusion_sets
-
-    from pmem import recall
-    from pmem import search as lib_search
     from pmem.config import Settings
 
     model = args.model or Settings().embed_model
-    emb = fusion_sets.embedder(model, Path(args.cache) if args.cache else None)
-    from pmem import config
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("PMEM_HOME", tmp)
+        out = measure(Path(tmp), model, args.sets, Path(args.cache) if args.cache else None)
+    print(json.dumps(out, indent=1, ensure_ascii=False))
+    return 0
+
+
+def measure(tmp: Path, model: str, sets, cache: Path | None, conversations=None, modes=MODES) -> dict:
+    """The suite's figures: {"<set> store": {set: {mode: {group: figures}}}} with top1/top3 for the
+    paraphrase and multilingual sets, R@5/R@10 for LoCoMo, and "evidence in block" under the mode
+    "recall block"; each group's "n" is its questions. Stores are built in `tmp`; vectors are kept
+    in `cache` when given. Used by --suite and by tests/retrieval/test_quality_gate.py."""
+    import fusion_sets
+
+    from pmem import config, recall
+    from pmem import search as lib_search
     from pmem.store import english as en
 
+    emb = fusion_sets.embedder(model, cache)
     # English memories' second vectors, cached too (PMEM_EMBED_ENGLISH=none: a store without them)
-    second = fusion_sets.embedder(en.MODEL, Path(args.cache) if args.cache else None) \
+    second = fusion_sets.embedder(en.MODEL, cache) \
         if config.load().embed_english == "minilm" and model == en.MAIN else None
     acc: dict = {}
 
@@ -173,25 +187,23 @@ def suite(args) -> int:
         for i, k in enumerate((1, 3, 5, 10), start=1):
             a[i] += bool(targets & set(ranked[:k]))
 
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ.setdefault("PMEM_HOME", tmp)
-        for name, store, _keys, qs in fusion_sets.stores(Path(tmp), emb, args.sets, second):
-            key_of = {}
-            for q in qs:
-                for mode in ("hybrid", "semantic", "keyword"):
-                    hits = lib_search(store, q.text, limit=10, mode=mode)
-                    ranked = [key_of.setdefault(h.memory.id, h.memory.meta["key"]) for h in hits]
-                    count(f"{name}|{q.set}|{mode}|{q.split}", ranked, q.targets)
-                    count(f"{name}|{q.set}|{mode}|{q.group}", ranked, q.targets)
-                if name == "locomo":
-                    block = recall(store, q.text, fmt="json")
-                    inside = bool(q.targets & {m.meta["key"] for m in block.memories()})
-                    a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
-                    a[0] += 1
-                    a[4] += inside
-            for saver in (emb, getattr(emb, "inner", None), second):
-                if hasattr(saver, "save"):
-                    saver.save()
+    for name, store, _keys, qs in fusion_sets.stores(tmp, emb, sets, second, conversations):
+        key_of = {}
+        for q in qs:
+            for mode in modes:
+                hits = lib_search(store, q.text, limit=10, mode=mode)
+                ranked = [key_of.setdefault(h.memory.id, h.memory.meta["key"]) for h in hits]
+                count(f"{name}|{q.set}|{mode}|{q.split}", ranked, q.targets)
+                count(f"{name}|{q.set}|{mode}|{q.group}", ranked, q.targets)
+            if name == "locomo":
+                block = recall(store, q.text, fmt="json")
+                inside = bool(q.targets & {m.meta["key"] for m in block.memories()})
+                a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
+                a[0] += 1
+                a[4] += inside
+        for saver in (emb, getattr(emb, "inner", None), second):
+            if hasattr(saver, "save"):
+                saver.save()
     out: dict = {"model": model, "english": en.MODEL if second is not None else "none",
                  "load average": os.getloadavg()[0]}
     for cell, (n, h1, h3, h5, h10) in sorted(acc.items()):
@@ -203,8 +215,7 @@ def suite(args) -> int:
         else:
             fig = {"n": n, "top1": round(h1 / n, 3), "top3": round(h3 / n, 3)}
         out.setdefault(f"{store} store", {}).setdefault(qset, {}).setdefault(mode, {})[group] = fig
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 and the mutations of them that put a wrong JSON type in every field.
 
 Used by tests/test_importers.py, tests/test_importers_bad_records.py, benchmarks/import_bench.py
-and benchmarks/badinput.py.
+and tests/stress/badinput_cases.py.
 """
 
 from __future__ import annotations

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pmem import Memory, db
 
 
+@pytest.mark.slow
 def test_doctor_mentions_free_space_a_dream_would_give_back(store, monkeypatch):
     from pmem import doctor
     from pmem.config import load

@@ -40,6 +40,7 @@ def _store(path, cfg):
     return s
 
 
+@pytest.mark.slow
 def test_doctor_names_reindex_for_english_memories_without_a_second_vector(tmp_path, cfg):
     path = tmp_path / "old.db"
     s = _store(path, cfg)

@@ -305,6 +305,7 @@ def test_another_model_or_threshold_compares_everything_again(store, large, monk
     assert dream.plan(store, now=NOW, generator=False).since is None
 
 
+@pytest.mark.slow
 def test_facts_of_a_subject_are_found_past_a_thousand_mentions(store, large):
     talk = "we talked about how the favourite coffee of the household ran out, day"
     store.insert([Memory(id=f"e{i:05d}", text=f"{talk} {i}", tier="episodic", created_at="2025-12-20T00:00:00Z")

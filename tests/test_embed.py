@@ -107,6 +107,7 @@ def test_minilm_matches_sentence_transformers(minilm):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_minilm_batch_equals_single(minilm):
     texts = [f"Caroline: I went to a LGBTQ support group yesterday ({i})" for i in range(40)]
     texts += ["", "a " * 2000, "Melanie painted a sunrise over the lake in 2022."]

@@ -64,6 +64,7 @@ def test_a_copy_that_cannot_be_made_leaves_the_f16_file_in_use(models, monkeypat
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_threads_and_pack_per_call_change_nothing_in_the_vectors(models):
     m = LlamaEmbedder(provision.quantized_model("all-MiniLM-L6-v2", models), threads=2)
     try:

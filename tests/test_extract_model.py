@@ -7,7 +7,7 @@ import pytest
 from pmem.extract import check_grounding, extract
 from pmem.store import Filter, MemoryStore
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 CHAT = """1:56 pm on 8 May, 2023
 Caroline: Hey Mel! Good to see you! How have you been?

@@ -127,6 +127,7 @@ def test_timeout_prints_nothing_and_logs(fake_config, pmem_home):
     assert "gave up after 0.5 s" in hooks.log_path().read_text()
 
 
+@pytest.mark.slow
 def test_cli_hook_never_fails_the_prompt(seeded, pmem_home, tmp_path):
     """A broken database: exit 0, nothing on stdout or stderr, the error logged, doctor shows it."""
     env = {"PMEM_EMBED_MODEL": "fake-64"}

@@ -147,6 +147,7 @@ def _same_bytes(project: Path, prompts: list[str]) -> dict[str, str]:
     return outputs
 
 
+@pytest.mark.slow
 def test_served_and_in_process_hooks_print_the_same_bytes(seeded, start_server):
     home, project = seeded
     start_server()
@@ -160,6 +161,7 @@ def test_served_and_in_process_hooks_print_the_same_bytes(seeded, start_server):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_pmem_serve_with_the_real_model_prints_what_the_hook_prints_itself(home, monkeypatch):
     """The real default model: `pmem serve` embeds the prompts, and the memories it picks are the
     ones the hook picks with the model loaded in its own process."""

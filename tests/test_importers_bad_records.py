@@ -28,6 +28,8 @@ from export_fixtures import (
     write_jsonl,
 )
 
+pytestmark = pytest.mark.slow
+
 CANARY = "canary: the spare key is under the blue flowerpot"
 TURNS = [("user", "I moved to Lisbon in May."), ("assistant", "How are you finding it?")]
 KEPT = [("user", "The untouched conversation stays whole."), ("assistant", "It is imported as it was.")]

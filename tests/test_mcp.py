@@ -177,6 +177,7 @@ def test_initialize_does_not_load_a_model(pmem_home, project, tmp_path):
     assert time.perf_counter() - started < 30
 
 
+@pytest.mark.slow
 def test_a_locked_database_answers_within_the_hook_bound(pmem_home, project, fake_config):
     """Another process holds the write lock: the first call (which opens the store too) answers
     within the hook's bound (about 4 s) with an error that says so, where it took 21.8 s; a read
@@ -236,6 +237,7 @@ def test_a_locked_database_answers_within_the_hook_bound(pmem_home, project, fak
     assert json.loads(_text(short))["created"] is True
 
 
+@pytest.mark.slow
 def test_a_client_that_disconnects_leaves_no_server_behind(pmem_home, project):
     """Kill the connection mid-session (stdin closes): the server exits by itself, cleanly."""
     env = {**os.environ, "PMEM_HOME": str(pmem_home), "PMEM_EMBED_MODEL": "fake-64", "PYTHONPATH": str(ROOT)}

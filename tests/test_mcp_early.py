@@ -274,6 +274,7 @@ SESSIONS = {
 
 
 @pytest.mark.parametrize("name", list(SESSIONS))
+@pytest.mark.slow
 def test_a_session_goes_as_on_the_sdk_alone(name, pmem_home, tmp_path, sdk_hold):
     early, messages = SESSIONS[name]
     lines = [m if isinstance(m, bytes) else mcp_early.compact(m) for m in messages]

@@ -116,6 +116,7 @@ def test_initialize_is_answered_while_the_sdk_is_still_loading(pmem_home, tmp_pa
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_version_pmem_does_not_list_is_negotiated_by_the_sdk(pmem_home, tmp_path):
     proc = _spawn(pmem_home, tmp_path)
     try:
@@ -135,6 +136,7 @@ def _mapped(pid: int) -> str:
 
 @pytest.mark.model
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps")
+@pytest.mark.slow
 def test_the_handshake_and_the_tool_list_load_no_model(pmem_home, tmp_path):
     """With the real default model: after `initialize` and `tools/list` neither numpy nor llama.cpp
     nor the model's weights are in the process; the first memory stored maps the weights."""

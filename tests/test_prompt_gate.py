@@ -127,6 +127,7 @@ def _llm_paths() -> dict[str, str]:
             pm.unregister(name="pmem-gate-test")
 
 
+@pytest.mark.slow
 def test_every_path_to_a_model_strips_the_same_hidden_characters(fake_config, pmem_home, tmp_path, monkeypatch):
     cwd = tmp_path / "not-a-project"
     cwd.mkdir()

@@ -178,6 +178,7 @@ def test_doctor_says_how_far_an_interrupted_reindex_got(tmp_path, monkeypatch):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_a_store_on_the_old_default_keeps_its_model_until_reindex_moves_it(tmp_path, monkeypatch):
     """multilingual-e5-small(-symmetric) is the default; a store whose vectors come from
     all-MiniLM-L6-v2 (the old default) keeps searching with MiniLM while no model is configured,

@@ -227,6 +227,7 @@ def minilm_path(tmp_path_factory):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_detached_server_serves_search_like_a_local_model(short_home, minilm_path, tmp_path):
     env = {**os.environ, "PMEM_HOME": str(short_home), "PMEM_MODELS_DIR": str(minilm_path.parent),
            "PMEM_THREADS": "1", "PMEM_EMBED_MODEL": "all-MiniLM-L6-v2", "PMEM_SERVER": "never"}

@@ -91,6 +91,7 @@ def _pmem(env: dict, *args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_the_auto_started_server_serves_the_next_command_and_leaves_when_idle(short_home, minilm_path):
     env = _env(short_home, minilm_path, PMEM_SERVER="auto", PMEM_SERVER_IDLE_MINUTES="0.1")  # 6 s
     first = _pmem(env, "add", "The wifi password at the cabin is hunter2")
@@ -121,6 +122,7 @@ def test_never_starts_nothing(short_home, minilm_path):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_two_commands_racing_to_start_one_give_one_server(short_home, minilm_path):
     env = _env(short_home, minilm_path, PMEM_SERVER="auto")
     assert _pmem({**env, "PMEM_SERVER": "never"}, "add", "The wifi password at the cabin is hunter2").returncode == 0

@@ -100,6 +100,7 @@ def _vectors_check(db):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_an_old_store_searches_with_its_passage_vectors_until_reindex(cli, monkeypatch):
     from pmem.embed import load_embedder
 

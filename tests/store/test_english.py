@@ -350,6 +350,7 @@ def real(tmp_path, monkeypatch):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_the_issues_question_finds_dana_first(real):
     real.insert([Memory(id="", text=t) for t in SMALL])
     assert real.vectors.english.in_use()

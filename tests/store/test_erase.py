@@ -3,12 +3,15 @@ tested against the files themselves in tests/test_trust.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from pmem import Filter, Memory
 from pmem.search import search
 
 from filled import segmented
 
 
+@pytest.mark.slow
 def test_upkeep_gives_back_free_space_and_keeps_every_memory(store):
     store.insert([Memory(id="", text=f"memory {i} about the orchids on the balcony") for i in range(300)])
     store.insert([Memory(id="", text=("bulk words of an import " * 60) + str(i)) for i in range(600)])

@@ -15,7 +15,8 @@ from test_sync_cli import Device, devices, remote  # noqa: F401 - fixtures
 
 from pmem.sync import auto
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")
+pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command"),
+              pytest.mark.slow]
 
 
 def sync_folder(d: Device) -> Path:

@@ -12,7 +12,8 @@ from test_sync_cli import Device
 
 from pmem.sync import keys
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")
+pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command"),
+              pytest.mark.slow]
 
 
 def one_line_error(p: subprocess.CompletedProcess, words: str) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")
+pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command"),
+              pytest.mark.slow]
 
 
 class Device:

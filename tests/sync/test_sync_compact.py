@@ -50,6 +50,7 @@ def gc(repo: Path) -> None:
                     "gc", "--quiet", "--prune=now"], check=True)
 
 
+@pytest.mark.slow
 def test_compact_removes_purged_text_from_every_git_object_and_no_device_breaks(devices, remote):  # noqa: F811
     a, b, c = devices
     key = keys.read_key_file(a.key)
@@ -96,6 +97,7 @@ def test_compact_removes_purged_text_from_every_git_object_and_no_device_breaks(
     assert later in a.memories() and later in c.memories()
 
 
+@pytest.mark.slow
 def test_compact_names_a_device_whose_files_still_hold_the_purged_text(devices, remote):  # noqa: F811
     a, b, c = devices
     key = keys.read_key_file(a.key)

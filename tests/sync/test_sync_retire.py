@@ -11,7 +11,8 @@ import pytest
 from test_sync_bad_input import one_line_error
 from test_sync_cli import Device, devices, everyone, remote  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")
+pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command"),
+              pytest.mark.slow]
 
 
 def device_id(d: Device) -> str:

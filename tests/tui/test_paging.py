@@ -59,6 +59,7 @@ async def test_pages_are_read_only_when_needed(fake_config, tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 async def test_scrolling_far_reads_few_pages(fake_config, tmp_path):
     store, calls, app = paged(tmp_path / "far.db", fake_config, 5000)
     async with running(app) as pilot:

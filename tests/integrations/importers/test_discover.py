@@ -93,6 +93,7 @@ def test_home_variables_move_each_tool_and_home_is_not_read(tmp_path):
         assert all(f.path.is_relative_to(elsewhere) for f in got[key].files), key
 
 
+@pytest.mark.slow
 def test_llm_path_is_the_one_llm_itself_prints(tmp_path):
     """The real llm, run with a fake home: `llm logs path` and pmem agree, with and without
     XDG_CONFIG_HOME and LLM_USER_PATH (pmem computes it without importing llm or click)."""

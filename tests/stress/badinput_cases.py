@@ -1,10 +1,7 @@
-"""A bad-input corpus for the whole `pmem` command line: does every foreseeable failure end in one
-`pmem: error:` line and the documented exit code, without a traceback and without losing data?
-
-    python benchmarks/badinput.py            # all cases, JSON summary on stdout
-    python benchmarks/badinput.py --verbose  # also every case that missed, with its stderr
-    python benchmarks/badinput.py -k import  # only cases whose name contains "import"
-    python benchmarks/badinput.py -k mutated --mutations all   # every field of every export, each wrong type
+"""The bad-input corpus of tests/stress/test_badinput.py: for the whole `pmem` command line, does
+every foreseeable failure end in one `pmem: error:` line and the documented exit code, without a
+traceback and without losing data? (It was benchmarks/badinput.py; its figures are in
+docs/decisions/0009-bad-input-cli.md and 0011-bad-input-imports.md.)
 
 Each case runs `python -m pmem ...` as a whole process on a fresh PMEM_HOME that holds one canary
 memory, with the test embedder (PMEM_EMBED_MODEL=fake-64: no model is loaded or fetched). Cases feed
@@ -14,35 +11,33 @@ interrupted), stderr holds no traceback, a failing case writes exactly one `pmem
 the canary is still there afterwards (not checked where the case damages the database itself).
 
 The importers' surface: each format's valid export (tests/export_fixtures.py) with one field, at
-any depth, turned into another JSON type ("import mutated ..." cases; one wrong type per field by
-default, every type with --mutations all); such a case also passes only if a refusal stored
-nothing and a success stored the untouched record whole. Huge input (a 200,000-character record,
-10 MB lines, 100 MB of garbage on stdin, a 5 MB log pasted into a chat) must be answered within
-`max_seconds`, and hooks and the MCP server get garbage, wrong types and 10 MB on stdin (MCP's
-stdout must stay JSON-RPC, line by line).
+any depth, turned into another JSON type ("import mutated ..." cases; one wrong type per field).
+Such a case also passes only if a refusal stored nothing and a success stored the untouched record
+whole. Huge input (a 200,000-character record, 10 MB lines, 100 MB of garbage on stdin, a 5 MB log
+pasted into a chat) must be answered within `max_seconds`, and hooks and the MCP server get
+garbage, wrong types and 10 MB on stdin (MCP's stdout must stay JSON-RPC, line by line).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pty
+import random
 import select
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import export_fixtures as fx  # noqa: E402  (the published structures, shared with the tests)
+import export_fixtures as fx  # the published structures, shared with the importers' tests
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CANARY = "canary: the spare key is under the blue flowerpot"
 BIG = "9" * 20  # 99999999999999999999: past SQLite's 64-bit integers
@@ -79,7 +74,9 @@ def jsonl(*records) -> str:
 
 
 def corrupt_db(how: str):
+    """Damage the case's database; the noise is seeded, so a case damages the same bytes every run."""
     def setup(home: Path) -> None:
+        noise = random.Random(f"damage {how}").randbytes
         db = home / "pmem.db"
         data = bytearray(db.read_bytes())
         if how == "truncate":
@@ -90,7 +87,7 @@ def corrupt_db(how: str):
         elif how == "pages":  # every page after the schema: vector and index pages become noise
             page = int.from_bytes(data[16:18], "big") or 65536
             for start in range(page * 2, len(data), page):
-                data[start + 8: start + page] = os.urandom(page - 8)
+                data[start + 8: start + page] = noise(page - 8)
             db.write_bytes(bytes(data))
         elif how == "vectors":  # the vec0 tables' pages become noise; the schema and memories stay readable
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -99,7 +96,7 @@ def corrupt_db(how: str):
             page = conn.execute("PRAGMA page_size").fetchone()[0]
             conn.close()
             for root in roots:
-                data[(root - 1) * page: root * page] = os.urandom(page)
+                data[(root - 1) * page: root * page] = noise(page)
             db.write_bytes(bytes(data))
         elif how == "empty":
             db.write_bytes(b"")
@@ -404,7 +401,8 @@ def cases() -> list[Case]:
     return c
 
 
-MUTATE_ALL = False  # --mutations all: every wrong type of every field (else one per field)
+# BADINPUT_MUTATIONS=all: every wrong type of every field (about 5x the cases), else one per field
+MUTATE_ALL = os.environ.get("BADINPUT_MUTATIONS") == "all"
 KEPT = [("user", "The untouched conversation stays whole."), ("assistant", "It is imported as it was.")]
 
 
@@ -714,60 +712,19 @@ def _run_pty(argv, env, keys: bytes) -> tuple[int, bytes]:
     return p.returncode, bytes(shown)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-k", default="", help="only cases whose name contains this")
-    parser.add_argument("--verbose", action="store_true", help="print every case that missed, with its stderr")
-    parser.add_argument("--all", action="store_true", help="also list every case: exit code, first stderr line")
-    parser.add_argument("--mutations", choices=("sample", "all"), default="sample",
-                        help="importers' mutated fields: one wrong type per field (default) or every one")
-    args = parser.parse_args()
-    global MUTATE_ALL
-    MUTATE_ALL = args.mutations == "all"
-    todo = [c for c in cases() if args.k in c.name]
-    with tempfile.TemporaryDirectory(prefix="pmem-badinput-") as tmp:
-        root = Path(tmp)
-        template, canary = make_template(root)
-        results = []
-        for i, case in enumerate(todo):
-            home = root / f"case{i}"
-            shutil.copytree(template, home)
-            if case.setup:
-                case.setup(home)
-            try:
-                results.append(run_case(case, home, canary))
-            finally:
-                writable_again(home)
-                shutil.rmtree(home, ignore_errors=True)
-    missed = [r for r in results if not (r["exit_ok"] and not r["traceback"] and r["one_line"]
-                                         and r["canary"] is not False and r["stored_ok"] is not False
-                                         and not r["slow"] and r["jsonrpc_ok"] is not False)]
-    summary = {
-        "cases": len(results),
-        "commands": len({c.argv[0] if isinstance(c.argv[0], str) and not c.argv[0].startswith("-") else "(global)"
-                         for c in todo}),
-        "tracebacks": sum(r["traceback"] for r in results),
-        "wrong_exit_codes": sum(not r["exit_ok"] for r in results),
-        "not_one_line": sum(not r["one_line"] for r in results),
-        "canary_survived": sum(r["canary"] is True for r in results),
-        "canary_checked": sum(r["canary"] is not None for r in results),
-        "import_mutations": sum(r["name"].startswith("import mutated") for r in results),
-        "stored_wrong": sum(r["stored_ok"] is False for r in results),
-        "stalls": sum(r["slow"] for r in results),
-        "mcp_stdout_not_jsonrpc": sum(r["jsonrpc_ok"] is False for r in results),
-        "huge_input_seconds": {r["name"].removeprefix("huge: "): r["seconds"] for r in results
-                               if r["name"].startswith("huge: ")},
-        "passed": len(results) - len(missed),
-        "missed": [{k: r[k] for k in ("name", "exit", "expected", "traceback", "one_line", "canary", "stored_ok",
-                                      "seconds")}
-                   | ({"stderr": r["stderr"]} if args.verbose else {}) for r in missed],
-    }
-    if args.all:
-        summary["all"] = [f"{r['exit']}  {r['name']}: {(r['stderr'].strip().splitlines() or [''])[0][:150]}"
-                          for r in results]
-    print(json.dumps(summary, indent=2, ensure_ascii=False))
-    return 0 if not missed else 1
+def run_home(case: Case, template: Path, root: Path, i: int | str, canary: str) -> dict:
+    """`case` on a copy of the template home; the copy is removed after."""
+    home = root / f"case{i}"
+    shutil.copytree(template, home)
+    try:
+        if case.setup:
+            case.setup(home)
+        return run_case(case, home, canary)
+    finally:
+        writable_again(home)
+        shutil.rmtree(home, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def missed(r: dict) -> bool:
+    return not (r["exit_ok"] and not r["traceback"] and r["one_line"] and r["canary"] is not False
+                and r["stored_ok"] is not False and not r["slow"] and r["jsonrpc_ok"] is not False)
