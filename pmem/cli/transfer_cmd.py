@@ -21,8 +21,8 @@ def import_(
     file: str = typer.Argument(..., metavar="PATH|-", help="A file, folder or zip archive; '-' reads stdin."),
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f",
-        help="chatgpt, claude-ai, claude-code, llm, mcp-memory, mem0, markdown, jsonl or md "
-             "(default: told by each file's shape)."),
+        help="chatgpt, claude-ai, claude-code, codex, cursor, aider, llm, mcp-memory, mem0, markdown, jsonl "
+             "or md (default: told by each file's shape)."),
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag to every imported memory."),
     tier: Optional[str] = typer.Option(None, "--tier", help="Tier for records that do not name one."),
     since: Optional[str] = typer.Option(None, "--since", help="Only what was said or written from DATE on."),
@@ -36,8 +36,10 @@ def import_(
     as_json: bool = JsonOpt,
 ) -> None:
     """Import memories: pmem's JSONL or Markdown, or what other tools keep: ChatGPT and Claude.ai
-    exports, Claude Code transcripts, llm's logs.db, the MCP memory server's memory.jsonl, mem0 and
-    OpenMemory exports, Markdown notes (a folder is read recursively, a zip as its files).
+    exports, Claude Code transcripts, Codex CLI sessions (.jsonl and .jsonl.zst), Cursor's
+    state.vscdb and CLI transcripts, aider's .aider.chat.history.md, llm's logs.db, the MCP
+    memory server's memory.jsonl, mem0 and OpenMemory exports, Markdown notes (a folder is read
+    recursively, a zip as its files).
     pmem JSONL carries every field (thread and thread_pos too; a record with a thread and no
     thread_pos is appended to that thread). Conversations become episodic memories, one per turn,
     threaded by conversation. Importing again adds only what is new;
@@ -96,7 +98,7 @@ def import_(
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
                     "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered,
                     "skipped_records": plan.skipped_records, "skipped_named": plan.skipped_named,
-                    "cut_messages": plan.cut}
+                    "cut_messages": plan.cut, "empty_files": plan.empty}
     merge_stopped = False
     with open_store() as store:
         if dry_run:
@@ -143,7 +145,7 @@ def import_(
         if plan.skipped_files:
             out.note(f"  files of no known format, skipped: {len(plan.skipped_files)}")
         _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result["skipped_unstorable"],
-                       result["unstorable_named"], "would be ")
+                       result["unstorable_named"], "would be ", plan.empty)
         if result["secrets"]:
             out.note(f"  holding what looks like a machine secret: {result['secrets']} "
                      + ("(the import would be refused)" if secrets == "refuse" else "(would be left out)"))
@@ -156,7 +158,7 @@ def import_(
         out.note(f"left out {result['skipped_secrets']} messages holding what looks like a machine secret "
                  "(--allow-secret keeps them)")
     _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result.get("skipped_unstorable", 0),
-                   result.get("unstorable_named", []))
+                   result.get("unstorable_named", []), empty=plan.empty)
     if extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "
@@ -165,10 +167,16 @@ def import_(
 
 
 def _note_left_out(bad: int, bad_named: list, cut: int, unstorable: int, unstorable_named: list,
-                   would: str = "") -> None:
+                   would: str = "", empty: list | None = None) -> None:
     """What an import left out and why, on stderr: records of the wrong shape and records the
-    store cannot hold (the first few named), and messages cut at the length limit."""
+    store cannot hold (the first few named), messages cut at the length limit, and the files it
+    recognised and kept nothing from (what it read there, and why)."""
     from ..integrations.importers.base import MESSAGE_LIMIT
+
+    for line in (empty or [])[:5]:
+        out.note(out.visible(line))
+    if len(empty or []) > 5:
+        out.note(f"… and {len(empty or []) - 5} more files of which nothing was kept")
 
     for count, named, what in ((bad, bad_named, "records of the wrong shape"),
                                (unstorable, unstorable_named, "records pmem cannot store")):
