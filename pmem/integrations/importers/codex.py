@@ -49,11 +49,11 @@ DESCRIPTION = "Codex CLI sessions (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl,
 KIND = "turn"
 
 # serde writes RolloutLine's fields in this order: {"timestamp":..,"type":..,"payload":{..}}
-_LINE = re.compile(rb'\A\s*\{"timestamp":"[^"\\]{0,64}","type":"(session_meta|response_item|event_msg|'
-                   rb'turn_context|compacted)","payload":\{')
+_LINE = re.compile(rb'\A\s*\{"timestamp": ?"[^"\\]{0,64}", ?"type": ?"(session_meta|response_item|event_msg|'
+                   rb'turn_context|compacted)", ?"payload": ?\{')
 # The first releases: a bare SessionMeta ({"id", "timestamp", "instructions"}) then bare items.
-_LEGACY = re.compile(rb'\A\s*\{"id":"[0-9a-fA-F-]{36}","timestamp":"[^"\\]{0,64}"')
-_HISTORY = re.compile(rb'\A\s*\{"session_id":"[^"\\]{1,64}","ts":\d+,"text":')
+_LEGACY = re.compile(rb'\A\s*\{"id": ?"[0-9a-fA-F-]{36}", ?"timestamp": ?"[^"\\]{0,64}"')
+_HISTORY = re.compile(rb'\A\s*\{"session_id": ?"[^"\\]{1,64}", ?"ts": ?\d+, ?"text":')
 _ROLLOUT_ID = re.compile(r"rollout-.*?([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                          r"[0-9a-fA-F]{12})\.jsonl(?:\.zst)?$")
 
