@@ -53,6 +53,7 @@ def import_(
     Examples:
       pmem import ~/Downloads/chatgpt-export.zip
       pmem import ~/.claude/projects/ --format claude-code --since 2025-01-01
+      pmem import ~/.codex/sessions/
       pmem import "$(llm logs path)" --dry-run
       pmem export | pmem --db other.db import -
     """

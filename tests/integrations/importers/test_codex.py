@@ -204,3 +204,10 @@ def test_the_cli_names_what_it_read_when_it_kept_nothing(tmp_path, monkeypatch):
     shutil.copy(ROLLOUT, path)
     r = CliRunner().invoke(app, ["import", str(path), "--json"])
     assert json.loads(r.stdout)["imported"] == 4
+
+
+def test_a_file_no_reader_is_sure_of_is_refused_naming_the_formats(tmp_path):
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"timestamp":"2025-12-02T09:14:03.120Z","type":"session_start","payload":{}}\n')
+    with pytest.raises(UsageError, match="not a format pmem knows; known formats: .*codex.*cursor.*aider"):
+        load(odd)
