@@ -12,6 +12,7 @@ twice, and a token count; the first turn also carries Codex's AGENTS.md and envi
 Then runs `pmem import <home>/sessions` as a user would, a new process in a new PMEM_HOME each
 time (models from PMEM_MODELS_DIR, else the tests' cache), and reports the median of `--runs`
 wall times and turns (messages kept) per second. A server the import started is stopped after.
+Before that it times the reading alone (`importers.load` in this process, nothing stored).
 """
 
 from __future__ import annotations
@@ -137,6 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(f.stat().st_size for f in files)
         print(f"codex home: {messages:,} messages in {len(files)} rollouts, {size / 1e6:.1f} MB "
               f"(embedder: {env.get('PMEM_EMBED_MODEL') or 'default'})", flush=True)
+        parse = []
+        for _ in range(args.runs):  # reading alone, in this process: files, JSON, the turns kept
+            from pmem.integrations.importers import load
+
+            t0 = time.perf_counter()
+            plan = load(home / "sessions")
+            parse.append(time.perf_counter() - t0)
+        print(f"  reading (importers.load, in process): median {statistics.median(parse):.2f} s, "
+              f"{len(plan.records):,} turns, {len(plan.records) / statistics.median(parse):,.0f} turns/s", flush=True)
         times = []
         for run in range(args.runs):
             elapsed, result = import_once(home / "sessions", env)
