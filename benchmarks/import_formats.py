@@ -11,7 +11,8 @@ session a `session_meta` line, and per turn a `turn_context`, the user's message
 twice, and a token count; the first turn also carries Codex's AGENTS.md and environment context.
 Then runs `pmem import <home>/sessions` as a user would, a new process in a new PMEM_HOME each
 time (models from PMEM_MODELS_DIR, else the tests' cache), and reports the median of `--runs`
-wall times and turns (messages kept) per second. A server the import started is stopped after.
+wall times and turns (messages kept) per second, and the import process's CPU time (steadier
+than wall time on a shared machine). A server the import started is stopped after.
 Before that it times the reading alone (`importers.load` in this process, nothing stored).
 """
 
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -105,13 +107,17 @@ def write_home(home: Path, messages: int, per_session: int, seed: int = 7) -> in
     return written
 
 
-def import_once(sessions: Path, env: dict[str, str]) -> tuple[float, dict]:
+def import_once(sessions: Path, env: dict[str, str]) -> tuple[float, float, dict]:
+    """(wall seconds, CPU seconds of the import process, its --json summary)."""
     with tempfile.TemporaryDirectory(prefix="pmem-home-") as home:
         run_env = {**env, "PMEM_HOME": home}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "pmem", "import", str(sessions), "--json"], env=run_env,
                               capture_output=True, text=True)
         elapsed = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         sock = Path(home) / "pmem.sock"
         if sock.exists():
             from pmem import serve
@@ -119,7 +125,7 @@ def import_once(sessions: Path, env: dict[str, str]) -> tuple[float, dict]:
             serve.stop(sock, timeout=5.0)
         if proc.returncode != 0:
             raise SystemExit(f"pmem import failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-        return elapsed, json.loads(proc.stdout)
+        return elapsed, cpu, json.loads(proc.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,15 +153,18 @@ def main(argv: list[str] | None = None) -> int:
             parse.append(time.perf_counter() - t0)
         print(f"  reading (importers.load, in process): median {statistics.median(parse):.2f} s, "
               f"{len(plan.records):,} turns, {len(plan.records) / statistics.median(parse):,.0f} turns/s", flush=True)
-        times = []
+        times, cpus = [], []
         for run in range(args.runs):
-            elapsed, result = import_once(home / "sessions", env)
+            elapsed, cpu, result = import_once(home / "sessions", env)
             if result["imported"] != messages:
                 raise SystemExit(f"imported {result['imported']} memories, expected {messages}")
             times.append(elapsed)
-            print(f"  run {run + 1}: {elapsed:.1f} s, {result['imported']:,} turns", flush=True)
+            cpus.append(cpu)
+            print(f"  run {run + 1}: {elapsed:.1f} s wall, {cpu:.1f} s CPU, {result['imported']:,} turns, "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
         median = statistics.median(times)
-        print(f"median of {len(times)}: {median:.1f} s, {messages / median:,.0f} turns/s")
+        print(f"median of {len(times)}: {median:.1f} s, {messages / median:,.0f} turns/s "
+              f"(CPU {statistics.median(cpus):.1f} s: {messages / statistics.median(cpus):,.0f} turns per CPU second)")
     return 0
 
 
