@@ -211,3 +211,22 @@ def test_a_file_no_reader_is_sure_of_is_refused_naming_the_formats(tmp_path):
     odd.write_text('{"timestamp":"2025-12-02T09:14:03.120Z","type":"session_start","payload":{}}\n')
     with pytest.raises(UsageError, match="not a format pmem knows; known formats: .*codex.*cursor.*aider"):
         load(odd)
+
+
+def test_events_of_the_2025_releases_that_carried_their_kind(tmp_path):
+    """Codex 0.2x-0.3x marked its own user messages by `kind` (`user_instructions`,
+    `environment_context`); only `plain` ones are the person's."""
+    rows = lines()
+    for kind, text in (("environment_context", "<environment_context>x</environment_context>"),
+                       ("user_instructions", "Always answer in British English.")):
+        rows.insert(4, {"timestamp": "2025-12-02T09:14:03.200Z", "type": "event_msg",
+                        "payload": {"type": "user_message", "message": text, "kind": kind}})
+    plan = load(write(tmp_path / ROLLOUT.name, rows))
+    assert [m.text for m in plan.records] == WORDS
+
+
+def test_a_zst_that_is_not_zstd_is_no_rollout(tmp_path):
+    path = tmp_path / (ROLLOUT.name + ".zst")
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 100)
+    with pytest.raises(UsageError, match="not a format pmem knows"):
+        load(path)
