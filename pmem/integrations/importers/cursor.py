@@ -262,6 +262,9 @@ def read(entry: Entry) -> Iterator[Memory]:
         return
     if entry.path is None:
         raise UsageError(f"{entry.name}: Cursor's database must be a file on disk (unpack the archive first)")
+    if entry.path.is_symlink() and not entry.standalone:  # in a folder: passed over, said so
+        entry.counted(0, "it is a symbolic link, and pmem opens no database through one")
+        return
     conn = _open(entry.path)
     try:
         memories = list(_read_db(entry, conn))

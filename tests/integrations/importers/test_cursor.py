@@ -120,6 +120,9 @@ def test_a_link_is_not_followed_and_an_oversized_or_broken_value_is_counted(tmp_
     with pytest.raises(UsageError, match="symbolic link"):
         load(link)
     monkeypatch.setattr(cursor_reader, "MAX_VALUE", 4000)
+    in_folder = load(tmp_path)  # the link beside the real one, in a folder: passed over, said so
+    assert len(in_folder.records) == 5 and any("state.vscdb (cursor): read 0 records, kept none: it is a "
+                                               "symbolic link" in x for x in in_folder.empty)
     plan = load(real)
     assert len(plan.records) == 5
     assert plan.skipped_records == 2
