@@ -114,7 +114,7 @@ complete -c pmem -n '__fish_seen_subcommand_from log' -l json -d 'Print JSON for
 complete -c pmem -n '__fish_seen_subcommand_from log' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from undo' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from undo' -l help -d 'Show this message and exit.'
-complete -c pmem -n '__fish_seen_subcommand_from import' -l format -s f -r -d 'chatgpt, claude-ai, claude-code, llm, mcp-memory, mem0, markdown, jsonl or md (default: told by each file\'s shape).'
+complete -c pmem -n '__fish_seen_subcommand_from import' -l format -s f -r -d 'chatgpt, claude-ai, claude-code, codex, gemini, cursor, aider, llm, mcp-memory, mem0, markdown, jsonl or md (default: told by each file\'s shape).'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l tag -s t -r -d 'Add this tag to every imported memory.'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l tier -r -d 'Tier for records that do not name one.'
 complete -c pmem -n '__fish_seen_subcommand_from import' -l since -r -d 'Only what was said or written from DATE on.'

@@ -23,8 +23,8 @@ def import_(
                                          help="A file, folder or zip archive; '-' reads stdin. Not with --discover."),
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f",
-        help="chatgpt, claude-ai, claude-code, llm, mcp-memory, mem0, markdown, jsonl or md "
-             "(default: told by each file's shape)."),
+        help="chatgpt, claude-ai, claude-code, codex, gemini, cursor, aider, llm, mcp-memory, mem0, markdown, jsonl "
+             "or md (default: told by each file's shape)."),
     tag: List[str] = typer.Option(None, "--tag", "-t", help="Add this tag to every imported memory."),
     tier: Optional[str] = typer.Option(None, "--tier", help="Tier for records that do not name one."),
     since: Optional[str] = typer.Option(None, "--since", help="Only what was said or written from DATE on."),
@@ -48,8 +48,10 @@ def import_(
     as_json: bool = JsonOpt,
 ) -> None:
     """Import memories: pmem's JSONL or Markdown, or what other tools keep: ChatGPT and Claude.ai
-    exports, Claude Code transcripts, llm's logs.db, the MCP memory server's memory.jsonl, mem0 and
-    OpenMemory exports, Markdown notes (a folder is read recursively, a zip as its files).
+    exports, Claude Code transcripts, Codex CLI sessions (.jsonl and .jsonl.zst), Cursor's
+    state.vscdb and CLI transcripts, aider's .aider.chat.history.md, llm's logs.db, the MCP
+    memory server's memory.jsonl, mem0 and OpenMemory exports, Markdown notes (a folder is read
+    recursively, a zip as its files).
     pmem JSONL carries every field (thread and thread_pos too; a record with a thread and no
     thread_pos is appended to that thread). Conversations become episodic memories, one per turn,
     threaded by conversation. Importing again adds only what is new;
@@ -68,6 +70,7 @@ def import_(
     Examples:
       pmem import ~/Downloads/chatgpt-export.zip
       pmem import ~/.claude/projects/ --format claude-code --since 2025-01-01
+      pmem import ~/.codex/sessions/
       pmem import "$(llm logs path)" --dry-run
       pmem export | pmem --db other.db import -
       pmem import --discover
@@ -309,7 +312,8 @@ def _import_discovered(pick: Optional[str], how: _How, since_at: Optional[str], 
 def _note_left_out(bad: int, bad_named: list, cut: int, unstorable: int, unstorable_named: list,
                    would: str = "") -> None:
     """What an import left out and why, on stderr: records of the wrong shape and records the
-    store cannot hold (the first few named), and messages cut at the length limit."""
+    store cannot hold (the first few named), and messages cut at the length limit (the files
+    that gave nothing: _note_nothing)."""
     from ..integrations.importers.base import MESSAGE_LIMIT
 
     for count, named, what in ((bad, bad_named, "records of the wrong shape"),

@@ -124,6 +124,15 @@ class Entry:
     unreadable: str | None = None    # why it cannot be opened (an encrypted zip member), if so
     skips: Skips = field(default_factory=Skips)  # records its reader left out (BadRecord)
     nothing: str | None = None       # why its reader found nothing to import, with what it counted
+    records_read: int | None = None  # set by a reader that counts what it read: lines, messages, rows
+    why_none: str | None = None      # set by a reader that read records and kept none of them: why
+
+    def counted(self, records: int, why_none: str | None = None) -> None:
+        """What a reader read, and, should it keep nothing, why: an import that stores nothing
+        from a file it recognised says so instead of a bare "imported 0"."""
+        self.records_read = records
+        if why_none is not None:
+            self.why_none = why_none
 
     def skip(self, where: str, why: str) -> None:
         self.skips.add(where, why)
@@ -148,7 +157,7 @@ class Entry:
 
     def read_text(self) -> str:
         with self.open() as f:
-            data = f.read()
+            data = unzstd(f, self.name) if self.name.endswith(".zst") else f.read()
         if self.name.endswith(".gz"):
             import gzip
 
@@ -182,6 +191,57 @@ class Entry:
                 self.skip(f"line {n}", f"not valid JSON ({exc.msg})")
             except RecursionError:
                 self.skip(f"line {n}", "JSON nested too deeply")
+
+
+# A .zst file is decompressed up to this many bytes: a hostile one (a few KB that expand without
+# end) is refused, not read into memory. Codex's own rollouts are far smaller (benchmarks/README.md).
+MAX_UNZSTD = 256 * 1024 * 1024
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _zstandard():
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise UsageError("reading .zst files needs the zstandard package: pip install zstandard") from None
+    return zstandard
+
+
+def unzstd(stream: IO[bytes], name: str, limit: int = MAX_UNZSTD) -> bytes:
+    """A zstd stream's content, at most `limit` bytes: more is a usage error, found after reading
+    `limit` + 1 bytes and no further. The decoder's window is bounded too (128 MiB, zstd's own
+    default limit), so a frame cannot ask for more memory than that."""
+    zstandard = _zstandard()
+    out = bytearray()
+    try:
+        reader = zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(stream, read_across_frames=True)
+        while chunk := reader.read(1 << 20):
+            out += chunk
+            if len(out) > limit:
+                raise UsageError(f"{name}: decompresses to more than {limit:,} bytes; pmem reads no more "
+                                 "(decompress it yourself if you trust it)")
+    except zstandard.ZstdError as exc:
+        raise UsageError(f"{name}: not a readable zstd file ({exc})") from None
+    return bytes(out)
+
+
+def unzstd_head(head: bytes, n: int = 65536) -> bytes:
+    """The first bytes a zstd file's first bytes decompress to, for telling its format; b"" when
+    they are not zstd."""
+    if not head.startswith(ZSTD_MAGIC):
+        return b""
+    zstandard = _zstandard()
+    try:
+        reader = zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(io.BytesIO(head))
+        out = bytearray()
+        while len(out) < n:
+            chunk = reader.read(n - len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+    except zstandard.ZstdError:
+        return b""
 
 
 def file_entry(path: Path, name: str | None = None, origin: str = "") -> Entry:

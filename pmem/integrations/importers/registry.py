@@ -20,7 +20,7 @@ from ... import timeutil, transfer
 from ...errors import DatabaseError, UsageError
 from ...records import TIERS, Memory
 from ...store import MAX_TEXT, MAX_THREAD, Filter
-from . import chatgpt, claude_ai, claude_code, gemini, llm_logs, markdown, mcp_memory, mem0
+from . import aider, chatgpt, claude_ai, claude_code, codex, cursor, gemini, llm_logs, markdown, mcp_memory, mem0
 from .base import NAMED, Entry, Skips, bytes_entry, file_entry, left_out
 
 Progress = Callable[[int, int], None]
@@ -60,9 +60,11 @@ class _Native:
 JSONL = _Native("jsonl", "pmem JSONL (pmem export; one {\"text\": ...} per line)", (".jsonl", ".json", ".ndjson"))
 MD = _Native("md", "pmem Markdown (pmem export --format md)", (".md", ".markdown", ".txt"))
 
-# Sniffing order: the most specific shapes first.
-IMPORTERS: tuple[Importer, ...] = (llm_logs, chatgpt, claude_ai, claude_code, gemini, mcp_memory, mem0, JSONL, MD,
-                                   markdown)  # type: ignore[assignment]
+# Sniffing order: the most specific shapes first. codex, cursor and aider know their files by
+# their first line's exact shape, so no other reader's file passes for theirs (nor theirs for
+# pmem's JSONL, whose test is looser).
+IMPORTERS: tuple[Importer, ...] = (llm_logs, chatgpt, claude_ai, codex, gemini, claude_code, cursor, mcp_memory,
+                                   mem0, aider, JSONL, MD, markdown)  # type: ignore[assignment]
 FORMATS: dict[str, Importer] = {i.NAME: i for i in IMPORTERS}
 
 
@@ -79,8 +81,14 @@ def get(name: str) -> Importer:
 
 # -- inputs -----------------------------------------------------------------------------------
 
+# Hidden files that are a tool's history, not a folder's clutter: a folder import reads them.
+KNOWN_HIDDEN = frozenset({aider.FILE_NAME})
+
+
 def _hidden(parts: Sequence[str]) -> bool:
-    return any(p.startswith(".") and p not in (".", "..") for p in parts)
+    *folders, name = parts or [""]
+    return any(p.startswith(".") and p not in (".", "..") for p in folders) or (
+        name.startswith(".") and name not in KNOWN_HIDDEN)
 
 
 # What Python's zipfile can inflate; Windows Explorer writes large files with Deflate64 (9).
@@ -127,7 +135,7 @@ def _folder_entries(p: Path) -> list[Entry]:
     for dirpath, dirnames, filenames in os.walk(p):  # unreadable folders are passed over
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
         for name in filenames:
-            if not name.startswith("."):
+            if not name.startswith(".") or name in KNOWN_HIDDEN:
                 found.append(Path(dirpath) / name)
                 if len(found) > MAX_FILES:
                     raise UsageError(f"{p} holds more than {MAX_FILES:,} files; name the export's or the notes' "
@@ -199,7 +207,8 @@ class ImportPlan:
         return {"read": len(self.records), "formats": dict(self.formats), "kinds": dict(self.kinds),
                 "skipped_files": len(self.skipped_files), "duplicates": self.duplicates,
                 "outside_dates": self.filtered, "skipped_records": self.skipped_records,
-                "skipped_named": list(self.skipped_named), "cut_messages": self.cut, "empty_files": list(self.empty)}
+                "skipped_named": list(self.skipped_named), "cut_messages": self.cut,
+                "empty_files": list(self.empty)}
 
     def add(self, memories: Iterable[Memory], seen: set[str], since: str | None, until: str | None,
             now: str) -> None:
@@ -225,13 +234,6 @@ class ImportPlan:
         self.skipped_named += [prefix + x for x in entry.skips.named[:max(room, 0)]]
 
 
-def _nothing(entry: Entry) -> str:
-    """Why a file of a known format gave no memory, where its reader did not say."""
-    if entry.skips.count:
-        return f"{entry.skips.count} records read, each of the wrong shape (left out)"
-    return "no records in it"
-
-
 def refuse_unopenable(entry: Entry, readers: Sequence[Importer] = IMPORTERS) -> None:
     """A zip member that cannot be opened (`entry.unreadable`) and that one of `readers` would
     take by its name refuses the import: importing the rest would leave that part out without a
@@ -239,6 +241,21 @@ def refuse_unopenable(entry: Entry, readers: Sequence[Importer] = IMPORTERS) -> 
     if entry.unreadable and any(imp.accepts(entry.name) for imp in readers if imp is not markdown):
         raise UsageError(f"{Path(entry.origin).name or 'the archive'}: {entry.name} is {entry.unreadable}, "
                          "which pmem cannot open: unzip it with a tool that can and import the folder")
+
+
+def nothing_kept(entry: Entry, fmt: str) -> str:
+    """What an import says of a file it recognised and took nothing from: its reader's own words
+    (`entry.nothing`), what it counted (`entry.counted`), or the records of the wrong shape."""
+    if entry.nothing:
+        return f"{entry.name}: {entry.nothing}"
+    if entry.records_read is None and entry.why_none is None:
+        if entry.skips.count:
+            return f"{entry.name}: {entry.skips.count} records read, each of the wrong shape (left out)"
+        return f"{entry.name}: no records in it"
+    read = f"read {entry.records_read:,} records" if entry.records_read is not None else "read it"
+    why = entry.why_none or (f"{entry.skips.count:,} records of the wrong shape were left out" if entry.skips.count
+                             else "it holds no message or note pmem keeps")
+    return f"{entry.name} ({fmt}): {read}, kept none: {why}"
 
 
 def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str | None = None,
@@ -289,8 +306,8 @@ def load(source: str | Path | list[Entry], fmt: str | None = None, *, since: str
             raise UsageError(f"cannot read {entry.name}: {getattr(exc, 'strerror', None) or exc}") from None
         plan.add(memories, seen, since, until, now)
         plan.add_skips(entry, several=not single)
-        if not memories:
-            plan.empty.append(f"{entry.name}: {entry.nothing or _nothing(entry)}")
+        if not memories and imp not in (JSONL, MD):
+            plan.empty.append(nothing_kept(entry, imp.NAME))
         if progress:
             progress(n + 1, len(items))
     if not plan.formats:
