@@ -1,8 +1,11 @@
 """The reference MCP memory server's knowledge graph (`memory.jsonl`, `MEMORY_FILE_PATH`).
 
 One JSON object per line: `{"type": "entity", "name", "entityType", "observations": [...]}` or
-`{"type": "relation", "from", "to", "relationType"}` (the `read_graph` tool's
-`{"entities": [...], "relations": [...]}` is read too). Each observation becomes a memory tagged
+`{"type": "relation", "from", "to", "relationType"}`, entities first, no newline after the last
+line (what server-memory 2026.8.31 writes; tests/integrations/importers/test_mcp_memory_server.py
+runs it). The `read_graph` tool's `{"entities": [...], "relations": [...]}` is read too. The server
+takes MEMORY_FILE_PATH as it is, so the file may be named anything: a name with no extension
+("memory") is recognised by its content as .jsonl and .json are. Each observation becomes a memory tagged
 with its entity ("Alice: speaks Spanish"); each relation becomes a sentence ("Alice works at
 Acme") tagged with both entities, since pmem links memories, not names. The file holds no dates,
 so memories are dated by the file's modification time.
@@ -15,6 +18,7 @@ file whose `entities` or `relations` is no list is refused.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterator
 
@@ -25,11 +29,12 @@ from .base import BadRecord, Entry, kind_of, make_memory, named, need, optional,
 NAME = "mcp-memory"
 DESCRIPTION = "MCP memory server knowledge graph (memory.jsonl: entities, relations)"
 FILES = re.compile(r"\.(jsonl|json)$")
+NO_SUFFIX = re.compile(r"(^|/)[^./][^./]*$")  # "memory", "graphs/work": a MEMORY_FILE_PATH with no extension
 KIND = "observation"
 
 
 def accepts(name: str) -> bool:
-    return bool(FILES.search(name))
+    return bool(FILES.search(name) or NO_SUFFIX.search(name))
 
 
 def sniff(name: str, head: bytes) -> bool:
@@ -44,9 +49,14 @@ def _objects(entry: Entry) -> Iterator[tuple[str, Any]]:
     """(where, object) for each entity and relation: the lines of memory.jsonl, or read_graph's
     `{"entities": [...], "relations": [...]}`."""
     text = entry.read_text().strip()
-    if text.startswith("{") and text.endswith("}") and "\n" in text and '"entities"' in text[:200]:
-        data = entry.read_json()
-        if isinstance(data, dict) and "entities" in data:
+    if text.startswith("{"):
+        # read_graph's one object, pretty-printed or not; memory.jsonl's lines fail to parse as one
+        # value (or parse as its only entity), whatever names and types its entities have
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            data = None
+        if isinstance(data, dict) and "type" not in data and "entities" in data:
             for key, kind in (("entities", "entity"), ("relations", "relation")):
                 items = data.get(key) or []
                 if not isinstance(items, list):
