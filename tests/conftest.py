@@ -34,7 +34,7 @@ def pmem_home(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     yield home
     if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
-        from pmem import serve
+        from pmem.models import serve
 
         serve.stop(home / "pmem.sock", timeout=1.0)
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from pmem import extract as ex
 from pmem.errors import ExtractionError, ModelError, UsageError
+from pmem.models.thresholds import BY_MODEL, MINILM
 from pmem.store import Filter
-from pmem.thresholds import BY_MODEL, MINILM
 
 from fakes import FakeGenerator, writing_while_embedding
 
@@ -83,7 +83,7 @@ def test_grounding_requires_every_number():
 
 
 def test_grounding_checks_meaning_with_an_embedder():
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
 
     e = FakeEmbedder(64)
     src = ["Dana approves deploys on Fridays."]
@@ -316,7 +316,7 @@ def test_interrupted_write_phase_is_rolled_back(store, monkeypatch):
 @pytest.fixture
 def cli(monkeypatch, pmem_home):
     monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
-    monkeypatch.setattr("pmem.generate.load_generator", lambda *a, **k: FakeGenerator())
+    monkeypatch.setattr("pmem.models.generate.load_generator", lambda *a, **k: FakeGenerator())
     from pmem.cli.app import app
 
     runner = CliRunner()
@@ -485,7 +485,7 @@ def test_rewrites_follow_their_text_not_the_sentence_number(store):
 def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, monkeypatch):
     """issue 10, defect 12: every model call of a run happens outside its write transaction, so
     another process can write while extraction embeds (and a second run, an update, too)."""
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.store import MemoryStore
 
     db = tmp_path / "shared.db"

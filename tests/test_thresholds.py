@@ -1,4 +1,4 @@
-"""Cosine thresholds per embedding model (pmem.thresholds): stored with the model, used by dream,
+"""Cosine thresholds per embedding model (pmem.models.thresholds): stored with the model, used by dream,
 extract and recall through the store, the user's settings still winning where they exist."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from pmem import dream, extract, thresholds
+from pmem import dream, extract
 from pmem.config import Settings
-from pmem.embed import FakeEmbedder
+from pmem.models import thresholds
+from pmem.models.embed import FakeEmbedder
+from pmem.models.thresholds import E5_SMALL, MINILM, effective, for_model
 from pmem.recall import recall
 from pmem.store import MemoryStore
-from pmem.thresholds import E5_SMALL, MINILM, effective, for_model
 
 from fakes import FakeGenerator
 
@@ -35,7 +36,7 @@ def test_each_model_has_its_own_thresholds():
     assert (MINILM.dedup, MINILM.merge, MINILM.supersede, MINILM.grounding, MINILM.recall_cutoff) == \
         (0.86, 0.80, 0.85, 0.5, 0.2)
     assert E5_SMALL.recall_cutoff > MINILM.recall_cutoff and E5_SMALL.dedup > MINILM.dedup
-    from pmem.embed_e5 import THRESHOLDS, E5Embedder
+    from pmem.models.e5 import THRESHOLDS, E5Embedder
 
     assert THRESHOLDS is E5_SMALL and E5Embedder.thresholds is E5_SMALL
 

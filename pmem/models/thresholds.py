@@ -123,7 +123,7 @@ def effective(model: str | None, settings: Any = None) -> Thresholds:
     base = for_model(model)
     if settings is None:
         return base
-    from .config import is_set
+    from ..config import is_set
 
     changes = {}
     for key, name in SETTINGS.items():
