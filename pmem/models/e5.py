@@ -36,12 +36,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ModelError
-from . import thresholds as _thresholds
+from .profiles import E5_SMALL as PROFILE
 
 MAGIC = b"E5S1"
-NAME = "multilingual-e5-small"
-QUERY_PREFIX = "query: "
-PASSAGE_PREFIX = "passage: "
+NAME = PROFILE.name
+QUERY_PREFIX = PROFILE.query_prefix  # "query: "
+PASSAGE_PREFIX = PROFILE.passage_prefix  # "passage: "
 META = "\u2581"  # SentencePiece's visible space
 _BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])  # one Q4_0 block, 18 bytes
 _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
@@ -60,8 +60,8 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
-# 0.43): kept with every model's in pmem.models.thresholds, where dream, extract and recall look them up.
-THRESHOLDS = _thresholds.E5_SMALL
+# 0.43): kept in the model's profile (pmem.models.profiles), where dream, extract and recall look them up.
+THRESHOLDS = PROFILE.thresholds
 
 
 def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -411,6 +411,7 @@ class E5Embedder:
 
     query_aware = True  # pmem.store passes query=True for search queries
     thresholds = THRESHOLDS  # cosine thresholds on this model's scale, for dream/extract/recall
+    profile = PROFILE  # its file, prefixes, dimension and thresholds (pmem.models.profiles)
 
     def __init__(self, path: Path | str, threads: int = 0, name: str | None = None):
         path = Path(path).expanduser()

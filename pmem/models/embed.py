@@ -80,6 +80,14 @@ class LlamaEmbedder:
     by up to ~1e-4 (cosine > 0.9999999), from SIMD summation order over packed sequences.
     """
 
+    @property
+    def profile(self):
+        """This model's profile (pmem.models.profiles): a registered one found by its file's stem,
+        else one of its own, its dimension measured from the file and the rest defaults."""
+        from .profiles import for_model
+
+        return for_model(self.name, self.dim)
+
     def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
         from .loading import default_threads, open_gguf_bindings  # ctypes: not for a command the server embeds for
 
