@@ -3,7 +3,7 @@
     python benchmarks/cold_start.py --before 0cb4109 --rounds 6
 
 Each process imports numpy, loads multilingual-e5-small (`E5Embedder(path)`) and embeds one query;
-the engine "before" is pmem/embed_e5.py at git revision --before, loaded from a temporary copy.
+the engine "before" is pmem/models/e5.py at git revision --before, loaded from a temporary copy.
 Prints the medians of each step and every round.
 """
 
@@ -29,7 +29,7 @@ if sys.argv[1] != "-":
     spec = importlib.util.spec_from_file_location("pmem._before_e5", sys.argv[1])
     m = importlib.util.module_from_spec(spec); m.__package__ = "pmem"; spec.loader.exec_module(m)
 else:
-    from pmem import embed_e5 as m
+    from pmem.models import e5 as m
 e = m.E5Embedder(sys.argv[2], threads=1)
 t2 = time.perf_counter()
 e.embed(["where did I park the car"], query=True)
@@ -43,10 +43,10 @@ def main() -> int:
     ap.add_argument("--before", required=True, help="git revision of the engine to compare with")
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    from pmem import provision
+    from pmem.models import provision
 
     model = str(provision.ensure_model("multilingual-e5-small", progress=False))
-    old = subprocess.run(["git", "show", f"{args.before}:pmem/embed_e5.py"], cwd=ROOT, check=True,
+    old = subprocess.run(["git", "show", f"{args.before}:pmem/models/e5.py"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
     steps = ("numpy_s", "load_s", "first_query_s", "whole_s")
     runs: dict[str, list[list[float]]] = {"before": [], "after": []}

@@ -335,7 +335,7 @@ def cosines(model: str, texts: list[str], as_queries: bool = False):
     as a store of the symmetric identity (multilingual-e5-small-symmetric) holds them."""
     import numpy as np
 
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     emb = load_embedder(model, os.environ.get("PMEM_MODELS_DIR"), threads=int(os.environ.get("PMEM_THREADS", "0") or 0))
 
@@ -378,9 +378,9 @@ def score(rows: list[dict], verdicts: list) -> dict:
 
 
 def pairs_main(args) -> int:
-    from pmem import thresholds
     from pmem.config import Settings
     from pmem.dream import sameness
+    from pmem.models import thresholds
 
     rows = json.loads(PAIRS.read_text(encoding="utf-8"))["pairs"]
     texts = sorted({t for r in rows for t in (r["a"], r["b"])})
@@ -506,7 +506,7 @@ def chat_judge(rows: list[dict], args) -> dict:
     """The chat model asked yes/no for each pair: is it better than chance?"""
     import math
 
-    from pmem.generate import load_generator
+    from pmem.models.generate import load_generator
 
     gen = load_generator(args.chat_model or None, os.environ.get("PMEM_MODELS_DIR"))
     system = ("You compare two notes. Answer with JSON {\"same\": true} when both state exactly the same fact, "

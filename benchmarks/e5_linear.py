@@ -4,7 +4,7 @@
     python benchmarks/e5_linear.py --rounds 5 --lengths 16 64 128 256 512
     python benchmarks/e5_linear.py --db /tmp/pmem-scale/scale-100000.db --rounds 3   # whole searches at scale
 
-pmem.embed_e5._linear multiplies a pass of up to `_FEW_ROWS` tokens as (W @ x.T).T and a longer
+pmem.models.e5._linear multiplies a pass of up to `_FEW_ROWS` tokens as (W @ x.T).T and a longer
 one as x @ W.T. This times e5's forward pass (CPU time of this process, one BLAS thread as a query
 runs) both ways in one process: blocks of every question (`_FEW_ROWS` = 0, then the shipped value,
 alternating, --rounds times each), and passes of --lengths tokens, so the threshold can be read
@@ -53,8 +53,8 @@ def main() -> int:
         return searches(args)
     import numpy as np
 
-    from pmem import embed_e5 as E
-    from pmem.embed import load_embedder
+    from pmem.models import e5 as E
+    from pmem.models.embed import load_embedder
     from pmem.store import english as en
 
     e5 = load_embedder(en.MAIN, server="never").inner
@@ -110,7 +110,7 @@ def searches(args) -> int:
 
     from english_cost import english_copy
 
-    from pmem import embed_e5 as E
+    from pmem.models import e5 as E
     from pmem.store import Filter, MemoryStore
 
     from scale_corpus import NOW

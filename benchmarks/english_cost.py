@@ -34,7 +34,7 @@ def english_copy(db: Path, tmp: Path):
     """A copy of scale.py's store `db` in `tmp`, relabelled as the default model's, every English
     memory given a second vector (its own vector again): (path, config, e5, the store)."""
     from pmem.config import load
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
     from pmem.store import MemoryStore
     from pmem.store import english as en
 
@@ -61,7 +61,7 @@ def main() -> int:
     os.environ["PMEM_SERVER"] = "never"
     import importlib
 
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
     from pmem.store import Filter, MemoryStore
     from pmem.store import english as en
 

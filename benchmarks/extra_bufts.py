@@ -2,7 +2,7 @@
 
     python benchmarks/extra_bufts.py --rounds 7 --threads 1
 
-pmem loads every llama.cpp model with `use_extra_bufts` off (pmem.loading.EXTRA_BUFFER_TYPES): the
+pmem loads every llama.cpp model with `use_extra_bufts` off (pmem.models.loading.EXTRA_BUFFER_TYPES): the
 AMX kernels that live there crash natively built wheels on some Intel Xeons. This measures what the
 switch costs where it works: each round loads the chat model (SmolLM2-135M-Instruct) and MiniLM with
 the switch on, then off (the order alternates by round), and times a greedy 32-token completion and
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pmem import loading, provision  # noqa: E402
-from pmem.embed import LlamaEmbedder  # noqa: E402
-from pmem.generate import LlamaGenerator  # noqa: E402
+from pmem.models import loading, provision  # noqa: E402
+from pmem.models.embed import LlamaEmbedder  # noqa: E402
+from pmem.models.generate import LlamaGenerator  # noqa: E402
 
 import locomo  # noqa: E402
 

@@ -145,12 +145,12 @@ def main() -> int:
     if args.model == "rules":
         gen = RulesOnly()
     else:
-        from pmem.generate import load_generator
+        from pmem.models.generate import load_generator
 
         gen = load_generator(args.model, threads=cfg.threads, mode=args.mode, settings=cfg)
     rows, totals = [], {"obs": 0, "found": 0, "stored": 0, "correct": 0, "ungrounded": 0, "rejected": 0}
     inputs = []
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     judge = load_embedder(args.judge_model, threads=cfg.threads)
     for conv in convs:

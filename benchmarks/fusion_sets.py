@@ -65,7 +65,7 @@ class CachedEmbedder:
 def embedder(model: str, cache_dir: Path | None):
     """`model` loaded here, its vectors cached in `cache_dir`; a scheme that embeds memories as
     queries (multilingual-e5-small-symmetric) shares its model's cache, as query vectors."""
-    from pmem.embed import SymmetricEmbedder, load_embedder
+    from pmem.models.embed import SymmetricEmbedder, load_embedder
 
     inner = load_embedder(model, server="off")
     if cache_dir is None:
@@ -198,8 +198,8 @@ DENSE.update({name: DENSE["minilm+e5-symmetric"] for name in GATED})
 
 
 def floor(model: str, symmetric: bool) -> float:
-    """The score floor of `model`'s vectors (pmem.thresholds), memories as queries or not."""
-    from pmem.thresholds import for_model
+    """The score floor of `model`'s vectors (pmem.models.thresholds), memories as queries or not."""
+    from pmem.models.thresholds import for_model
 
     return for_model(model + "-symmetric" if symmetric else model).score_floor
 

@@ -4,7 +4,7 @@
 
 A memory longer than e5's 512 positions is cut into windows; embedding every one costs ~1.6 s a
 window on this machine (a 50,000-character paste: 21 s), so pmem embeds at most
-pmem.embed_e5.MAX_WINDOWS of them. This builds long memories from LoCoMo (each `--group`
+pmem.models.e5.MAX_WINDOWS of them. This builds long memories from LoCoMo (each `--group`
 consecutive sessions of a conversation joined into one text, ~10 windows), embeds every window
 once, and then scores ways of choosing windows by the questions whose evidence lies in a memory:
 recall@1 and MRR of that memory among all of them, for every window (pmem's old way), the first
@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pmem import provision  # noqa: E402
-from pmem.embed_e5 import E5Embedder, spread  # noqa: E402
+from pmem.models import provision  # noqa: E402
+from pmem.models.e5 import E5Embedder, spread  # noqa: E402
 
 import locomo  # noqa: E402
 

@@ -259,13 +259,13 @@ def map_thresholds(old: dict, new: dict) -> dict:
 
 
 def map_symmetric(embedder) -> dict:
-    """Each threshold of e5 with "passage: " memories (pmem.thresholds.E5_SMALL) moved to the cosine
+    """Each threshold of e5 with "passage: " memories (pmem.models.thresholds.E5_SMALL) moved to the cosine
     the same share of turn pairs reaches when every text is embedded with "query: ", as
     map_thresholds moved MiniLM's to e5's; a threshold above every passage pair (noop) keeps its
     distance below 1 in proportion to the highest pair's."""
     import numpy as np
 
-    from pmem.thresholds import E5_SMALL, as_dict
+    from pmem.models.thresholds import E5_SMALL, as_dict
 
     old, new = cosine_profile(embedder), cosine_profile(embedder, query=True)
     out = {}
@@ -289,7 +289,7 @@ def map_symmetric(embedder) -> dict:
 _LOAD = """
 import sys, time
 t = time.perf_counter()
-from pmem.embed import load_embedder
+from pmem.models.embed import load_embedder
 e = load_embedder(sys.argv[1], threads=int(sys.argv[2]), server="off")
 e.embed(["warm up"])
 print(time.perf_counter() - t)
@@ -299,7 +299,7 @@ _RATE = """
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
 import locomo
-from pmem.embed import load_embedder
+from pmem.models.embed import load_embedder
 texts = [r["text"] for r in locomo.turn_records(locomo.load()[0])][:200]
 e = load_embedder(sys.argv[1], threads=int(sys.argv[2]), server="off")
 e.embed(texts[:8])
@@ -341,7 +341,7 @@ def processes(models: list[str], runs: int) -> dict:
         base = dict(os.environ, PMEM_HOME=str(home), PYTHONPATH=str(HERE.parent))
         base.pop("PYTHONDONTWRITEBYTECODE", None)  # as latency.py: users' Pythons cache bytecode
         for m in models:
-            from pmem.embed import load_embedder
+            from pmem.models.embed import load_embedder
 
             with MemoryStore(tmp / f"{m}.db", embedder=load_embedder(m, server="off")) as st:
                 st.insert([Memory(id="", text=x["text"]) for x in data["memories"]])
@@ -392,7 +392,7 @@ def main() -> int:
     if problems:
         print("multilingual set: queries share words with their memories:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     if args.map_symmetric:
         e5 = load_embedder("multilingual-e5-small", threads=args.threads, server="off")

@@ -305,7 +305,7 @@ def main() -> int:
             result = {"via": "cli", **via_cli(Path(tmp), args.budget)}
         else:
             from pmem import load_config
-            from pmem.embed import load_embedder
+            from pmem.models.embed import load_embedder
 
             cfg = load_config()
             embedder = Memo(load_embedder(cfg.embed_model, threads=cfg.threads, server="off"))

@@ -42,7 +42,7 @@ CACHE = Path("/tmp/pmem-scale")
 
 
 def embedder(model: str):
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     return load_embedder(model)
 
@@ -124,8 +124,8 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
 
     store = MemoryStore(path, embedder=embedder("fake-384"), clock=lambda: corpus.NOW)
     # A near-tie: 0.01 of cosine distance on MiniLM's scale, rescaled to the model's (e5 spreads
-    # unrelated-to-identical over about a quarter of MiniLM's range: pmem.thresholds.score_floor).
-    from pmem import thresholds
+    # unrelated-to-identical over about a quarter of MiniLM's range: pmem.models.thresholds.score_floor).
+    from pmem.models import thresholds
 
     def floor(name: str | None) -> float:
         return thresholds.for_model(name).score_floor

@@ -77,8 +77,8 @@ def run_checks(settings: Settings | PmemError, db_override=None,
         checks.append(Check("database", True, f"{path} (not created yet: the first `pmem add` creates it)"))
     else:
         checks.extend(_database_checks(cfg, path, busy))
-    from . import provision
-    from .embed import is_fake
+    from .models import provision
+    from .models.embed import is_fake
 
     for key in ("embed_model", "chat_model"):
         spec = cfg.get(key)
@@ -136,14 +136,14 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
             english = _english_check(cfg, look, stored)
         resume = f" (an interrupted reindex to {staged.model} has {staged.done} of {staged.total} done; " \
                  f"`pmem reindex` resumes it)" if staged else ""
-        from .provision import embed_model_for
+        from .models.provision import embed_model_for
 
         in_use = embed_model_for(cfg, stored)
         if stored is not None and stored != _model_name(in_use):
             checks.append(Check("vectors", False, f"stored vectors come from {stored}, configured model is "
                                 f"{cfg.embed_model}{resume}", "pmem reindex"))
         elif stored is not None and in_use != cfg.embed_model:  # no model configured: the store keeps its own
-            from .provision import memories_as_queries
+            from .models.provision import memories_as_queries
 
             gain = "questions in other words find their memories more often" \
                 if memories_as_queries(cfg.embed_model) else "about 100 languages"
@@ -180,8 +180,8 @@ def _english_check(cfg: Settings, look: Inspection, stored: str | None) -> Check
 def _chat_runs_check(cfg: Settings) -> Check:
     """The chat model, run once in a child process: a llama.cpp build that dies on this CPU shows
     here as a finding with its fix, not as a crash of `extract` or `dream`."""
-    from . import provision
-    from .generate import ModelCrash, check_runs
+    from .models import provision
+    from .models.generate import ModelCrash, check_runs
 
     spec = cfg.chat_model
     path = provision.model_file(spec, paths.models_dir()) if spec in provision.known_models() \
@@ -214,7 +214,7 @@ def _hooks_check() -> Check:
 def _server_check(cfg: Settings) -> Check:
     """The server is started by the commands themselves: not running is fine; one of another build
     or a socket nobody answers on is worth a word."""
-    from . import serve
+    from .models import serve
 
     sock = serve.socket_path()
     if cfg.server == "never":
@@ -236,10 +236,10 @@ UPKEEP_BYTES = 10_000_000  # free space worth mentioning (and the share at which
 
 
 def _model_name(spec: str) -> str:
-    from . import provision
+    from .models import provision
 
     if spec in provision.known_models():
         if provision.memories_as_queries(spec):
-            return spec  # its own name (pmem.embed.SymmetricEmbedder), not its file's
+            return spec  # its own name (pmem.models.embed.SymmetricEmbedder), not its file's
         return provision.model_file(spec, paths.models_dir()).stem
     return Path(spec).expanduser().stem

@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import dates, prompts, secretscan, timeutil
 from .errors import ExtractionError, ModelError, UsageError
 from .grounding import Grounding, check_grounding  # noqa: F401 - re-exported: extract.check_grounding is public
+from .models.thresholds import MINILM, Thresholds
 from .text import content_stems, content_words, has_digit, split_sentences, stem
-from .thresholds import MINILM, Thresholds
 
 if TYPE_CHECKING:
-    from .embed import Embedder
-    from .generate import Generator
+    from .models.embed import Embedder
+    from .models.generate import Generator
     from .store import MemoryStore
 
 MAX_INPUT = 2_000_000  # characters; the episodic copy is split into parts of store.MAX_TEXT
 CHUNK_CHARS = 1500  # sentences shown to the model per call (about 400 tokens)
 CHUNK_SENTENCES = 24
-# Reconciliation's cosines on MiniLM's scale; each model has its own (pmem.thresholds, passed to
+# Reconciliation's cosines on MiniLM's scale; each model has its own (pmem.models.thresholds, passed to
 # decide() by reconcile() from the store).
 NOOP_COSINE = MINILM.noop  # 0.95: near-identical to a stored memory: already known
 CONTAINED_COSINE = MINILM.contained  # 0.85: same words, one a subset of the other: known (or a refinement)
@@ -363,7 +363,7 @@ class _Cached:
 def ground(facts: list[Fact], turns: list[Turn], embedder: "Embedder | None", min_support: float,
            min_similarity: float = MINILM.grounding) -> tuple[list[Fact], list[Fact]]:
     """(grounded, rejected): each fact is checked against the turn it came from (`min_similarity`:
-    the grounding cosine of the embedder's model, pmem.thresholds)."""
+    the grounding cosine of the embedder's model, pmem.models.thresholds)."""
     ok, rejected = [], []
     if embedder is not None and facts:  # one batch for every text the gate will compare
         embedder = _Cached(embedder)
@@ -523,7 +523,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
     model = getattr(generator, "name", None) or store.config.chat_model
     try:
         if generator is None:
-            from .generate import load_generator
+            from .models.generate import load_generator
 
             generator = load_generator(settings=store.config)
             model = generator.name

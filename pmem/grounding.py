@@ -15,7 +15,7 @@ from .config import DEFAULTS
 from .text import content_words, has_digit, split_sentences, stem, words
 
 if TYPE_CHECKING:
-    from .embed import Embedder
+    from .models.embed import Embedder
 
 MIN_SIMILARITY = 0.5  # a fact's embedding must be this close to some source sentence
 MIN_SUPPORT: float = DEFAULTS["extract_min_support"][0]  # the setting's default

@@ -126,7 +126,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         min_score: a meaning-only match (no query word) whose search `score` (absolute, 0..1)
             is below this is left out as noise (default: the `recall_min_score` setting, 0.02:
             what scores less is below the recall cut-off of the model the vectors come from,
-            pmem.thresholds); keyword matches always stay.
+            pmem.models.thresholds); keyword matches always stay.
         min_similarity: instead of min_score, leave out only meaning-only matches whose cosine
             is below this (every keyword match stays).
         neighbours: thread members on each side that each of the NEIGHBOUR_MATCHES best matches

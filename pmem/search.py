@@ -11,7 +11,7 @@ That fusion ranks, but it is relative to one result list: the top hit always get
 Hit reports as `score` is therefore absolute, in [0, 1] and comparable across queries:
 keyword_weight * s(bm25) + (1 - keyword_weight) * c(cosine), with s = x / (x + bm25_half) of
 x = -bm25 (saturating: half at `bm25_half`) and c the cosine rescaled from the embedding model's
-`score_floor` (pmem.thresholds) to 1. Fusions on such absolute scales ranked worse on LoCoMo, so
+`score_floor` (pmem.models.thresholds) to 1. Fusions on such absolute scales ranked worse on LoCoMo, so
 they only report; the rank fusion stays as `rank_score`.
 
 A query is always plain text: it is split into words and each word is quoted, so FTS5 syntax

@@ -34,7 +34,7 @@ def pmem_home(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     yield home
     if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
-        from pmem import serve
+        from pmem.models import serve
 
         serve.stop(home / "pmem.sock", timeout=1.0)
 
@@ -124,3 +124,20 @@ def schema_before(path, migration: str):
         conn.execute("INSERT INTO _pmem_migrations (name) VALUES (?)", (name,))
         conn.execute(f"PRAGMA user_version = {index}")
     return conn
+
+
+@pytest.fixture
+def model_thresholds(monkeypatch):
+    """`model_thresholds(name, thresholds)` registers a profile of the model `name` with these
+    cosine thresholds (pmem.models.profiles) for the test only."""
+    from dataclasses import replace
+
+    from pmem.models import profiles
+
+    monkeypatch.setattr(profiles, "_REGISTRY", dict(profiles._registry()))
+
+    def register(name, thresholds):
+        own = profiles.unregistered(name)
+        profiles.register(replace(own, thresholds=thresholds, measured=own.measured | {"thresholds"}))
+
+    return register

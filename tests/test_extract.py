@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from pmem import extract as ex
 from pmem.errors import ExtractionError, ModelError, UsageError
+from pmem.models.thresholds import MINILM
 from pmem.store import Filter
-from pmem.thresholds import BY_MODEL, MINILM
 
 from fakes import FakeGenerator, writing_while_embedding
 
@@ -83,7 +83,7 @@ def test_grounding_requires_every_number():
 
 
 def test_grounding_checks_meaning_with_an_embedder():
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
 
     e = FakeEmbedder(64)
     src = ["Dana approves deploys on Fridays."]
@@ -187,9 +187,9 @@ def test_supersede_keeps_the_old_fact_in_history(store):
     assert old.id in {m.id for m in store.list_memories(Filter(include_superseded=True), limit=None)}
 
 
-def test_update_refines_a_stored_memory(store, monkeypatch):
+def test_update_refines_a_stored_memory(store, monkeypatch, model_thresholds):
     old, _ = store.add("Dana approves deploys")
-    monkeypatch.setitem(BY_MODEL, "fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
+    model_thresholds("fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
     r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
     assert [f.action for f in r.facts] == ["update"] and r.facts[0].id == old.id
     m = store.get(old.id)
@@ -316,7 +316,7 @@ def test_interrupted_write_phase_is_rolled_back(store, monkeypatch):
 @pytest.fixture
 def cli(monkeypatch, pmem_home):
     monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
-    monkeypatch.setattr("pmem.generate.load_generator", lambda *a, **k: FakeGenerator())
+    monkeypatch.setattr("pmem.models.generate.load_generator", lambda *a, **k: FakeGenerator())
     from pmem.cli.app import app
 
     runner = CliRunner()
@@ -482,10 +482,10 @@ def test_rewrites_follow_their_text_not_the_sentence_number(store):
         assert f.text.split()[0] == turns[f.turn].speaker
 
 
-def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, monkeypatch):
+def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, monkeypatch, model_thresholds):
     """issue 10, defect 12: every model call of a run happens outside its write transaction, so
     another process can write while extraction embeds (and a second run, an update, too)."""
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.store import MemoryStore
 
     db = tmp_path / "shared.db"
@@ -496,7 +496,7 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
         written.clear()
         r = ex.extract(store, CHAT, generator=FakeGenerator(), tags=["chat"], source="test")
         assert [f.action for f in r.facts] == ["add", "add"]
-        monkeypatch.setitem(BY_MODEL, "fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
+        model_thresholds("fake-64", replace(MINILM, contained=0.0))  # the fake's cosines are low
         r = ex.extract(store, "Dana approves deploys on Fridays.", generator=FakeGenerator())
         assert [f.action for f in r.facts] == ["update"] and store.get(old.id).text.endswith("on Fridays.")
     assert locked == [] and len(written) >= 2

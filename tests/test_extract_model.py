@@ -63,7 +63,7 @@ def test_real_model_in_rewrite_mode_stores_only_grounded_facts(real_store, monke
 
     real_store.config = load()
     r = extract(real_store, CHAT)
-    from pmem.generate import load_generator
+    from pmem.models.generate import load_generator
 
     assert load_generator("SmolLM2-135M-Instruct", mode="rewrite").strong
     assert r.source_ids, r.to_dict()  # the source is kept whatever the model did

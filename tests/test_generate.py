@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pmem.errors import ExtractionError, ModelError
-from pmem.generate import JsonGenerator, LlamaGenerator, load_generator
+from pmem.models.generate import JsonGenerator, LlamaGenerator, load_generator
 
 
 class Scripted(JsonGenerator):
@@ -56,7 +56,7 @@ def test_truncated_gguf_is_one_line(tmp_path):
 
 
 def test_import_pmem_generate_does_not_load_llama_cpp():
-    code = "import pmem.generate, pmem.extract, sys; print('llama_cpp' in sys.modules)"
+    code = "import pmem.models.generate, pmem.extract, sys; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -96,8 +96,8 @@ def _capture_load_params(monkeypatch):
 @pytest.mark.model
 def test_the_chat_model_loads_without_extra_buffer_types(monkeypatch):
     """llama.cpp's extra buffer types hold the AMX kernels that crash native builds on some Xeons."""
-    from pmem import provision
-    from pmem.generate import LlamaGenerator
+    from pmem.models import provision
+    from pmem.models.generate import LlamaGenerator
     from pmem.paths import models_dir
 
     seen = _capture_load_params(monkeypatch)
@@ -120,7 +120,7 @@ def test_the_chat_model_loads_without_extra_buffer_types(monkeypatch):
 def test_a_llama_cpp_without_the_switch_loads_as_it_is(monkeypatch):
     import ctypes
 
-    from pmem import loading
+    from pmem.models import loading
 
     class Params(ctypes.Structure):
         _fields_ = [("n_gpu_layers", ctypes.c_int32)]
@@ -152,7 +152,7 @@ def test_readme_and_ci_install_the_same_way_and_the_last_resort_is_the_one_pmem_
     import re
     from pathlib import Path
 
-    from pmem.generate import REBUILD
+    from pmem.models.generate import REBUILD
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text(encoding="utf-8")

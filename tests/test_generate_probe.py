@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pmem import generate
+from pmem.models import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.model
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.model
 @pytest.fixture
 def chat_model():
     pytest.importorskip("llama_cpp")
-    from pmem import provision
+    from pmem.models import provision
     from pmem.paths import models_dir
 
     return provision.ensure_model("SmolLM2-135M-Instruct", models_dir(), progress=False)

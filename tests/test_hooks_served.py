@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from pmem import serve as srv
 from pmem.display import prompt_safe
 from pmem.integrations import hooks
+from pmem.models import serve as srv
 from pmem.store import MemoryStore
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 ROOT = Path(__file__).resolve().parents[1]
 # What the hook's process must not import when the server answers: the model, the database driver
 # and what only the work itself needs.
-HEAVY = ("numpy", "llama_cpp", "pmem.embed", "pmem.embed_e5", "pmem.provision", "pmem.scope", "sqlean",
+HEAVY = ("numpy", "llama_cpp", "pmem.models.embed", "pmem.models.e5", "pmem.models.provision", "pmem.scope", "sqlean",
          "sqlite3", "_sqlite3", "sqlite_vec")
 DRIVERS = {"sqlean", "sqlite3"}
 HOSTILE = "Hotel booking note osc52[\x1b]52;c;SGk=\x07] rlo[\u202e] zwsp[\u200b] tags[\U000e0069\U000e0067] end"
@@ -39,8 +39,8 @@ PROMPTS = ["plans for camping with the kids", "what is the cabin wifi password",
            "pasta dinner on friday"]
 SERVER = """
 import sys
-from pmem import serve
-from pmem.embed import FakeEmbedder
+from pmem.models import serve
+from pmem.models.embed import FakeEmbedder
 from pmem.integrations.hooks import serve_hook, warm_hook
 server = serve.Server(loader=lambda path, threads=0: FakeEmbedder(16), ops={"hook": serve_hook},
                       build=sys.argv[1] or None, warm=warm_hook)
@@ -309,7 +309,7 @@ def test_a_served_hooks_process_imports_no_store_search_or_model(seeded, start_s
 # What the served process does not import either: what made it ~100 ms of CPU before every prompt
 # (docs/decisions/0041-hook-process-lean.md), the CLI, and what only the work needs.
 LEAN_OUT = ("dataclasses", "inspect", "pathlib", "platformdirs", "typing", "json", "re", "enum", "socket",
-            "selectors", "threading", "tomllib", "typer", "pmem.config", "pmem.paths", "pmem.serve",
+            "selectors", "threading", "tomllib", "typer", "pmem.config", "pmem.paths", "pmem.models.serve",
             "pmem.integrations.hooks", "pmem.cli.app")
 CONSOLE_SCRIPT = "import sys\nfrom pmem.cli import main\nsys.exit(main())"  # what the `pmem` script runs
 

@@ -490,9 +490,9 @@ def test_cli_folder_with_format_and_dates(fake_embedder, tmp_path):
 def test_cli_import_extract(fake_embedder, tmp_path, monkeypatch):
     from test_extract import FakeGenerator
 
-    import pmem.generate
+    import pmem.models.generate
 
-    monkeypatch.setattr(pmem.generate, "load_generator", lambda *a, **kw: FakeGenerator())
+    monkeypatch.setattr(pmem.models.generate, "load_generator", lambda *a, **kw: FakeGenerator())
     turns = [("user", "I started a new job at the bakery last month."), ("assistant", "Congratulations!")]
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps([chatgpt_conversation("x1", turns, start=1_794_499_200, extras=False, branch=False)]))
@@ -739,11 +739,11 @@ def test_extract_from_a_chat_export_leaves_a_secret_message_out_and_goes_on(fake
     """`pmem extract conversations.json`: the message holding a key is left out and counted, as
     `import --extract` does; the conversations before and after it are extracted (it used to stop
     with exit 2 after storing the facts of the ones before)."""
-    import pmem.generate
+    import pmem.models.generate
 
     from fakes import FakeGenerator
 
-    monkeypatch.setattr(pmem.generate, "load_generator", lambda *a, **kw: FakeGenerator())
+    monkeypatch.setattr(pmem.models.generate, "load_generator", lambda *a, **kw: FakeGenerator())
     convs = [chatgpt_conversation("e1", [("user", "I started a new job at the bakery."), ("assistant", "Nice!")],
                                   extras=False, branch=False),
              chatgpt_conversation("e2", [("user", "My deploy token is " + SECRET.split()[-1]),

@@ -34,7 +34,7 @@ s.list_memories(); s.count(); s.stats()
 def test_commands_that_need_no_model_never_load_one(tmp_path):
     from pmem import Memory, MemoryStore
     from pmem.config import load
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
 
     db = tmp_path / "p.db"
     with MemoryStore(db, config=load(), embedder=FakeEmbedder(64)) as s:

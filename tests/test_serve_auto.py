@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pmem import serve as srv
-from pmem.embed import FakeEmbedder, load_embedder
+from pmem.models import serve as srv
+from pmem.models.embed import FakeEmbedder, load_embedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def _until(predicate, timeout: float, step: float = 0.1):
 @pytest.fixture(scope="module")
 def minilm_path():
     pytest.importorskip("llama_cpp")
-    from pmem import provision
+    from pmem.models import provision
 
     env = os.environ.get("PMEM_TEST_MODELS_DIR")
     models = Path(env) if env else ROOT / ".models-cache"
@@ -153,9 +153,9 @@ def test_a_server_of_another_build_is_stopped_and_replaced_not_used(short_home, 
     thread.start()
     started = []
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
-    monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
-    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+    monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     try:
         e = load_embedder("some-model", server="auto")
         assert not isinstance(e, srv.RemoteEmbedder)  # this command: its own model, not the old code's
@@ -169,8 +169,8 @@ def test_a_server_of_another_build_is_stopped_and_replaced_not_used(short_home, 
 
 SERVER_OF_ANOTHER_BUILD = """
 import signal, sys
-from pmem import serve
-from pmem.embed import load_model_file
+from pmem.models import serve
+from pmem.models.embed import load_model_file
 server = serve.Server(loader=load_model_file, build="0.0.1+older", threads=1)
 server.bind()
 server.model(sys.argv[1])
@@ -205,9 +205,10 @@ def test_a_stopped_server_costs_a_command_the_first_wait_not_seconds(short_home,
         assert proc.stdout.readline().strip() == "serving"
         assert _until(lambda: srv.status(), 20)
         os.kill(proc.pid, signal.SIGSTOP)
-        monkeypatch.setattr("pmem.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
-        monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-        monkeypatch.setattr("pmem.embed._cache", {})
+        monkeypatch.setattr("pmem.models.provision.resolve_model",
+                            lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
+        monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+        monkeypatch.setattr("pmem.models.embed._cache", {})
         started = []
         monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
         t0 = time.monotonic()
@@ -222,8 +223,8 @@ def test_a_stopped_server_costs_a_command_the_first_wait_not_seconds(short_home,
 
 
 SERVER_OF_THIS_BUILD = """
-from pmem import serve
-from pmem.embed import FakeEmbedder
+from pmem.models import serve
+from pmem.models.embed import FakeEmbedder
 server = serve.Server(loader=lambda path, threads=0: FakeEmbedder(16))
 server.bind()
 print("serving", flush=True)

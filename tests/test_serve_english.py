@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pmem import serve as srv
+from pmem.models import serve as srv
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 ROOT = Path(__file__).resolve().parents[1]

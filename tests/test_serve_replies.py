@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pmem import serve as srv
 from pmem.cli.app import app
-from pmem.embed import FakeEmbedder
+from pmem.models import serve as srv
+from pmem.models.embed import FakeEmbedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 runner = CliRunner()
@@ -92,8 +92,8 @@ def _store_env(short_home, monkeypatch):
     model.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
     monkeypatch.setenv("PMEM_SERVER", "auto")
-    monkeypatch.setattr("pmem.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     monkeypatch.setattr(srv, "start_in_background", lambda *a, **k: False)  # this test: no real server
     return model
 
@@ -102,7 +102,7 @@ def _store_env(short_home, monkeypatch):
 def test_search_with_an_impostor_on_the_socket_loads_the_model_itself(short_home, monkeypatch, reply):
     _store_env(short_home, monkeypatch)
     assert runner.invoke(app, ["add", "The cabin wifi password is hunter2"]).exit_code == 0
-    monkeypatch.setattr("pmem.embed._cache", {})
+    monkeypatch.setattr("pmem.models.embed._cache", {})
     impostor = Impostor(srv.socket_path(), lambda request: _line(reply))
     try:
         r = runner.invoke(app, ["search", "cabin wifi", "--json"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pmem import loading
-from pmem import serve as srv
+from pmem.models import loading
+from pmem.models import serve as srv
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 
@@ -85,8 +85,8 @@ def test_a_server_given_threads_keeps_them(serving):
 
 @pytest.mark.model
 def test_e5_changes_its_blas_threads_between_passes(tmp_path):
-    from pmem import provision
-    from pmem.embed_e5 import E5Embedder
+    from pmem.models import provision
+    from pmem.models.e5 import E5Embedder
 
     path = provision.model_file("multilingual-e5-small")
     if not path.exists():

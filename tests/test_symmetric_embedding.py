@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pmem import Memory
-from pmem.embed import FakeEmbedder, SymmetricEmbedder
-from pmem.provision import embed_model_for, memories_as_queries, stored_model
+from pmem.models.embed import FakeEmbedder, SymmetricEmbedder
+from pmem.models.provision import embed_model_for, memories_as_queries, stored_model
+from pmem.models.thresholds import E5_SMALL, E5_SYMMETRIC, for_model
 from pmem.search import search
 from pmem.store import MemoryStore
-from pmem.thresholds import E5_SMALL, E5_SYMMETRIC, for_model
 
 
 class QueryAware(FakeEmbedder):
@@ -102,7 +102,7 @@ def _vectors_check(db):
 @pytest.mark.model
 @pytest.mark.slow
 def test_an_old_store_searches_with_its_passage_vectors_until_reindex(cli, monkeypatch):
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     monkeypatch.setenv("PMEM_EMBED_MODEL", "multilingual-e5-small")  # as the earlier default made it
     for text in MEMORIES:
@@ -145,7 +145,7 @@ def test_an_old_store_searches_with_its_passage_vectors_until_reindex(cli, monke
 
 @pytest.mark.model
 def test_an_interrupted_reindex_to_the_symmetric_scheme_resumes(cli, monkeypatch):
-    from pmem.embed import load_embedder
+    from pmem.models.embed import load_embedder
 
     monkeypatch.setenv("PMEM_EMBED_MODEL", "multilingual-e5-small")
     with MemoryStore(cli.db) as s:
@@ -197,10 +197,10 @@ def test_the_symmetric_scheme_through_pmem_serve(monkeypatch):
 
     from conftest import models_dir
 
-    from pmem import provision
-    from pmem import serve as srv
     from pmem.config import Settings
-    from pmem.embed import load_model_file
+    from pmem.models import provision
+    from pmem.models import serve as srv
+    from pmem.models.embed import load_model_file
     from pmem.store import deserialize
 
     if not (models_dir() / "multilingual-e5-small.q4.e5s1").exists():
@@ -215,8 +215,8 @@ def test_the_symmetric_scheme_through_pmem_serve(monkeypatch):
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:
-        monkeypatch.setattr("pmem.embed._cache", {})
-        monkeypatch.setattr("pmem.embed._symmetric", {})
+        monkeypatch.setattr("pmem.models.embed._cache", {})
+        monkeypatch.setattr("pmem.models.embed._symmetric", {})
         local = load_model_file(path, threads=1)
         texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
         with MemoryStore(home / "sym.db", config=Settings(embed_model="multilingual-e5-small-symmetric",

@@ -1,4 +1,4 @@
-"""Cosine thresholds per embedding model (pmem.thresholds): stored with the model, used by dream,
+"""Cosine thresholds per embedding model (pmem.models.thresholds): stored with the model, used by dream,
 extract and recall through the store, the user's settings still winning where they exist."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from pmem import dream, extract, thresholds
+from pmem import dream, extract
 from pmem.config import Settings
-from pmem.embed import FakeEmbedder
+from pmem.models import thresholds
+from pmem.models.embed import FakeEmbedder
+from pmem.models.thresholds import E5_SMALL, MINILM, effective, for_model
 from pmem.recall import recall
 from pmem.store import MemoryStore
-from pmem.thresholds import E5_SMALL, MINILM, effective, for_model
 
 from fakes import FakeGenerator
 
@@ -35,7 +36,7 @@ def test_each_model_has_its_own_thresholds():
     assert (MINILM.dedup, MINILM.merge, MINILM.supersede, MINILM.grounding, MINILM.recall_cutoff) == \
         (0.86, 0.80, 0.85, 0.5, 0.2)
     assert E5_SMALL.recall_cutoff > MINILM.recall_cutoff and E5_SMALL.dedup > MINILM.dedup
-    from pmem.embed_e5 import THRESHOLDS, E5Embedder
+    from pmem.models.e5 import THRESHOLDS, E5Embedder
 
     assert THRESHOLDS is E5_SMALL and E5Embedder.thresholds is E5_SMALL
 
@@ -84,11 +85,11 @@ def test_dream_dedup_follows_the_models_threshold(tmp_path):
     assert found == {"all-MiniLM-L6-v2.f16": 1, "multilingual-e5-small.q4": 0}
 
 
-def test_extraction_reconciles_and_grounds_with_the_models_thresholds(tmp_path, monkeypatch):
+def test_extraction_reconciles_and_grounds_with_the_models_thresholds(tmp_path, monkeypatch, model_thresholds):
     """The same fact against the same stored memory: MiniLM's contained cosine (lowered here
     for the fake's scale) says update; under the e5 name its own higher one says add."""
-    monkeypatch.setitem(thresholds.BY_MODEL, "fake-minilm", replace(MINILM, contained=0.0))
-    monkeypatch.setitem(thresholds.BY_MODEL, "fake-e5", replace(MINILM, contained=0.99, grounding=0.0))
+    model_thresholds("fake-minilm", replace(MINILM, contained=0.0))
+    model_thresholds("fake-e5", replace(MINILM, contained=0.99, grounding=0.0))
     actions = {}
     real = extract.check_grounding
     for name in ("fake-minilm", "fake-e5"):
@@ -103,8 +104,8 @@ def test_extraction_reconciles_and_grounds_with_the_models_thresholds(tmp_path, 
     assert actions == {"fake-minilm": ["update"], "fake-e5": ["add"]}
 
 
-def test_recall_cuts_meaning_only_matches_at_the_models_cutoff(tmp_path, monkeypatch):
-    monkeypatch.setitem(thresholds.BY_MODEL, "fake-strict", replace(MINILM, recall_cutoff=0.999))
+def test_recall_cuts_meaning_only_matches_at_the_models_cutoff(tmp_path, monkeypatch, model_thresholds):
+    model_thresholds("fake-strict", replace(MINILM, recall_cutoff=0.999))
     got = {}
     for name in ("all-MiniLM-L6-v2.f16", "fake-strict"):
         with _store(tmp_path, name) as store:
@@ -115,11 +116,11 @@ def test_recall_cuts_meaning_only_matches_at_the_models_cutoff(tmp_path, monkeyp
     assert got["fake-strict"] == 0 and got["all-MiniLM-L6-v2.f16"] == 1
 
 
-def test_agent_hooks_use_the_models_cutoffs(tmp_path, monkeypatch):
+def test_agent_hooks_use_the_models_cutoffs(tmp_path, monkeypatch, model_thresholds):
     from pmem.integrations import hooks
     from pmem.store import Filter
 
-    monkeypatch.setitem(thresholds.BY_MODEL, "fake-strict", replace(MINILM, hook=0.999, hook_words=0.999))
+    model_thresholds("fake-strict", replace(MINILM, hook=0.999, hook_words=0.999))
     got = {}
     for name in ("all-MiniLM-L6-v2.f16", "fake-strict"):
         with _store(tmp_path, name) as store:

@@ -31,7 +31,7 @@ BARE = {
     ("pmem/search.py", "both end together"): "0026-scale-sixth-round.md",
     ("pmem/dream/sameness.py", "reworded facts need it"): "0048-dedup-by-meaning.md",
     ("pmem/dream/__init__.py", "with the same proposals"): "0028-dream-what-changed.md",
-    ("pmem/thresholds.py", "(2 conversations,"): "0013-multilingual-e5-default.md",
+    ("pmem/models/profiles.py", "(2 conversations,"): "0013-multilingual-e5-default.md",
     ("pmem/store/keywords.py", "keyword side faster"): "0027-keyword-merge-knn-bound.md",
     ("pmem/store/vectors.py", "    benchmarks/README.md)."): "0023-two-bit-codes.md",
     ("pmem/store/vectors.py", "it steps;"): "0026-scale-sixth-round.md",

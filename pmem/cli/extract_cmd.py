@@ -57,7 +57,7 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
                 thread: Optional[str] = None) -> None:
     """Shared by `pmem extract` and `pmem add --extract`."""
     from ..extract import extract
-    from ..generate import load_generator
+    from ..models.generate import load_generator
 
     reviewer = _Reviewer() if review else None
     try:
@@ -101,8 +101,8 @@ def _print_facts(facts) -> None:
 def run_extract_export(records, *, tags: List[str], dry_run: bool, review: bool, as_json: bool,
                        model: Optional[str] = None, allow_secret: bool = False) -> None:
     """`pmem extract` given a chat export: each conversation's turns, as `pmem import --extract`."""
-    from ..generate import load_generator
     from ..integrations.importers.facts import extract_conversations
+    from ..models.generate import load_generator
 
     reviewer = _Reviewer() if review else None
     results: list = []

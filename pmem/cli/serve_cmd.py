@@ -42,7 +42,7 @@ def serve(
       pmem serve --stop
     """
     from .. import config
-    from .. import serve as srv
+    from ..models import serve as srv
 
     if sum((detach, stop, show_status)) > 1:
         raise UsageError("choose one of --detach, --stop, --status")
@@ -68,7 +68,7 @@ def serve(
     n_threads = cfg.threads if threads is None else threads
     if n_threads < 0:
         raise UsageError("--threads must be 0 (automatic) or more")
-    from ..provision import resolve_model
+    from ..models.provision import resolve_model
     from .pull_progress import PullBars
 
     with PullBars() as bars:  # a first use fetches the model here, with the same progress as `models pull`
@@ -83,8 +83,8 @@ def serve(
             out.note(f"pmem server running (pid {info['pid']}), socket {info['socket']}")
         return
 
-    from ..embed import load_model_file_once
     from ..integrations.hooks import serve_hook, warm_hook
+    from ..models.embed import load_model_file_once
 
     # agent hooks run here whole (the hook's process stays thin), their code loaded at the start
     server = srv.Server(threads=n_threads, idle=idle_s, loader=load_model_file_once, started_by=started_by or "",

@@ -195,7 +195,7 @@ RANKING_MODULES = (
     ("pmem/store/vectors.py", "the vector index (exact, bit index, partitions)"),
     ("pmem/store/english.py", "the second, English vector (MiniLM beside e5)"),
     ("pmem/recall.py", "recall's block"),
-    ("pmem/thresholds.py", "cosine thresholds per model"),
+    ("pmem/models/profiles.py", "each embedding model's cosine thresholds, in its profile"),
     ("pmem/grounding.py", "grounding of extracted facts"),
     ("pmem/dream/pairs.py", "dream: the pair search"),
     ("pmem/dream/planners.py", "dream: the planners"),
@@ -271,7 +271,7 @@ def _class_fields(rel: str, name: str, root: Path, heading: str) -> list[str]:
 def ranking_page(root: Path) -> str:
     from dataclasses import fields
 
-    from .. import thresholds
+    from ..models import thresholds
 
     lines = [HEADER.format(source="the module constants of pmem/search.py, pmem/store/ and the others named "
                                   "below, with their comments"),
@@ -281,6 +281,8 @@ def ranking_page(root: Path) -> str:
              "the [decision records](../decisions/index.md) hold the measurements.", ""]
     for rel, what in RANKING_MODULES:
         found = constants(rel, root)
+        if rel == "pmem/models/profiles.py":  # a profile's files and prefixes are not ranking's
+            found = [c for c in found if not c[1].startswith(("EmbeddingProfile(", "replace("))]
         if not found:
             continue
         lines += [f"## `{rel}`: {what}", ""]
@@ -298,10 +300,10 @@ def ranking_page(root: Path) -> str:
             lines += ["| constant | value | comment |", "| --- | --- | --- |", *rows, ""]
     lines += _class_fields("pmem/search.py", "Tuning", root,
                            "`pmem.search.Tuning`: the fusion's constants in one frozen record (`search(tuning=...)`)")
-    lines += _class_fields("pmem/thresholds.py", "Thresholds", root,
-                           "`pmem.thresholds.Thresholds`: what each cosine threshold is for")
+    lines += _class_fields("pmem/models/profiles.py", "Thresholds", root,
+                           "`pmem.models.thresholds.Thresholds`: what each cosine threshold is for")
     models = list(thresholds.BY_MODEL.items())
-    lines += ["## Cosine thresholds per embedding model (`pmem/thresholds.py`)", "",
+    lines += ["## Cosine thresholds per embedding model (`pmem/models/profiles.py`)", "",
               _text(" ".join((inspect.getdoc(thresholds) or "").split("\n\n")[0].split())), "",
               "| threshold | " + " | ".join(f"`{m}`" for m, _ in models) + " |",
               "| --- |" + " --- |" * len(models)]

@@ -49,7 +49,7 @@ old facts of the same subject, expired memories and old episodes (`planning._com
 memories with 1,000 new, 1-4 s instead of ~60 s, with the same proposals (docs/decisions/0028-dream-what-changed.md).
 
 Every cosine above is on the scale of the model the vectors come from: the thresholds are that
-model's (pmem.thresholds, through MemoryStore.thresholds()); the dedup_threshold and
+model's (pmem.models.thresholds, through MemoryStore.thresholds()); the dedup_threshold and
 merge_threshold settings override them when the user sets them.
 
 The parts: records (kinds, Proposal, Plan, ApplyResult), pairs (finding close pairs: all pairs,

@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PmemError
-from ..thresholds import Thresholds
+from ..models.thresholds import Thresholds
 from .records import ASKED, PAIR_KINDS, ApplyResult, Plan
 
 # The dedup rule's version: pairs decided under an older rule are compared again (sameness.py).

@@ -11,9 +11,9 @@ from .. import prompts, timeutil
 from ..errors import PmemError
 from ..extract import decide
 from ..grounding import check_grounding
+from ..models.thresholds import MINILM, Thresholds
 from ..records import Memory
 from ..text import WORD, content_stems, numbers, speaker_sentences
-from ..thresholds import MINILM, Thresholds
 from . import sameness
 from .pairs import _pairs
 from .records import Plan, Proposal, _Budget, _fingerprint, _parse, declined_key
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 MERGE_MAX = 4           # members of one merge proposal
 COMPRESS_MAX = 12       # members of one summary
-COMPRESS_TOPIC = MINILM.compress_topic  # 0.35 on MiniLM's scale (each model: pmem.thresholds)
+COMPRESS_TOPIC = MINILM.compress_topic  # 0.35 on MiniLM's scale (each model: pmem.models.thresholds)
 COMPRESS_KEEP = 0.6     # share of a group's tokens an extractive summary may keep
 SUBJECT_MIN_WORDS = 2
 VALUE_MAX_WORDS = 6
@@ -124,12 +124,12 @@ class _Stems(dict):
 # Pairs at least this close are checked by the extraction's supersede rule. Extraction checks a new
 # fact against its few nearest stored ones (and from 0.6); a dream checks every pair, where its
 # change-word rule at 0.6-0.8 mostly pairs unrelated facts about one person (measured on LoCoMo).
-SUPERSEDE_COSINE = MINILM.supersede  # 0.85 on MiniLM's scale (each model: pmem.thresholds)
+SUPERSEDE_COSINE = MINILM.supersede  # 0.85 on MiniLM's scale (each model: pmem.models.thresholds)
 
 
 def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
     """The store's configured chat model, or (None, why not)."""
-    from ..generate import load_generator
+    from ..models.generate import load_generator
 
     try:
         return load_generator(settings=store.config), None

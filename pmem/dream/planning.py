@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .. import timeutil
 from ..errors import UsageError
+from ..models.thresholds import Thresholds
 from ..records import Memory
-from ..thresholds import Thresholds
 from .marks import _basis
 from .pairs import PAIRS_EXACT_MAX, _neighbours, _vectors
 from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors, _Stems, subject_value

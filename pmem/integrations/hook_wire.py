@@ -12,7 +12,8 @@ Figures: docs/decisions/0041-hook-process-lean.md.
 
 import os
 
-from .. import dirs, leanjson, serve_client
+from .. import dirs, leanjson
+from ..models import serve_client
 
 CLIENTS = ("claude-code", "codex", "gemini")
 EVENTS = ("session-start", "user-prompt", "compact", "subagent-start")

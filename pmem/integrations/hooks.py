@@ -66,7 +66,7 @@ from .hook_wire import (  # noqa: F401 - the hook's names, kept here for its cal
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..serve import Server
+    from ..models.serve import Server
     from ..store import Filter, MemoryStore
 
 # Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
@@ -234,13 +234,13 @@ class HookSettings:
     budget: int = 4000  # characters printed at most
     timeout: float = 4.0  # seconds; past it the hook prints nothing
     limit: int = 8  # relevant memories considered per prompt
-    min_similarity: float | None = None  # None: the vectors' model's (pmem.thresholds hook, hook_words)
+    min_similarity: float | None = None  # None: the vectors' model's (pmem.models.thresholds hook, hook_words)
     dedup_turns: int | None = None  # a memory may come back after this many prompts (None: never)
 
 
 def search_mode(store: MemoryStore) -> str:
     """"keyword" when the embedding model is not on disk yet: a hook must not start a download."""
-    from ..provision import known_models, model_file
+    from ..models.provision import known_models, model_file
 
     spec = store.embed_model_name()
     if spec in known_models() and not model_file(spec).exists():
@@ -416,7 +416,8 @@ def warm_hook() -> None:
     it a server's first hook took 0.1-0.3 s longer than the next (the search's and store's modules,
     the sqlite driver and sqlite-vec: ~0.09 s of it), and under load that was past the hook's own
     wait, so it worked itself."""
-    from .. import provision, scope, search  # noqa: F401
+    from .. import scope, search  # noqa: F401
+    from ..models import provision  # noqa: F401
     from ..store import inspection, memories  # noqa: F401 - the store package binds its names on first use
 
     inspection.vec_version()  # loads the driver and sqlite-vec

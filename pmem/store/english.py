@@ -30,8 +30,8 @@ from ..errors import ModelError
 from .connection import Connection, Progress
 
 if TYPE_CHECKING:
-    from ..embed import Embedder
-    from ..provision import Reporting
+    from ..models.embed import Embedder
+    from ..models.provision import Reporting
 
 MODEL = "all-MiniLM-L6-v2"
 MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
@@ -92,7 +92,7 @@ def share(threads: int) -> int:
 
 def model_file(progress: "Reporting" = None) -> Path:
     """MiniLM's file as the second vectors use it, here and in `pmem serve` (its Q8_0 copy)."""
-    from ..provision import quantized_model
+    from ..models.provision import quantized_model
 
     return quantized_model(MODEL, progress=progress)
 
@@ -145,7 +145,7 @@ class EnglishVectors:
         load it beside e5's work); None, said once, where it cannot be loaded."""
         with self._load_lock:
             if self.embedder is None and not self._failed:
-                from ..embed import load_embedder
+                from ..models.embed import load_embedder
 
                 try:
                     self.embedder = load_embedder(str(model_file()), threads=self.config.threads,
@@ -171,7 +171,7 @@ class EnglishVectors:
         try:
             if (len(texts) > BULK_EMBED or self.bulk) and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
-            from ..embed import LlamaEmbedder
+            from ..models.embed import LlamaEmbedder
 
             if not isinstance(model, LlamaEmbedder):  # served: the server decides
                 vectors = model.embed(texts)

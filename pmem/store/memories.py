@@ -30,8 +30,8 @@ from .keywords import MERGE_PAUSE, MERGE_STEP, KeywordIndex
 from .vectors import WHOLE_TIERS, VectorIndex
 
 if TYPE_CHECKING:
-    from ..embed import Embedder
-    from ..thresholds import Thresholds
+    from ..models.embed import Embedder
+    from ..models.thresholds import Thresholds
 
 MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
 MAX_THREAD = 500  # characters of a thread name

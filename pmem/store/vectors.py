@@ -20,8 +20,8 @@ from .english import EnglishVectors
 from .filter import Filter, date_window, estimate, is_live
 
 if TYPE_CHECKING:
-    from ..embed import Embedder
-    from ..thresholds import Thresholds
+    from ..models.embed import Embedder
+    from ..models.thresholds import Thresholds
 
 BULK_EMBED = 256  # texts in one call above which a `pmem serve` client loads the model itself
 KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
@@ -224,7 +224,7 @@ class VectorIndex:
         """The embedding model named by the store's settings, loaded on first use (or a running
         `pmem serve`). Raises ModelError when it cannot be found, fetched or loaded."""
         if self._embedder is None:
-            from ..embed import load_embedder
+            from ..models.embed import load_embedder
 
             self._embedder = load_embedder(self.model_name(), threads=self.config.threads,
                                            server=self.config.server,
@@ -235,7 +235,7 @@ class VectorIndex:
         """The embedding model this store embeds with: the configured one; when none is configured,
         the known model its vectors come from (a store made under the old default, MiniLM, keeps
         working until `pmem reindex`); else the default (provision.embed_model_for)."""
-        from ..provision import embed_model_for
+        from ..models.provision import embed_model_for
 
         if self._reindex_target:
             return self.config.embed_model
@@ -262,8 +262,8 @@ class VectorIndex:
 
     def thresholds(self) -> "Thresholds":
         """The cosine thresholds of the model the stored vectors come from (the configured one
-        before the first vector), with the user's dedup/merge settings (pmem.thresholds)."""
-        from ..thresholds import effective
+        before the first vector), with the user's dedup/merge settings (pmem.models.thresholds)."""
+        from ..models.thresholds import effective
 
         return effective(self.model()[0] or self.config.embed_model, self.config)
 

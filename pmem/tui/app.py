@@ -743,7 +743,7 @@ class PmemApp(App[None]):
 
     @work(thread=True, group="model")
     def load_model(self) -> None:
-        from ..embed import load_embedder
+        from ..models.embed import load_embedder
 
         try:
             with self.background() as store:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from pmem import Memory, search
-from pmem.embed import FakeEmbedder, LlamaEmbedder
+from pmem.models.embed import FakeEmbedder, LlamaEmbedder
 from pmem.search import semantic_ranks
 from pmem.store import Filter, MemoryStore
 from pmem.store import english as en
@@ -321,7 +321,7 @@ def test_a_cold_search_loads_the_second_model_on_its_own_thread(two, monkeypatch
         loaded_on.append((spec, threading.current_thread().name))
         return Named(en.MODEL, 32)
 
-    monkeypatch.setattr("pmem.embed.load_embedder", load)
+    monkeypatch.setattr("pmem.models.embed.load_embedder", load)
     monkeypatch.setattr(en, "model_file", lambda progress=None: "minilm.q8_0.gguf")
     two.vectors.english.embedder = None
     assert search(two, QUESTION, limit=1)[0].memory.text == DANA

@@ -65,7 +65,7 @@ def _old_store(path, fake_config, n: int):
     """A database as pmem wrote it before migration m005_binary_vectors: float32 vectors in vec0."""
     from conftest import schema_before
 
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
     from pmem.records import MEMORY_COLUMNS
 
     conn = schema_before(path, "m005_binary_vectors")

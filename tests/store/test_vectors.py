@@ -19,7 +19,7 @@ from filled import FILTERS, brute, fill
 
 
 def test_model_mismatch_is_clear(tmp_path, fake_config):
-    from pmem.embed import FakeEmbedder
+    from pmem.models.embed import FakeEmbedder
 
     path = tmp_path / "m.db"
     with MemoryStore(path, config=fake_config, embedder=FakeEmbedder(64)) as s:

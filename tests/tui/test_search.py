@@ -39,11 +39,11 @@ async def test_hybrid_search_ranks_the_match_first(app):
 async def test_the_model_is_asked_of_a_running_server_first(app, monkeypatch):
     """The TUI loads the embedding model the way every command does: through `pmem serve` when
     the `server` setting allows it, so a served model answers the first search at once."""
-    import pmem.embed
+    import pmem.models.embed
 
     asked = []
-    real = pmem.embed.load_embedder
-    monkeypatch.setattr(pmem.embed, "load_embedder", lambda spec, **kw: asked.append(kw) or real(spec, **kw))
+    real = pmem.models.embed.load_embedder
+    monkeypatch.setattr(pmem.models.embed, "load_embedder", lambda spec, **kw: asked.append(kw) or real(spec, **kw))
     async with running(app) as pilot:
         await pilot.press("slash")
         await settle(app, pilot)

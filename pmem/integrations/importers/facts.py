@@ -121,7 +121,7 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
     threads = conversations(records)
     resolved: list[dict[str, str]] = []
     if generator is None and threads:
-        from ...generate import load_generator
+        from ...models.generate import load_generator
 
         generator = load_generator(settings=store.config)
     for n, (thread, turns) in enumerate(threads.items()):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError
+from ..errors import ModelError
 
 PHANTOM_SPACE = "\u2581"  # llama.cpp's WPM tokenizer prefixes every word with this
 _UNUSED = re.compile(r"^\[unused\d+\]$")

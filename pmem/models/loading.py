@@ -15,7 +15,7 @@ import os
 import threading
 from pathlib import Path
 
-from .errors import ModelError
+from ..errors import ModelError
 
 _log_lock = threading.Lock()
 # "callback": the ctypes callback handed to llama.cpp (kept referenced: C holds only a pointer);

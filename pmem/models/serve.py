@@ -10,7 +10,7 @@ build, or something else on the socket: the command loads the model itself, as b
 (`start_in_background`). `server = "never"` never uses or starts one.
 
 This module never imports the embedder: the server is given its model loader, and a client its
-local fallback (`pmem.embed.load_embedder` passes both). It prints nothing: what a person should
+local fallback (`pmem.models.embed.load_embedder` passes both). It prints nothing: what a person should
 know goes through `pmem.notices`, which the CLI shows on stderr and the TUI as a notification.
 
 Safety: the socket is created 0600 inside the 0700 pmem directory, and on Linux the server also
@@ -59,8 +59,8 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import notices, paths
-from .errors import ModelError, PmemError, UsageError
+from .. import notices, paths
+from ..errors import ModelError, PmemError, UsageError
 from .serve_client import (  # shared with an agent hook's thin process
     CONNECT_TIMEOUT,
     MAX_REQUEST,
@@ -390,7 +390,7 @@ class Server:
     """Serves embeddings on a Unix socket until stopped, signalled, or idle for `idle` seconds.
 
     `loader(path, threads=...)` loads the embedder for a model file (the CLI passes
-    `pmem.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes).
+    `pmem.models.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes).
     `ops` adds requests this module knows nothing of: `ops[name](server, request, reply)` calls
     `reply(header)` once, and may tidy up after it (the CLI gives "hook", an agent hook run whole
     here, which closes its database after replying; this module imports none of it). `warm`, if
@@ -746,7 +746,7 @@ class Server:
             _send_json(conn, {"ok": True, "n": len(vectors), "dim": model.dim})
             conn.sendall(_float32(vectors))
         elif op == "status":
-            from .version import __version__
+            from ..version import __version__
 
             _send_json(conn, {"ok": True, "pid": os.getpid(), "version": __version__, "build": self.build,
                               "socket": str(self.path), "started": self.started, "started_by": self.started_by,

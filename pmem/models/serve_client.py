@@ -3,7 +3,7 @@
 Which build this is, how long to wait for a server, and one request answered by one line. It
 imports the C parts of the standard library only: the `socket` module costs a hook's process
 ~20 ms of CPU here (its enums) and the json package ~17 ms (re) before every prompt, where `_socket` and
-pmem.leanjson do the same work (docs/decisions/0041-hook-process-lean.md). `pmem.serve`
+pmem.leanjson do the same work (docs/decisions/0041-hook-process-lean.md). `pmem.models.serve`
 takes its build id, wait and protocol from here; its own client (`serve.request`, vectors after
 the line) is for commands, which have imported all of that anyway.
 """
@@ -11,8 +11,8 @@ the line) is for commands, which have imported all of that anyway.
 import os
 import time
 
-from . import leanjson
-from .version import __version__
+from .. import leanjson
+from ..version import __version__
 
 try:
     import _socket as _sockets
@@ -24,7 +24,7 @@ MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request line; a larger embed runs 
 CONNECT_TIMEOUT = 1.0
 SUPPORTED = hasattr(_sockets, "AF_UNIX")
 FIRST_WAIT = 0.1  # seconds a command gives the server before it loads the model itself (idle machine)
-_HERE = os.path.dirname(os.path.realpath(__file__))  # the pmem package
+_HERE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the pmem package (this is pmem/models/)
 
 
 def first_wait() -> float:
