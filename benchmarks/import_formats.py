@@ -120,7 +120,7 @@ def import_once(sessions: Path, env: dict[str, str]) -> tuple[float, float, dict
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         sock = Path(home) / "pmem.sock"
         if sock.exists():
-            from pmem import serve
+            from pmem.models import serve
 
             serve.stop(sock, timeout=5.0)
         if proc.returncode != 0:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pmem import serve as srv
+from pmem.models import serve as srv
 
 pytestmark = [pytest.mark.stress, pytest.mark.model, pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/status").exists() or not srv.SUPPORTED,
