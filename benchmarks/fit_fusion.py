@@ -143,7 +143,7 @@ def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
 
 def searched(sets, candidates: int | None = None) -> list[dict]:
     """Every question's lists as pmem.search.search hands them to its fusion (each side's
-    `candidates`, default pmem.search.CANDIDATES; kept in each record): the store's own
+    `candidates`, default pmem.search.DEFAULT_TUNING.candidates; kept in each record): the store's own
     candidates (and its English memories' second vectors where the config keeps them, as
     retrieval.py's suite), after thread_lift and asking, with the Tuning search chose and, of
     each keyword candidate, whether it holds a rare query word (dense_first's `rare`)."""
@@ -583,7 +583,7 @@ def main() -> int:
     ap.add_argument("--fitted", default="",
                     help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
     ap.add_argument("--candidates", type=int, default=None,
-                    help="collect --dense searched: each side's candidates (default pmem.search.CANDIDATES)")
+                    help="collect --dense searched: each side's candidates (default pmem.search.DEFAULT_TUNING.candidates)")
     ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
     ap.add_argument("--no-terms", action="store_true",
                     help="leave `terms`' records out: dense_first moves the dense side's best only from the first five")

@@ -13,7 +13,7 @@ multilingual, and
 LoCoMo R@5 / R@10 (own, mixed). `refit`, `normalise` and `words` search the share's constants as
 `fit_fusion.py fit` does (dev part, its objective), so a variant is compared at its own best.
 `scale` times search() on a copy of a scale.py store (fake-384 vectors) with the shipped
-candidate count (pmem.search.CANDIDATES), with 100, and with 100 and no question penalty (search
+candidate count (pmem.search.DEFAULT_TUNING.candidates), with 100, and with 100 and no question penalty (search
 as the last within-5-ms measurement of issue 31 had it), the cells interleaved question by question.
 (`PMEM_LOCOMO_DEV`, `PMEM_BENCH_CACHE` as for fit_fusion.py.)
 """

@@ -116,9 +116,9 @@ def main() -> int:
     if args.what == "share":
         print(json.dumps(share(), indent=1))
     elif args.what == "suite":
-        from pmem.search import QUESTION_PENALTY
+        from pmem.ranking.profile import DEFAULT
 
-        suite(QUESTION_PENALTY if args.penalty is None else args.penalty, rest)
+        suite(DEFAULT.question_penalty if args.penalty is None else args.penalty, rest)
     else:
         if args.db is None:
             ap.error("scale needs --db")
