@@ -156,14 +156,14 @@ def searched(sets, candidates: int | None = None) -> list[dict]:
     emb = _embedder(model)
     second = _embedder(en.MODEL) if config.load().embed_english == "minilm" and model == en.MAIN else None
     seen: dict = {}
-    fuse = s.fuse
+    fused = s.fused
 
     def recording(kw, sem, floor, query, mode="hybrid", tuning=s.DEFAULT_TUNING, rare=None):
         seen.update(kw=kw, sem=sem, floor=floor, tuning=tuning, rare=rare)
-        return fuse(kw, sem, floor, query, mode, tuning, rare)
+        return fused(kw, sem, floor, query, mode, tuning, rare)
 
     out = []
-    s.fuse = recording
+    s.fused = recording
     try:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("PMEM_HOME", tmp)
@@ -186,7 +186,7 @@ def searched(sets, candidates: int | None = None) -> list[dict]:
                     if hasattr(saver, "save"):
                         saver.save()
     finally:
-        s.fuse = fuse
+        s.fused = fused
     return out
 
 

@@ -77,7 +77,9 @@ def way(seq: int, mode: str, profile: Profile, fusion: Fusion, *, kw_rank: int |
 
 
 def line(way: dict[str, Any]) -> str:
-    """One account in one line for a terminal: kw #rank bm25 · dense #rank cos (lift, ?) · share · fused · moved."""
+    """One account in one line for a terminal: kw #rank bm25 · dense #rank cos (lift, question step) ·
+    each side's scaled part (keyword/dense) · fused · dense-first move. The share is the query's:
+    the caller shows it once."""
     kw, dense, fusion = way["keyword"], way["dense"], way["fusion"]
     parts = []
     if kw["used"]:
@@ -92,8 +94,9 @@ def line(way: dict[str, Any]) -> str:
             parts.append(f"dense #{dense['rank']} cos {dense['cosine']:.3f}{extra}")
         else:
             parts.append("dense -")
-    if fusion.get("share") is not None:
-        parts.append(f"share {fusion['share']:.2f}")
+    if fusion.get("keyword_part") is not None or fusion.get("dense_part") is not None:
+        kp, dp = fusion.get("keyword_part") or 0.0, fusion.get("dense_part") or 0.0
+        parts.append(f"parts {kp:.2f}/{dp:.2f}")
     parts.append(f"fused {fusion['score']:.4f}")
     if way["dense_first"]["moved"]:
         parts.append(f"dense-first ({way['dense_first']['why']})")
