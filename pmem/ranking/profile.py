@@ -52,6 +52,12 @@ class Profile:
     version: int = _c(1, "bumped whenever a value changes, so a benchmark record names what it ranked with",
                       "0053-candidates-a-side.md")
     # -- candidates: how many each side brings, and how they are found ------------------------------
+    # 125 measured against 100, 150, 175, 200 and 250 on the lists search() itself fuses: at 125 no
+    # part is lower than at 100 but the mixed store's LoCoMo R@5 (one question), and LoCoMo gains
+    # (R@5 0.754 -> 0.762, R@10 0.845 -> 0.851, mixed R@10 0.829 -> 0.836): a memory both sides find
+    # past their first 100 now counts on both, and each side's min-max scale spans more of it. 150
+    # and 175 within 0.006 of it on LoCoMo; 175-250 lose LoCoMo R@10 (0.838-0.845). The share's
+    # constants are those fitted at 100: a refit at 150-250 gained nothing that held across the parts.
     candidates: int = _c(125, "candidates a side brings to the fusion (100-250 measured; 125 best on LoCoMo)",
                          "0053-candidates-a-side.md")
     context_weight: float = _c(0.7, "BM25 weight of a threaded memory's neighbours' words (its own: 1)",
@@ -74,8 +80,18 @@ class Profile:
         ENGLISH_KNOTS, "MiniLM's cosine mapped to the e5 cosine of the same rank among LoCoMo turn pairs",
         "0017-two-models-english.md")
     # -- the dense side before the fusion --------------------------------------------------------
+    # Before the fusion a threaded memory among the dense candidates moves thread_lift of the way
+    # towards the nearest of its live neighbours in the keyword window that is a candidate too and
+    # nearer ("Yes, last Tuesday!" after the turn that asks about the support group). It only ever
+    # gains; what a Hit reports is its own distance. 0.15-0.3 measured alike on LoCoMo (0.2: dense
+    # R@10 0.597 -> 0.633).
     thread_lift: float = _c(0.2, "how far a threaded memory's distance moves towards a nearer neighbour's; 0: off",
                             "0021-thread-lift.md")
+    # A memory that only asks ("What pet do you have?") states nothing that answers a question, yet
+    # the dense side finds questions nearest to questions (e5's "query: " on both sides). After the
+    # lift its distance grows by question_penalty of the rescaled scale (1 - score_floor: about 0.03
+    # of e5's distance): still a candidate, but it yields to a statement about as near. 0.05-0.25
+    # measured, 0.10-0.25 alike; a quarter of LoCoMo's turns are questions, 13% of its evidence turns.
     question_penalty: float = _c(0.15, "a memory that asks moves this much of the rescaled scale farther; 0: off",
                                  "0052-question-penalty.md")
     question_marks: tuple[str, ...] = _c(("?", "\uff1f", "\u061f"),
@@ -84,10 +100,17 @@ class Profile:
     # -- the fusion ------------------------------------------------------------------------------
     keyword_weight: float = _c(0.6, "the words' part of the absolute score, and the share when not adaptive",
                                "0001-hybrid-fusion-convex.md")
+    # About the -bm25 of the median best keyword match of a LoCoMo question (6.25 on conv-26: 150
+    # questions; quartiles 4.7 and 9.3), so a typical best word match gives half the keyword part.
     bm25_half: float = _c(6.0, "the -bm25 giving half the keyword part: LoCoMo's median best match (6.25)",
                           "0015-fusion-follows-evidence.md")
     adaptive: bool = _c(True, "the keyword share follows each query's evidence; False: keyword_weight",
                         "0015-fusion-follows-evidence.md")
+    # The per-query keyword share, fitted by benchmarks/fit_fusion.py (`fit`, defaults) on the dev part
+    # of the paraphrase, multilingual and LoCoMo sets, in their own stores and in one mixed store,
+    # with the default model's vectors: share_max * logistic(share_bias + sum of each Evidence field
+    # times its coefficient). The English pair: the same fitted where the store's English side is in
+    # use (store/english.py: the dense side scores English pairs by both models).
     share_max: float = _c(0.7, "the most the keyword side's share can be", "0015-fusion-follows-evidence.md")
     share_bias: float = _c(-4.58, "the share's fitted bias (benchmarks/fit_fusion.py)",
                            "0016-one-prefix-both-sides.md")
@@ -99,6 +122,14 @@ class Profile:
         ENGLISH_SHARE_COEF, "the coefficients refitted for a store whose English side is in use",
         "0017-two-models-english.md")
     # -- after the fusion ------------------------------------------------------------------------
+    # After the fusion the dense side's best goes first where the fused order has it among its first
+    # dense_first_within (the first five stay the same five: LoCoMo's R@5 and R@10 cannot change);
+    # from anywhere among the candidates where the fused best holds no rare query word (each word it
+    # holds is in more than (N + 1) ** common_exponent - 0.5 of the store's N memories: an IDF below
+    # 0.45 of the store's highest), or where the dense side's margin over its second
+    # (Evidence.sem_gap) is at least dense_margin (LoCoMo's median margin is 0.02, a question in
+    # other words' 0.10). In a mixed store the keyword side's best was a LoCoMo turn sharing "team",
+    # "pet" or "book" with a question in other words, and the share could not tell that from LoCoMo's.
     dense_first: bool = _c(True, "the dense side's best goes first where the words cannot overrule it",
                            "0018-dense-first.md")
     dense_first_within: int = _c(5, "it goes first from among the fused first five (R@5, R@10 unchanged)",
