@@ -90,7 +90,8 @@ def main() -> int:
                 _fill(store, memories)
                 part = snapshot(store, queries)
                 result.update({("fake|" if fake else "real|") + k: v for k, v in part.items()})
-                print(f"{'fake' if fake else 'real'}: {len(part)} rankings", file=sys.stderr)
+                print(f"{'fake' if fake else 'real'}: {len(part)} rankings; English side in use: "
+                      f"{store.vectors.english.in_use()}", file=sys.stderr)
             finally:
                 store.close()
     Path(args.out).write_text(json.dumps(result, ensure_ascii=False, indent=0, sort_keys=True))
