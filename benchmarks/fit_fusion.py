@@ -86,7 +86,7 @@ def dense_lists(store, keys: dict, qs, dense: str, n: int) -> tuple[list[list], 
             p1, p2 = np.sort(fusion_sets.turn_pairs(m1, s1)), np.sort(fusion_sets.turn_pairs(m2, s2))
             first, f1 = np.interp(first, p1, p2), f2
         elif calibrate == "shipped":  # pmem.store.english.on_e5_scale, vectorised
-            from pmem.store.english import KNOTS
+            from pmem.ranking.profile import ENGLISH_KNOTS as KNOTS
 
             first, f1 = np.interp(first, [x for x, _ in KNOTS], [y for _, y in KNOTS]), f2
         r1, r2 = (first - f1) / (1.0 - f1), (second - f2) / (1.0 - f2)

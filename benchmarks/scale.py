@@ -802,7 +802,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="whole-process runs per command")
     ap.add_argument("--upkeep", action="store_true", help="also time FTS optimize + VACUUM on a copy")
     ap.add_argument("--dream", action="store_true", help="also time `pmem dream` planning")
-    ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
+    ap.add_argument("--pool", type=int, help="quality: the profile's bit_pool for the run (0: the least, 2n)")
     ap.add_argument("--model", help="distinct, since: the embedding model (default fake-384)")
     ap.add_argument("--questions", type=int, default=200, help="keywords: LoCoMo dev questions asked")
     ap.add_argument("--new", type=int, default=1000, help="since: memories added after the last dream")

@@ -189,7 +189,7 @@ def main() -> int:
     ap.add_argument("--check", type=int, default=0, help="compare the stand-ins with the model's own vectors "
                     "of the first K pair texts")
     ap.add_argument("--pools", type=int, nargs="+", default=[0],
-                    help="rescoring pools (pmem.store.vectors.BIT_POOL) to compare; 0: pmem's")
+                    help="rescoring pools (the ranking profile's bit_pool) to compare; 0: pmem's")
     ap.add_argument("--slacks", type=int, nargs="+", default=[None],
                     help="rows each bit partition gives beyond its share of the pool (pmem.store.vectors.PART_SLACK)")
     ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "
