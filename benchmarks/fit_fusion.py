@@ -86,7 +86,7 @@ def dense_lists(store, keys: dict, qs, dense: str, n: int) -> tuple[list[list], 
             p1, p2 = np.sort(fusion_sets.turn_pairs(m1, s1)), np.sort(fusion_sets.turn_pairs(m2, s2))
             first, f1 = np.interp(first, p1, p2), f2
         elif calibrate == "shipped":  # pmem.store.english.on_e5_scale, vectorised
-            from pmem.store.english import KNOTS
+            from pmem.ranking.profile import ENGLISH_KNOTS as KNOTS
 
             first, f1 = np.interp(first, [x for x, _ in KNOTS], [y for _, y in KNOTS]), f2
         r1, r2 = (first - f1) / (1.0 - f1), (second - f2) / (1.0 - f2)
@@ -143,7 +143,7 @@ def collect(sets, dense: list[str]) -> dict[str, list[dict]]:
 
 def searched(sets, candidates: int | None = None) -> list[dict]:
     """Every question's lists as pmem.search.search hands them to its fusion (each side's
-    `candidates`, default pmem.search.CANDIDATES; kept in each record): the store's own
+    `candidates`, default pmem.search.DEFAULT_TUNING.candidates; kept in each record): the store's own
     candidates (and its English memories' second vectors where the config keeps them, as
     retrieval.py's suite), after thread_lift and asking, with the Tuning search chose and, of
     each keyword candidate, whether it holds a rare query word (dense_first's `rare`)."""
@@ -156,14 +156,14 @@ def searched(sets, candidates: int | None = None) -> list[dict]:
     emb = _embedder(model)
     second = _embedder(en.MODEL) if config.load().embed_english == "minilm" and model == en.MAIN else None
     seen: dict = {}
-    fuse = s.fuse
+    fused = s.fused
 
     def recording(kw, sem, floor, query, mode="hybrid", tuning=s.DEFAULT_TUNING, rare=None):
         seen.update(kw=kw, sem=sem, floor=floor, tuning=tuning, rare=rare)
-        return fuse(kw, sem, floor, query, mode, tuning, rare)
+        return fused(kw, sem, floor, query, mode, tuning, rare)
 
     out = []
-    s.fuse = recording
+    s.fused = recording
     try:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ.setdefault("PMEM_HOME", tmp)
@@ -186,7 +186,7 @@ def searched(sets, candidates: int | None = None) -> list[dict]:
                     if hasattr(saver, "save"):
                         saver.save()
     finally:
-        s.fuse = fuse
+        s.fused = fused
     return out
 
 
@@ -583,7 +583,7 @@ def main() -> int:
     ap.add_argument("--fitted", default="",
                     help="report: the fusion constants of this file (what `fit` prints) instead of the shipped ones")
     ap.add_argument("--candidates", type=int, default=None,
-                    help="collect --dense searched: each side's candidates (default pmem.search.CANDIDATES)")
+                    help="collect --dense searched: each side's candidates (default pmem.search.DEFAULT_TUNING.candidates)")
     ap.add_argument("--out", default="", help="fit: also write the fitted constants to this file")
     ap.add_argument("--no-terms", action="store_true",
                     help="leave `terms`' records out: dense_first moves the dense side's best only from the first five")

@@ -184,9 +184,9 @@ GATED = {
 
 
 def _shipped_english() -> tuple:
-    from pmem.store import english
+    from pmem.ranking.profile import DEFAULT
 
-    return english.WEIGHT, "pair", "shipped", english.POOL
+    return DEFAULT.english_weight, "pair", "shipped", DEFAULT.english_pool
 
 
 # What pmem ships where `embed_english = minilm` (pmem/store/english.py: its weight, its map of

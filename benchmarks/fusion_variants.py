@@ -5,7 +5,7 @@
     python benchmarks/fusion_variants.py normalise               # other scalings of each side than min-max, refitted each
     python benchmarks/fusion_variants.py language --penalty 0 0.02 0.05 0.1   # a memory in another language than the question put farther
     python benchmarks/fusion_variants.py words                   # words of the question itself (when, yes/no, names, length) as features of the share
-    python benchmarks/fusion_variants.py scale --db /tmp/pmem-scale/scale-100000.db   # search() at CANDIDATES and at 100, interleaved
+    python benchmarks/fusion_variants.py scale --db /tmp/pmem-scale/scale-100000.db   # search() at the profile's candidates and at 100, interleaved
 
 Each prints one markdown row per variant: top-1 hybrid | semantic of the paraphrase questions in
 other words (own store, its held-out part, the mixed store), French, cross-lingual and all
@@ -13,7 +13,7 @@ multilingual, and
 LoCoMo R@5 / R@10 (own, mixed). `refit`, `normalise` and `words` search the share's constants as
 `fit_fusion.py fit` does (dev part, its objective), so a variant is compared at its own best.
 `scale` times search() on a copy of a scale.py store (fake-384 vectors) with the shipped
-candidate count (pmem.search.CANDIDATES), with 100, and with 100 and no question penalty (search
+candidate count (pmem.search.DEFAULT_TUNING.candidates), with 100, and with 100 and no question penalty (search
 as the last within-5-ms measurement of issue 31 had it), the cells interleaved question by question.
 (`PMEM_LOCOMO_DEV`, `PMEM_BENCH_CACHE` as for fit_fusion.py.)
 """

@@ -70,9 +70,14 @@ def share() -> dict:
 
 def suite(penalty: float, rest: list[str]) -> None:
     s = importlib.import_module("pmem.search")
+    from pmem.ranking import profile
+
+    # search() without a profile takes its model's from the registry (for_model): every one there,
+    # and the fallback, with this penalty; the names benchmarks pass explicitly too
+    profile.DEFAULT = replace(profile.DEFAULT, question_penalty=penalty)
+    profile.PROFILES = {name: replace(p, question_penalty=penalty) for name, p in profile.PROFILES.items()}
     s.DEFAULT_TUNING = replace(s.DEFAULT_TUNING, question_penalty=penalty)
     s.ENGLISH_TUNING = replace(s.ENGLISH_TUNING, question_penalty=penalty)
-    s.search.__kwdefaults__["tuning"] = s.DEFAULT_TUNING  # search() tells the default by identity
     sys.argv = ["retrieval.py", "--suite", *rest]
     runpy.run_path(str(HERE / "retrieval.py"), run_name="__main__")
 
@@ -116,9 +121,9 @@ def main() -> int:
     if args.what == "share":
         print(json.dumps(share(), indent=1))
     elif args.what == "suite":
-        from pmem.search import QUESTION_PENALTY
+        from pmem.ranking.profile import DEFAULT
 
-        suite(QUESTION_PENALTY if args.penalty is None else args.penalty, rest)
+        suite(DEFAULT.question_penalty if args.penalty is None else args.penalty, rest)
     else:
         if args.db is None:
             ap.error("scale needs --db")

@@ -204,7 +204,8 @@ def suite_blocks(cache: Path, sets: list[str], explain: bool, neighbours: int | 
 
     from pmem import config, recall, search
     from pmem.config import Settings
-    from pmem.recall import MIN_SCORE, _cost, _line
+    from pmem.ranking.profile import DEFAULT
+    from pmem.recall import _cost, _line
     from pmem.store import english as en
 
     model = Settings().embed_model
@@ -230,7 +231,7 @@ def suite_blocks(cache: Path, sets: list[str], explain: bool, neighbours: int | 
                 if inside or not explain:
                     continue
                 ranked = search(store, q.text, limit=60)
-                kept = [h for h in ranked if h.keyword_rank is not None or h.score >= MIN_SCORE]
+                kept = [h for h in ranked if h.keyword_rank is not None or h.score >= DEFAULT.recall_min_score]
                 at = [i for i, h in enumerate(ranked) if h.memory.meta.get("key") in q.targets]
                 best = ranked[at[0]] if at else None
                 far = [i for i, h in enumerate(search(store, q.text, limit=300)) if h.memory.meta.get("key") in q.targets]

@@ -442,17 +442,19 @@ def rates(cache: Path, sizes: list[int], label: str, batch: int = 1000, rounds: 
 
 def quality(pool: int | None = None) -> dict:
     """LoCoMo dev evidence R@5/R@10 of hybrid search with the real embedding model, the exact
-    vector search and the bit-vector path forced on (pool BIT_POOL of ~600 memories a
+    vector search and the bit-vector path forced on (pool DEFAULT.bit_pool of ~600 memories a
     conversation, or `pool`: 0 leaves the least the path takes, 2n = 200, a third of a store),
     in the same run and the same stores."""
     import tempfile
+    from dataclasses import replace
 
     from pmem import Memory, MemoryStore
+    from pmem.ranking.profile import DEFAULT
+    from pmem.search import profile_for as chosen
     from pmem.search import search
     from pmem.store import vectors as store_module  # where the bit path reads its constants
 
-    if pool is not None:
-        store_module.BIT_POOL = pool
+    profile = replace(DEFAULT, bit_pool=pool) if pool is not None else DEFAULT
 
     hits = {"exact": {5: 0, 10: 0}, "fast": {5: 0, 10: 0}}
     total = 0
@@ -469,13 +471,14 @@ def quality(pool: int | None = None) -> dict:
                     store.exact_below = 10**12 if name == "exact" else 0
                     saved = store_module.EXACT_SCAN_MAX
                     store_module.EXACT_SCAN_MAX = saved if name == "exact" else 0
-                    ranked = [by_id[h.memory.id] for h in search(store, q["question"], limit=10)]
+                    ranked = [by_id[h.memory.id] for h in search(store, q["question"], limit=10,
+                                                                 tuning=chosen(store, base=profile))]
                     store_module.EXACT_SCAN_MAX = saved
                     for k in (5, 10):
                         if set(q["evidence"]) & set(ranked[:k]):
                             hits[name][k] += 1
             store.close()
-    return {"questions": total, "bit_pool": store_module.BIT_POOL,
+    return {"questions": total, "bit_pool": profile.bit_pool,
             **{f"{name}_R@{k}": round(v / total, 3) for name, d in hits.items() for k, v in d.items()}}
 
 
@@ -799,7 +802,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="whole-process runs per command")
     ap.add_argument("--upkeep", action="store_true", help="also time FTS optimize + VACUUM on a copy")
     ap.add_argument("--dream", action="store_true", help="also time `pmem dream` planning")
-    ap.add_argument("--pool", type=int, help="quality: store.BIT_POOL for the run (0: the least, 2n)")
+    ap.add_argument("--pool", type=int, help="quality: the profile's bit_pool for the run (0: the least, 2n)")
     ap.add_argument("--model", help="distinct, since: the embedding model (default fake-384)")
     ap.add_argument("--questions", type=int, default=200, help="keywords: LoCoMo dev questions asked")
     ap.add_argument("--new", type=int, default=1000, help="since: memories added after the last dream")

@@ -114,11 +114,13 @@ _EXACT: dict = {}
 
 
 def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None = None) -> dict:
+    from dataclasses import replace
+
+    from pmem.ranking.profile import DEFAULT
     from pmem.store import Filter, MemoryStore
     from pmem.store import vectors as store_module  # where the bit path reads its constants
 
-    if pool:
-        store_module.BIT_POOL = pool
+    profile = replace(DEFAULT, bit_pool=pool) if pool else DEFAULT
     if slack is not None:
         store_module.PART_SLACK = slack
 
@@ -131,7 +133,7 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
         return thresholds.for_model(name).score_floor
 
     tie = 0.01 * (1 - floor(store.vector_model()[0])) / (1 - floor("all-MiniLM-L6-v2"))
-    out: dict = {"n": store.counter("vectors"), "bit_pool": store_module.BIT_POOL,
+    out: dict = {"n": store.counter("vectors"), "bit_pool": profile.bit_pool,
                  "part_slack": store_module.PART_SLACK, "near_tie": round(tie, 4)}
     flt = Filter()
     for k in ks:
@@ -147,7 +149,7 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
             exact_ms.append(exact_s)
             store.exact_below = 0
             t = time.process_time()
-            fast = store.vectors.ranks(blob, flt, k)
+            fast = store.vectors.ranks(blob, flt, k, profile=profile)
             fast_ms.append(time.process_time() - t)
             got.append(len({s for s, _ in fast} & {s for s, _ in exact}) / len(exact))
             kth = exact[-1][1]
@@ -187,7 +189,7 @@ def main() -> int:
     ap.add_argument("--check", type=int, default=0, help="compare the stand-ins with the model's own vectors "
                     "of the first K pair texts")
     ap.add_argument("--pools", type=int, nargs="+", default=[0],
-                    help="rescoring pools (pmem.store.vectors.BIT_POOL) to compare; 0: pmem's")
+                    help="rescoring pools (the ranking profile's bit_pool) to compare; 0: pmem's")
     ap.add_argument("--slacks", type=int, nargs="+", default=[None],
                     help="rows each bit partition gives beyond its share of the pool (pmem.store.vectors.PART_SLACK)")
     ap.add_argument("--dream", action="store_true", help="also time a whole dream plan on each store "

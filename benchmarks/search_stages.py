@@ -29,7 +29,7 @@ import fusion_sets  # noqa: E402
 from scale_corpus import NOW, questions  # noqa: E402
 
 STAGES = {  # module or class path -> the functions timed, each a stage of search()
-    "pmem.search": ("_both_sides", "keyword_ranks", "semantic_ranks", "thread_lift", "asking", "fuse"),
+    "pmem.search": ("_both_sides", "keyword_ranks", "semantic_ranks", "thread_lift", "asking", "fused"),
     "pmem.store.keywords:KeywordIndex": ("ranks", "neighbours", "holds_rare"),
     "pmem.store.vectors:VectorIndex": ("ranks",),
     "pmem.store.memories:MemoryStore": ("questions", "memories_by_seq", "thresholds", "query_vector"),

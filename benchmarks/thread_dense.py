@@ -81,8 +81,8 @@ def scores(records, qs, context=None):
     vector, the unit mean of its own and b times each neighbour's."""
     import numpy as np
 
+    from pmem.ranking.profile import ENGLISH_KNOTS as KNOTS
     from pmem.stemming import index_language
-    from pmem.store.english import KNOTS
 
     texts = [r["text"] for r in records]
     mats = []

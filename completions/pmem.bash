@@ -17,7 +17,7 @@ _pmem_words() {
     case "$1" in
         "pmem") words="add search recall list show edit pin unpin expire forget restore history log undo import export stats path reindex doctor dream extract why serve tui mcp context hook models config sync --db --version --help" ;;
         "add") words="--tag -t --pin --tier --ttl --expires --source --meta --at --allow-duplicate --extract --allow-secret --scope --thread --json --help" ;;
-        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --context -C --min-score --json --help" ;;
+        "search") words="--limit -k -n --tag -t --tier --since --until --as-of --include-expired --mode --no-collapse --scope --context -C --min-score --explain --json --help" ;;
         "recall") words="--budget -b --format -f --tag -t --tier --as-of --scope --neighbours --help" ;;
         "list") words="--limit -n --offset --tag -t --tier --since --until --as-of --pinned --unpinned --include-expired --include-forgotten --all -a --sort --reverse -r --scope --json --help" ;;
         "show") words="--json --help" ;;

@@ -61,6 +61,7 @@ complete -c pmem -n '__fish_seen_subcommand_from search' -l no-collapse -d 'List
 complete -c pmem -n '__fish_seen_subcommand_from search' -l scope -r -d 'auto (default: global memories plus the project\'s (the git root or directory) of the current directory), global, all, or a project directory.'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l context -s C -r -d 'Also show N neighbours on each side of a result that is in a thread.'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l min-score -r -d 'Leave out results scoring below this (0..1; 0.3 keeps clear matches).'
+complete -c pmem -n '__fish_seen_subcommand_from search' -l explain -d 'Show each result\'s way through the ranking: keyword rank and BM25, dense rank and cosine, thread lift, question penalty, the keyword share and why, the fused score, a dense-first move (with --json: an `explain` key).'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from search' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from recall' -l budget -s b -r -d 'Token budget (default 1500).'

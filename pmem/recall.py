@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from . import ownblocks
 from .display import json_dumps, prompt_safe
 from .errors import UsageError
+from .ranking.profile import DEFAULT
 from .records import Memory
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("md", "xml", "json", "text")
 NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one
-MIN_SCORE = 0.02  # default recall_min_score: meaning-only matches scoring less are left out
 # Only the best few matches bring neighbours: on LoCoMo (docs/decisions/0002-threads-keyword-window.md) neighbours
 # for every match spent the budget on context and left evidence out (0.882 of questions with their
 # evidence in the block, against 0.911 with none); for the best three it stayed at 0.911. They
@@ -165,7 +165,7 @@ def recall(store: "MemoryStore", query: str | None = None, *, budget: int | None
         # memories weighs almost nothing in BM25, yet it is what was asked for.
         if min_similarity is None:
             if min_score is None:
-                min_score = float(getattr(store.config, "recall_min_score", MIN_SCORE))
+                min_score = float(getattr(store.config, "recall_min_score", DEFAULT.recall_min_score))
             hits = [h for h in hits if h.keyword_rank is not None or h.score >= min_score]
         else:
             hits = [h for h in hits if h.keyword_rank is not None

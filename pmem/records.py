@@ -120,6 +120,7 @@ class Hit:
     keyword_rank: int | None = None
     semantic_rank: int | None = None
     distance: float | None = None
+    explain: dict[str, Any] | None = None  # its way through the stages, when asked (pmem.ranking.explain)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.memory.to_dict()
@@ -128,6 +129,8 @@ class Hit:
         d["keyword_rank"] = self.keyword_rank
         d["semantic_rank"] = self.semantic_rank
         d["distance"] = None if self.distance is None else round(self.distance, 6)
+        if self.explain is not None:
+            d["explain"] = self.explain
         return d
 
 

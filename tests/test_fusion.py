@@ -258,7 +258,7 @@ def test_each_side_brings_its_first_CANDIDATES_to_the_fusion(store):
     # longer text (its BM25 121st), and is nearest by meaning ("harbourside quayside" share the
     # query's trigrams, not its words: fake-64 cosine 0.64 against at most 0.52). Past 100 it now
     # counts on both sides (docs/decisions/0053-candidates-a-side.md).
-    from pmem.search import CANDIDATES
+    CANDIDATES = DEFAULT_TUNING.candidates
 
     assert 121 <= CANDIDATES
     meant = "lantern harbourside quayside"

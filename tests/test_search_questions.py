@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pmem import Memory, MemoryStore, search
-from pmem.search import QUESTION_PENALTY, Tuning, asking
+from pmem.search import DEFAULT_TUNING, Tuning, asking
 from pmem.store import Filter
 
 OFF = Tuning(question_penalty=0.0)
@@ -63,7 +63,7 @@ def test_a_question_keeps_its_own_distance_and_loses_the_step_in_rank(store):
     store.insert([Memory(id="", text=t) for t in [ASKS, ANSWERS, "My sister lives in Lisbon."]])
     hits = {h.memory.text: h for h in search(store, QUERY, mode="semantic", limit=3)}
     own = {h.memory.text: h for h in search(store, QUERY, mode="semantic", limit=3, tuning=OFF)}
-    step = QUESTION_PENALTY * (1.0 - store.thresholds().score_floor)
+    step = DEFAULT_TUNING.question_penalty * (1.0 - store.thresholds().score_floor)
     assert hits[ASKS].distance == own[ASKS].distance
     assert hits[ASKS].score == own[ASKS].score  # what a hit reports is its own
     assert hits[ASKS].rank_score == pytest.approx(1.0 - own[ASKS].distance - step)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pmem import Memory, search
-from pmem.search import QUESTION_PENALTY, THREAD_LIFT, Tuning, thread_lift
+from pmem.search import DEFAULT_TUNING, Tuning, thread_lift
 from pmem.store import Filter
 
 QUESTION = "When did Ana go to the support group?"
@@ -50,7 +50,7 @@ def test_what_a_hit_reports_is_its_own_distance_and_its_rank_the_lifted_one(stor
     d, near = hits[ANSWER].distance, hits[ASKED].distance
     assert d == pytest.approx(own_distance(store, ANSWER))
     assert near < d and hits[ANSWER].rank_score > 1.0 - d
-    assert hits[ANSWER].rank_score == pytest.approx(1.0 - (d - THREAD_LIFT * (d - near)))
+    assert hits[ANSWER].rank_score == pytest.approx(1.0 - (d - DEFAULT_TUNING.thread_lift * (d - near)))
     for text in CLOSER + OTHERS:  # no thread: the rank is the cosine itself, exactly
         assert hits[text].rank_score == 1.0 - hits[text].distance
 
@@ -74,7 +74,7 @@ def test_a_forgotten_neighbour_lends_nothing(store):
     # listed too, the forgotten turn neither lends (the answer keeps its cosine) nor borrows
     assert hits[ANSWER].rank_score == 1.0 - hits[ANSWER].distance
     # the turn that asks is put back as any question is (pmem.search.asking), and by that alone
-    step = QUESTION_PENALTY * (1.0 - store.thresholds().score_floor)
+    step = DEFAULT_TUNING.question_penalty * (1.0 - store.thresholds().score_floor)
     assert hits[ASKED].rank_score == pytest.approx(1.0 - hits[ASKED].distance - step)
 
 

@@ -127,6 +127,10 @@ def search(
                                 help="Also show N neighbours on each side of a result that is in a thread."),
     min_score: float = typer.Option(0.0, "--min-score",
                                     help="Leave out results scoring below this (0..1; 0.3 keeps clear matches)."),
+    explain: bool = typer.Option(False, "--explain",
+                                 help="Show each result's way through the ranking: keyword rank and BM25, dense "
+                                      "rank and cosine, thread lift, question penalty, the keyword share and why, "
+                                      "the fused score, a dense-first move (with --json: an `explain` key)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Find memories by meaning and by words (hybrid).
@@ -144,6 +148,7 @@ def search(
       pmem search "moved" --as-of 2024-01-01 --mode keyword
       pmem search "sister" --context 2      # each result with the turns around it
       pmem search "deploys" --min-score 0.3 --json   # only clear matches, for a script
+      pmem search "who approves deploys" --explain   # why each result ranks where it does
     """
     from ..search import search as run_search
 
@@ -152,18 +157,51 @@ def search(
     with open_store(read_only=True) as store:
         flt = _filter(tag, tier, since, until, as_of, include_expired, scope=scope)
         hits = run_search(store, query, flt, limit=limit or store.config.search_limit, mode=mode,
-                          collapse=not no_collapse, min_score=min_score)
+                          collapse=not no_collapse, min_score=min_score, explain=explain)
         around = [store.thread_neighbours(h.memory, context, context, flt) for h in hits] if context else []
     if as_json:
         out.print_json([{**h.to_dict(), **({"context": {"before": [m.to_dict() for m in around[i][0]],
                                                         "after": [m.to_dict() for m in around[i][1]]}}
                                            if context else {})} for i, h in enumerate(hits)])
+    elif hits and explain:
+        _hits_explained(hits)
     elif hits and context:
         _hits_in_context(hits, around)
     elif hits:
         out.memory_table([], hits=hits)
     elif out.is_tty():
         out.note("no memories match")
+
+
+def _hits_explained(hits) -> None:
+    """Each result with its way through the ranking in one line (pmem.ranking.explain.line),
+    after a line naming the profile and the keyword share this query got, and why."""
+    from ..ranking.explain import line
+
+    first = hits[0].explain
+    fusion = first["fusion"]
+    head = f"profile {first['profile']['model']} v{first['profile']['version']}; {fusion['stage']}"
+    if fusion.get("share") is not None:
+        head += f"; keyword share {fusion['share']:.3f}: {fusion['why']}"
+    if not out.is_tty():
+        out.echo("# " + head)
+        for hit in hits:
+            m = hit.memory
+            out.echo("\t".join([m.id, m.created_at[:10], m.tier, f"{hit.score:.4f}", ",".join(m.tags),
+                                out.one_line(m.text)]))
+            out.echo("\t" + line(hit.explain))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(head), show_lines=False, expand=True, pad_edge=False)
+    for name, kw in (("id", {"style": "cyan", "no_wrap": True}), ("score", {"justify": "right", "no_wrap": True}),
+                     ("text", {"ratio": 2}), ("way through the ranking", {"ratio": 3, "style": "dim"})):
+        table.add_column(name, **kw)
+    for hit in hits:
+        table.add_row(Text(hit.memory.id), Text(f"{hit.score:.3f}"), Text(out.visible(hit.memory.text)),
+                      Text(line(hit.explain)))
+    out.console().print(table)
 
 
 def _hits_in_context(hits, around) -> None:

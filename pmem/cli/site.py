@@ -191,6 +191,7 @@ def api_page() -> str:
 
 RANKING_MODULES = (
     ("pmem/search.py", "the hybrid search: candidates, the fusion, its adjustments"),
+    ("pmem/ranking/stages.py", "the stages of a search that need no store"),
     ("pmem/store/keywords.py", "the keyword index (FTS5 BM25)"),
     ("pmem/store/vectors.py", "the vector index (exact, bit index, partitions)"),
     ("pmem/store/english.py", "the second, English vector (MiniLM beside e5)"),
@@ -268,6 +269,40 @@ def _class_fields(rel: str, name: str, root: Path, heading: str) -> list[str]:
     return [f"## {heading}", "", _text(" ".join(doc.split())), "", *rows, ""]
 
 
+def _comment_above(lines: list[str], start: int) -> list[str]:
+    """The comment lines right above line `start`, up to a `# --` section heading."""
+    block: list[str] = []
+    i = start - 1
+    while i >= 0 and lines[i].lstrip().startswith("#") and not lines[i].lstrip().startswith("# --"):
+        block.insert(0, lines[i].lstrip()[1:].strip())
+        i -= 1
+    return block
+
+
+def _profile_table(root: Path) -> list[str]:
+    """pmem.ranking.profile: every field of the profile per model, its reason (and the comment
+    block above it in the source, where one is) and its record."""
+    from ..ranking import profile
+
+    source = (root / "pmem/ranking/profile.py").read_text(encoding="utf-8")
+    lines = source.splitlines()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Profile")
+    blocks = {n.target.id: " ".join(_comment_above(lines, n.lineno - 1)) for n in cls.body
+              if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    models = list(profile.PROFILES.items())
+    doc = " ".join((inspect.getdoc(profile) or "").split("\n\n")[0].split())
+    rows = ["| field | " + " | ".join(f"`{m}` v{p.version}" for m, p in models) + " | why | record |",
+            "| --- |" + " --- |" * len(models) + " --- | --- |"]
+    for name, _, why, record in profile.Profile.documented():
+        if name in ("model", "version"):
+            continue
+        values = " | ".join(f"`{' '.join(repr(getattr(p, name)).split())}`".replace("|", "¦") for _, p in models)
+        reason = why + (f". {blocks[name]}" if blocks.get(name) else "")
+        rows.append(f"| `{name}` | {values} | {_cell(reason)} | [{record[:4]}](../decisions/{record}) |")
+    return ["## `pmem/ranking/profile.py`: the ranking profile of each embedding model (`search(tuning=...)`)", "",
+            _text(doc), "", *rows, ""]
+
+
 def ranking_page(root: Path) -> str:
     from dataclasses import fields
 
@@ -298,8 +333,7 @@ def ranking_page(root: Path) -> str:
             rows.append(f"| `{name}` | `{value.replace('|', '¦')}` | {_cell(comment) or ' '} |")
         if rows:
             lines += ["| constant | value | comment |", "| --- | --- | --- |", *rows, ""]
-    lines += _class_fields("pmem/search.py", "Tuning", root,
-                           "`pmem.search.Tuning`: the fusion's constants in one frozen record (`search(tuning=...)`)")
+    lines += _profile_table(root)
     lines += _class_fields("pmem/models/profiles.py", "Thresholds", root,
                            "`pmem.models.thresholds.Thresholds`: what each cosine threshold is for")
     models = list(thresholds.BY_MODEL.items())

@@ -5,7 +5,8 @@ vectors.py (the indexes) < erase.py, migrations.py < memories.py (MemoryStore); 
 (what `pmem doctor` asks of a file a store may not open) and glance.py (autosync's read-only look,
 after every write command) stand beside them. The names other modules import are bound here on
 first use (PEP 562), so that importing one small part (glance.py) does not load the rest; a
-tunable constant is patched where it is used (pmem.store.vectors.BIT_POOL), never here."""
+tunable constant is patched where it is used (pmem.store.vectors.EXACT_SCAN_MAX), never here; the
+ranking's constants come from the profile passed in (pmem.ranking.profile)."""
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; type checkers read it as True
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports these

@@ -8,8 +8,9 @@ cosine moved onto e5's scale (`on_e5_scale`); every other pair by e5 alone. The 
 on e5's scale, so e5's thresholds, score floor and the rest of search stay as they are, and a
 memory with no second vector (not English, or stored before this table) competes by e5 alone.
 
-MiniLM rescores e5's nearest `POOL` only: no second index to search (exact over every memory gave
-the same figures). Figures and how they were found: docs/decisions/0017-two-models-english.md.
+MiniLM rescores e5's nearest `english_pool` (pmem.ranking.profile) only: no second index to
+search (exact over every memory gave the same figures). Figures and how they were found:
+docs/decisions/0017-two-models-english.md.
 
 Written wherever the main vector is (VectorIndex.put, put_many; memory texts embedded through
 VectorIndex.embed are embedded here too, before any write lock), erased with it (delete, and
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from ..config import Config
 from ..errors import ModelError
+from ..ranking.profile import DEFAULT, Profile
 from .connection import Connection, Progress
 
 if TYPE_CHECKING:
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 
 MODEL = "all-MiniLM-L6-v2"
 MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
-WEIGHT = 0.5  # MiniLM's share of an English pair's cosine (0.3-0.7 measured; 0.5 best)
-POOL = 200  # e5's nearest memories MiniLM rescores (400: the same as every memory; 100: 1 point less)
 PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
 BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
 # How MiniLM runs here (docs/decisions/0019-second-vector-cost.md): its Q8_0
@@ -49,30 +49,22 @@ BULK_PACK = 32
 # full count on 2 cores, they stalled each other (docs/decisions/0054-import-bulk-embedding.md).
 BULK_SHARE = 3
 
-# MiniLM cosine -> the multilingual-e5-small-symmetric cosine the same share of LoCoMo turn pairs
-# reaches (44,850 pairs of the first 60 turns of each dev conversation; percentiles 0, 0.1, 1, 5,
-# 10, 20, ..., 90, 95, 98, 99, 99.5, 99.8, 99.9, 99.95, 100), ends added; linear between knots.
-KNOTS = ((-1.0, 0.700), (-0.112, 0.717), (-0.023, 0.750), (0.037, 0.769), (0.104, 0.787), (0.142, 0.796),
-         (0.189, 0.806), (0.225, 0.814), (0.255, 0.821), (0.285, 0.828), (0.314, 0.835), (0.348, 0.842),
-         (0.391, 0.851), (0.457, 0.865), (0.521, 0.876), (0.599, 0.891), (0.650, 0.901), (0.700, 0.910),
-         (0.747, 0.921), (0.774, 0.929), (0.802, 0.935), (0.911, 0.968), (1.0, 1.0))
-_XS = [x for x, _ in KNOTS]
-
-
-def on_e5_scale(cosine: float) -> float:
-    """A MiniLM cosine as the e5 cosine of the same rank among LoCoMo turn pairs (KNOTS)."""
-    if cosine <= _XS[0]:
-        return KNOTS[0][1]
-    if cosine >= _XS[-1]:
-        return KNOTS[-1][1]
-    i = bisect.bisect_right(_XS, cosine)
-    (x0, y0), (x1, y1) = KNOTS[i - 1], KNOTS[i]
+def on_e5_scale(cosine: float, knots: Sequence[tuple[float, float]] = DEFAULT.english_knots) -> float:
+    """A MiniLM cosine as the e5 cosine of the same rank among LoCoMo turn pairs (the profile's
+    english_knots: linear between them)."""
+    if cosine <= knots[0][0]:
+        return knots[0][1]
+    if cosine >= knots[-1][0]:
+        return knots[-1][1]
+    i = bisect.bisect_right([x for x, _ in knots], cosine)
+    (x0, y0), (x1, y1) = knots[i - 1], knots[i]
     return y0 + (y1 - y0) * (cosine - x0) / (x1 - x0)
 
 
-def combined(e5: float, minilm: float) -> float:
-    """An English pair's cosine on e5's scale."""
-    return (1.0 - WEIGHT) * e5 + WEIGHT * on_e5_scale(minilm)
+def combined(e5: float, minilm: float, profile: Profile = DEFAULT) -> float:
+    """An English pair's cosine on e5's scale: MiniLM's part profile.english_weight."""
+    w = profile.english_weight
+    return (1.0 - w) * e5 + w * on_e5_scale(minilm, profile.english_knots)
 
 
 def create_tables(conn) -> None:
@@ -126,7 +118,6 @@ class EnglishVectors:
         self._error: Exception | None = None  # what it raised, for wait() to raise here
         self._busy_threads = 0  # the cores prepare()'s MiniLM holds while it runs (VectorIndex.embed's e5 has the rest)
         self._load_lock = threading.Lock()
-        self.pool = POOL
         self.bulk = False  # VectorIndex.bulk(): every batch embeds in this process
 
     def active(self) -> bool:
@@ -327,7 +318,8 @@ class EnglishVectors:
         return wait
 
     def rescore(self, query: str, ranks: list[tuple[int, float]],
-                vector: Callable[[], bytes | None] | None = None) -> list[tuple[int, float]]:
+                vector: Callable[[], bytes | None] | None = None,
+                profile: Profile = DEFAULT) -> list[tuple[int, float]]:
         """e5's (seq, cosine distance) best first, the memories with a second vector scored by
         `combined`, best first again; as given when MiniLM cannot be had. `vector`: what
         query_vector returned, else the query is embedded here."""
@@ -341,6 +333,6 @@ class EnglishVectors:
         near = dict(self.db.execute(
             "SELECT seq, vec_distance_cosine(embedding, ?) FROM memory_vec_en "
             "WHERE seq IN (SELECT value FROM json_each(?))", (blob, json.dumps([s for s, _ in ranks]))))
-        out = [(seq, 1.0 - combined(1.0 - d, 1.0 - near[seq]) if seq in near else d) for seq, d in ranks]
+        out = [(seq, 1.0 - combined(1.0 - d, 1.0 - near[seq], profile) if seq in near else d) for seq, d in ranks]
         out.sort(key=lambda r: (r[1], r[0]))
         return out

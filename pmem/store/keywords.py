@@ -9,14 +9,11 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
+from ..ranking.profile import DEFAULT, Profile
 from .connection import Connection, Progress
 from .filter import LIVE_SQL, Filter, date_window, estimate
 
-COMMON_SHARE = 5  # % of the memories above which a query word is common (left out of BM25)...
-COMMON_MIN = 1000  # ...when it is in more than this many (and always above COMMON_MAX)
-COMMON_MAX = 10_000  # (at 1,000,000 a 5% word still cost ~120 ms of BM25; 1% cost 29 ms)
 KEYWORD_FETCH = 4  # a large store's keyword side ranks 4n by BM25 before it filters (KeywordIndex.ranks)
-COMMON_RECENT = 5000  # rows ranked for a query made only of common words (the newest that hold them)
 MERGE_STEP = 1000  # keyword-index pages one transaction of merge() writes (0.3-0.4 s at 100k)
 MERGE_PAUSE = 0.1  # seconds between two steps: longer than SQLite's busy handler sleeps, so a waiting writer gets in
 
@@ -139,9 +136,11 @@ class KeywordIndex:
         with self.db.transaction():
             install_keyword_window(self.db.conn, before, after)
 
-    def ranks(self, match: str, flt: Filter, n: int, context_weight: float = 1.0) -> list[tuple[int, float]]:
+    def ranks(self, match: str, flt: Filter, n: int, context_weight: float = 1.0,
+              profile: Profile = DEFAULT) -> list[tuple[int, float]]:
         """(seq, bm25) for an FTS5 `match` expression, best first; bm25 is negative, lower is better.
-        A threaded memory's neighbours' words (the `context` column) count `context_weight`."""
+        A threaded memory's neighbours' words (the `context` column) count `context_weight`; which
+        words are common on a large store: `profile` (common_share, common_min, common_max, common_recent)."""
         db = self.db
         where, params = flt.where(db.clock())
         weights = f"1.0, {float(context_weight)!r}"
@@ -186,8 +185,8 @@ class KeywordIndex:
             # BM25 is computed for every row holding any query word, and a word in 20-50% of a
             # large store costs much while adding little to the score (its IDF is near 0). Such
             # words choose no rows when rarer ones remain; a query of common words alone (under a
-            # date filter, one common word too) ranks the newest COMMON_RECENT rows holding them.
-            cap = max(COMMON_MIN, min(docs * COMMON_SHARE // 100, COMMON_MAX))
+            # date filter, one common word too) ranks the newest common_recent rows holding them.
+            cap = max(profile.common_min, min(docs * profile.common_share // 100, profile.common_max))
             rare = [t for t in terms if db.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?)",
                 (t, cap + 1)).fetchone()[0] <= cap]
@@ -215,7 +214,7 @@ class KeywordIndex:
             seen = {seq for seq, _ in rows}
             last = rows[-1][1] if rows else None
             bounds = [lo, hi] if window is not None else []
-            for seq, rank in db.execute(recent, [common, *bounds, COMMON_RECENT, *params, int(n)]):
+            for seq, rank in db.execute(recent, [common, *bounds, profile.common_recent, *params, int(n)]):
                 if seq not in seen and len(rows) < n:
                     rows.append((seq, rank if last is None else max(rank, last)))
             if len(rows) >= n:

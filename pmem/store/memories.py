@@ -20,6 +20,7 @@ from .. import paths, secretscan, timeutil
 from ..config import Config
 from ..config import load as load_config
 from ..errors import DatabaseError, NotFound, UsageError
+from ..ranking.profile import DEFAULT
 from ..records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 from . import erase, migrations
 from .connection import ID, Connection, Progress, token
@@ -70,8 +71,8 @@ def _normalize(m: Memory) -> Memory:
     return replace(m, text=text, tags=tags, pinned=pinned, tier=tier, thread=thread, thread_pos=pos)
 
 
-# MemoryStore.questions: what ends a question, and what may follow it (stored texts are stripped)
-_QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ?, the full-width ？, the Arabic ؟
+# MemoryStore.questions: what may follow a question mark (stored texts are stripped); the marks
+# themselves are the ranking profile's (pmem.ranking.profile: question_marks)
 _CLOSING = " \t\r\n\"')]}»\u201d\u2019"
 
 
@@ -287,7 +288,7 @@ class MemoryStore(DreamReads):
         """Memories by their row number (search results carry seqs)."""
         return self.db.by_seq(seqs)
 
-    def questions(self, seqs: Iterable[int]) -> set[int]:
+    def questions(self, seqs: Iterable[int], marks: Sequence[str] = DEFAULT.question_marks) -> set[int]:
         """Which of these memories are a question themselves: the text ends with a question mark
         (?, the full-width ？ or the Arabic ؟), closing quotes and brackets aside. One read, by
         row number, of each text's last characters only (pmem.search.asking)."""
@@ -296,7 +297,7 @@ class MemoryStore(DreamReads):
             return set()
         rows = self.conn.execute("SELECT seq, substr(text, -8) FROM memories"
                                  " WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(wanted),)).fetchall()
-        return {seq for seq, end in rows if end.rstrip(_CLOSING).endswith(_QUESTION_MARKS)}
+        return {seq for seq, end in rows if end.rstrip(_CLOSING).endswith(tuple(marks))}
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         """Which of these exact ids are stored (one query, for imports and id allocation)."""

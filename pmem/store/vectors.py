@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ..config import Config
 from ..errors import ModelMismatch
+from ..ranking.profile import DEFAULT, Profile
 from ..records import TIERS
 from .connection import Connection, Progress, count_triggers
 from .english import EnglishVectors
@@ -28,7 +29,6 @@ KNN_MAX = 4096  # sqlite-vec's largest k for one KNN query
 EXACT_SCAN_MAX = 1000  # filtered rows below which distances are computed directly
 PART_SLACK = 8  # rows each partition gives beyond its even share of the pool
 WHOLE_EXACT_MAX = 2048  # a whole tier (core) of at most this many memories is ranked exactly
-BIT_POOL = 512  # nearest by Hamming distance rescored with float32 (at least 2n); 256: e5 recall@10 0.978 at 100k
 BITS_FROM = 10_000  # vectors from which the bit index is built (smaller stores search exactly)
 BIT_PARTS = 16  # vec0 partitions per tier in memory_bits...
 WHOLE_TIERS = ("core",)  # ...but one for a tier that stays small (each partition's KNN costs ~0.2 ms)
@@ -448,14 +448,14 @@ class VectorIndex:
     # -- ranks ----------------------------------------------------------------------------
 
     def ranks(self, vector: bytes, flt: Filter, n: int,
-              scan: PartitionScan | None = None) -> list[tuple[int, float]]:
+              scan: PartitionScan | None = None, profile: Profile = DEFAULT) -> list[tuple[int, float]]:
         """(seq, cosine distance) of the `n` memories nearest to `vector` that pass `flt`, best first.
 
         Below `exact_below` vectors, or when the filter keeps few memories, the distance is
         computed for every filtered row (exact). Above, the bit codes answer first: vec0 finds
         the nearest by Hamming distance in each partition of the wanted tiers (live rows only
-        unless asked), and the best `BIT_POOL` (at least 2n) are rescored with their float32
-        vectors and filtered: exact where that pool holds every filtered memory, else
+        unless asked), and the best `profile.bit_pool` (at least 2n; pmem.ranking.profile) are
+        rescored with their float32 vectors and filtered: exact where that pool holds every filtered memory, else
         approximate (recall in docs/decisions/0022-scale-bit-index.md). With a `scan`, another thread may read
         some of the partitions on its own connection (PartitionScan)."""
         if n <= 0 or not self.exists():
@@ -463,7 +463,7 @@ class VectorIndex:
         where, params = flt.where(self.db.clock())
         total = self.db.counter("vectors")
         if total >= self.db.exact_below and self.has_bits():
-            rows = self._bit_ranks(vector, flt, n, where, params, scan)
+            rows = self._bit_ranks(vector, flt, n, where, params, scan, profile.bit_pool)
             if rows is not None:
                 return rows
         sql = (f"SELECT m.seq, vec_distance_cosine(v.embedding, ?) AS distance FROM memories m "
@@ -471,7 +471,8 @@ class VectorIndex:
         return [(r[0], r[1]) for r in self.db.execute(sql, [vector, *params, int(n)])]
 
     def _bit_ranks(self, vector: bytes, flt: Filter, n: int, where: str, params: list[Any],
-                   scan: PartitionScan | None = None) -> list[tuple[int, float]] | None:
+                   scan: PartitionScan | None = None,
+                   bit_pool: int = DEFAULT.bit_pool) -> list[tuple[int, float]] | None:
         """The approximate path of `ranks`; None when the exact scan should answer."""
         live = flt.live_only
         rows = {t: estimate(self.db, Filter(tiers=(t,), include_expired=True, include_superseded=True,
@@ -487,7 +488,7 @@ class VectorIndex:
             window = date_window(self.db, flt, self.db.counter("vectors"))
             if window is None or window[2]:
                 return None
-        pool = max(BIT_POOL, 2 * n) * in_knn // wanted
+        pool = max(bit_pool, 2 * n) * in_knn // wanted
         # A small tier kept whole (core) is ranked exactly through its own index: its bit top-k
         # had to be as large as the pool (vec0's selection costs O(chunk_size * k)).
         wanted_tiers = list(dict.fromkeys(flt.tiers))  # `--tier core --tier core` is one tier

@@ -160,19 +160,21 @@ def test_a_purge_leaves_the_second_vector_nowhere(two, tmp_path):
 def test_search_uses_the_fitted_share_where_the_english_side_is_in_use(two, monkeypatch):
     module = importlib.import_module("pmem.search")  # pmem.search is also the function's name
     seen = []
-    real_fuse = module.fuse
+    real_fused = module.fused
 
-    def fuse(kw, sem, floor, query, mode, tuning, *rest):
+    def fused(kw, sem, floor, query, mode, tuning, *rest):
         seen.append(tuning)
-        return real_fuse(kw, sem, floor, query, mode, tuning, *rest)
+        return real_fused(kw, sem, floor, query, mode, tuning, *rest)
 
-    monkeypatch.setattr(module, "fuse", fuse)
+    monkeypatch.setattr(module, "fused", fused)
     two.add(DANA)
     search(two, QUESTION)
-    assert seen[-1] is module.ENGLISH_TUNING
+    assert seen[-1] == module.ENGLISH_TUNING != module.DEFAULT_TUNING
+    search(two, QUESTION, tuning=module.Tuning())  # a profile given is used as given
+    assert seen[-1] == module.DEFAULT_TUNING
     two.conn.execute("DELETE FROM memory_vec_en")
     search(two, QUESTION)
-    assert seen[-1] is module.DEFAULT_TUNING
+    assert seen[-1] == module.DEFAULT_TUNING
 
 
 class Waiting(Named):

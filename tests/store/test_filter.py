@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from pmem import Filter, Memory
+from pmem.ranking.profile import DEFAULT
 from pmem.search import keyword_ranks
 from pmem.store import filter as store_filter
 from pmem.store import serialize
-from pmem.store import vectors as store_vectors
 
 from filled import brute, exact_and_planned
 
@@ -22,7 +23,7 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
     the keyword side inside the storage range of the window (which holds every row of it, however
     scattered), the semantic side along the date index instead of the bit pool. Both equal the
     exact search."""
-    monkeypatch.setattr(store_vectors, "BIT_POOL", 16)  # a bit pool this small is approximate here
+    profile = replace(DEFAULT, bit_pool=16)  # a bit pool this small is approximate here
     monkeypatch.setattr(store_filter, "DATE_WINDOW", least)
     monkeypatch.setattr(store_filter, "DATE_SHARE", share)  # (10, 2): windows under 600 of 1,200
     rng = random.Random(11)
@@ -46,16 +47,17 @@ def test_a_date_window_is_ranked_whole_on_both_sides_where_dates_leave_storage_o
             assert len(fast) == 10
             assert [sql for sql in statements if "bm25(" in sql and "rowid BETWEEN" in sql]
         store.exact_below = 10**9
-        exact_sem = store.vectors.ranks(query, flt, 10)
+        exact_sem = store.vectors.ranks(query, flt, 10, profile=profile)
         store.exact_below = 0
         statements = []
         store.conn.set_trace_callback(statements.append)
-        assert store.vectors.ranks(query, flt, 10) == exact_sem
+        assert store.vectors.ranks(query, flt, 10, profile=profile) == exact_sem
         store.conn.set_trace_callback(None)
         assert not [sql for sql in statements if "vec_bit(" in sql]
         assert [s for s, _ in exact_sem] == [s for _, s in brute(store, query, flt, 10)]
     empty = Filter(since="2023-01-01T00:00:00Z", until="2023-12-31T00:00:00Z")
-    assert keyword_ranks(store, "common filler", empty, 10) == [] and store.vectors.ranks(query, empty, 10) == []
+    assert keyword_ranks(store, "common filler", empty, 10) == []
+    assert store.vectors.ranks(query, empty, 10, profile=profile) == []
     # A fact stored later that holds from an earlier date is valid --as-of that date, though no
     # memory was created by then: --as-of never makes a window whole.
     early, _ = store.add("common filler sunrise", valid_from="2023-06-01T00:00:00Z")

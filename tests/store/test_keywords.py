@@ -3,9 +3,12 @@ merge of its segments."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pmem import Filter, Memory, MemoryStore
+from pmem.ranking.profile import DEFAULT
 from pmem.search import keyword_ranks, search
 from pmem.store import filter as store_filter
 from pmem.store import keywords as store_keywords
@@ -46,14 +49,14 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     assert ranked and all("'(\"rare3\" OR \"nowhere\") AND (" in sql or "ORDER BY rowid DESC" in sql for sql in ranked)
     # A date filter that keeps none of the store's newest rows: a window of fewer than
     # DATE_WINDOW memories is ranked whole, at once, inside its storage range (exact).
-    monkeypatch.setattr(store_keywords, "COMMON_RECENT", 200)
+    profile = replace(DEFAULT, common_recent=200)
     old = Filter(until="2025-01-01T00:04:59Z")  # the first 300: none of the newest 200, and no count says so
     statements.clear()
     store.conn.set_trace_callback(statements.append)
-    found = keyword_ranks(store, "common filler", old, 100)
+    found = keyword_ranks(store, "common filler", old, 100, profile=profile)
     store.conn.set_trace_callback(None)
     store.exact_below = 10**9
-    whole = keyword_ranks(store, "common filler", old, 100)
+    whole = keyword_ranks(store, "common filler", old, 100, profile=profile)
     assert [r for _, r in found] == pytest.approx([r for _, r in whole]) and len(found) == 100
     assert all(m.created_at <= old.until for m in store.memories_by_seq(s for s, _ in found).values())
     ranked = [sql for sql in statements if "bm25(" in sql]
@@ -64,26 +67,27 @@ def test_common_words_are_left_out_of_bm25_on_large_stores(store, monkeypatch):
     monkeypatch.setattr(store_filter, "DATE_WINDOW", 150)
     statements.clear()
     store.conn.set_trace_callback(statements.append)
-    newest = keyword_ranks(store, "common filler", old, 100)
-    one = keyword_ranks(store, "filler", old, 100)  # one common word: the same, not the store's best first
+    newest = keyword_ranks(store, "common filler", old, 100, profile=profile)
+    # one common word: the same, not the store's best first
+    one = keyword_ranks(store, "filler", old, 100, profile=profile)
     store.conn.set_trace_callback(None)
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert len(ranked) == 2 and all("rowid BETWEEN 151 AND 300" in sql and "rowid DESC" in sql for sql in ranked)
     assert len(newest) == len(one) == 100 and {s for s, _ in newest} <= set(range(151, 301))
     assert {s for s, _ in one} <= set(range(151, 301))
-    assert keyword_ranks(store, "common filler", Filter(until="2024-12-31T00:00:00Z"), 100) == []
+    assert keyword_ranks(store, "common filler", Filter(until="2024-12-31T00:00:00Z"), 100, profile=profile) == []
     # --as-of alone: the newest rows created by then stand for the newest, with no whole query
     # after them (it ranked every row holding a common word: 0.1-0.3 s at 1,000,000).
     statements.clear()
     store.conn.set_trace_callback(statements.append)
-    then = keyword_ranks(store, "common filler", Filter(as_of=old.until), 100)
+    then = keyword_ranks(store, "common filler", Filter(as_of=old.until), 100, profile=profile)
     store.conn.set_trace_callback(None)
     ranked = [sql for sql in statements if "bm25(" in sql]
     assert len(ranked) == 1 and "rowid BETWEEN 151 AND 300" in ranked[0]
     assert len(then) == 100 and {s for s, _ in then} <= set(range(151, 301))
     monkeypatch.setattr(store_filter, "DATE_WINDOW", 20_000)
     some = Filter(ids=tuple(f"k{i:05d}" for i in range(0, 1500, 7)))
-    assert len(keyword_ranks(store, "common rare3 nowhere", some, 100)) == 100
+    assert len(keyword_ranks(store, "common rare3 nowhere", some, 100, profile=profile)) == 100
 
 
 @pytest.mark.parametrize("flt", FILTERS, ids=lambda f: repr(f)[:60])
@@ -128,16 +132,16 @@ def test_common_words_still_rank_the_rows_that_hold_a_rare_word(store, monkeypat
     """A common word (a name in a third of the store) chooses no rows, but among the rows holding
     the rare word (all of one length) those that also hold it come first, as BM25 of the whole
     query ranks them; by the rare word alone they would tie."""
-    monkeypatch.setattr(store_keywords, "COMMON_MIN", 100)
+    profile = replace(DEFAULT, common_min=100)
     memories = [Memory(id=f"n{i:04d}", text=f"entry {i:03d} " + ("caroline" if i % 3 == 0 else "someone")
                        + (" zebra" if i % 40 == 0 else "")) for i in range(600)]
     store.insert(memories, vectors=[serialize([1.0] + [0.0] * (store.embedder.dim - 1))] * len(memories))
     store.exact_below = 10**9
-    whole = keyword_ranks(store, "caroline zebra", Filter(), 5)
+    whole = keyword_ranks(store, "caroline zebra", Filter(), 5, profile=profile)
     store.exact_below = 0
     statements: list[str] = []
     store.conn.set_trace_callback(statements.append)
-    planned = keyword_ranks(store, "caroline zebra", Filter(), 5)
+    planned = keyword_ranks(store, "caroline zebra", Filter(), 5, profile=profile)
     store.conn.set_trace_callback(None)
     both = {store.db.seq(f"n{i:04d}") for i in range(0, 600, 120)}  # zebra and caroline
     assert {s for s, _ in planned} == both == {s for s, _ in whole}

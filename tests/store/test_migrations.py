@@ -4,11 +4,13 @@ earlier schemas upgraded with their data."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from pmem import Filter, Memory, MemoryStore, db
 from pmem.errors import DatabaseError
+from pmem.ranking.profile import DEFAULT
 from pmem.search import semantic_ranks
 from pmem.store import migrations, serialize
 from pmem.store import vectors as store_vectors
@@ -108,10 +110,10 @@ def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monke
         exact = semantic_ranks(store, "", Filter(), 10, vector=query)
         assert exact[0][0] == store.db.seq("o00007")
         monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
-        monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
+        profile = replace(DEFAULT, bit_pool=10_000)
         store.exact_below = 0
-        assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
-        assert semantic_ranks(store, "", Filter.everything(), 150, vector=query)[-1][0] > 0
+        assert semantic_ranks(store, "", Filter(), 10, vector=query, profile=profile) == exact
+        assert semantic_ranks(store, "", Filter.everything(), 150, vector=query, profile=profile)[-1][0] > 0
         _, created = store.add("a new memory after the migration")
         assert created and store.counter("vectors") == 151
     finally:
@@ -146,9 +148,9 @@ def test_a_store_with_one_bit_codes_is_migrated_to_two(fake_config, tmp_path, mo
         assert q("SELECT count(*) FROM memory_bits").fetchone()[0] == 200
         assert store.setting("bit_center") is None and store.setting("bit_lo") and store.setting("bit_hi")
         monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
-        monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
+        profile = replace(DEFAULT, bit_pool=10_000)
         store.exact_below = 0
-        assert semantic_ranks(store, "", Filter(), 10, vector=query) == exact
+        assert semantic_ranks(store, "", Filter(), 10, vector=query, profile=profile) == exact
         _, created = store.add("one more memory after the migration")
         assert created and q("SELECT count(*) FROM memory_bits").fetchone()[0] == 201
     finally:

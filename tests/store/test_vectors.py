@@ -4,11 +4,13 @@ partitions shared between two connections, the distance bound, the core tier ran
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from pmem import Filter, Memory, MemoryStore, db
 from pmem.errors import ModelMismatch
+from pmem.ranking.profile import DEFAULT
 from pmem.records import TIERS
 from pmem.search import search, semantic_ranks
 from pmem.store import PartitionScan, deserialize, serialize
@@ -73,9 +75,9 @@ def test_bit_path_equals_exact_when_the_pool_covers_the_store(store, monkeypatch
     query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
     exact = semantic_ranks(store, "", flt, 25, vector=query)
     monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
+    profile = replace(DEFAULT, bit_pool=10_000)
     store.exact_below = 0
-    fast = semantic_ranks(store, "", flt, 25, vector=query)
+    fast = semantic_ranks(store, "", flt, 25, vector=query, profile=profile)
     assert [s for s, _ in fast] == [s for s, _ in exact]
     assert [d for _, d in fast] == pytest.approx([d for _, d in exact], abs=1e-6)
     want = brute(store, query, flt, 25)
@@ -110,12 +112,12 @@ def test_bit_path_with_a_small_pool_is_approximate_but_close(store, monkeypatch)
 def test_whole_search_same_results_fast_and_exact(store, monkeypatch):
     fill(store, 300)
     monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_vectors, "BIT_POOL", 10_000)
+    profile = replace(DEFAULT, bit_pool=10_000)
     for q in ("topic 5 word3", "note 17", "about word6"):
         store.exact_below = 10**9
-        exact = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)]
+        exact = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10, tuning=profile)]
         store.exact_below = 0
-        fast = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10)]
+        fast = [(h.memory.id, round(h.score, 6)) for h in search(store, q, limit=10, tuning=profile)]
         assert fast == exact
 
 
@@ -209,18 +211,18 @@ def test_the_core_tier_is_ranked_exactly_through_its_own_index(store, monkeypatc
     core memory of the true top n is in a default search's top n."""
     rng = fill(store, 900, seed=5)
     monkeypatch.setattr(store_vectors, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(store_vectors, "BIT_POOL", 20)
+    profile = replace(DEFAULT, bit_pool=20)
     store.exact_below = 0
     for _ in range(5):
         query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])
         statements: list[str] = []
         store.conn.set_trace_callback(statements.append)
-        core = semantic_ranks(store, "", Filter(tiers=("core",)), 10, vector=query)
+        core = semantic_ranks(store, "", Filter(tiers=("core",)), 10, vector=query, profile=profile)
         store.conn.set_trace_callback(None)
         assert [d for _, d in core] == pytest.approx([d for d, _ in brute(store, query, Filter(tiers=("core",)), 10)])
         assert any("INDEXED BY memories_core" in sql for sql in statements)
         assert not any("MATCH vec_bit" in sql for sql in statements)
-        fast = semantic_ranks(store, "", Filter(), 10, vector=query)
+        fast = semantic_ranks(store, "", Filter(), 10, vector=query, profile=profile)
         true_core = {seq for _, seq in brute(store, query, Filter(), 10)} & {seq for seq, _ in core}
         assert true_core <= {seq for seq, _ in fast}
         assert [d for _, d in fast] == sorted(d for _, d in fast)
