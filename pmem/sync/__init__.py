@@ -13,9 +13,12 @@ a retired one back as a new device; auto.py runs `pmem sync` in the background a
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from contextlib import contextmanager
@@ -37,6 +40,7 @@ __all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", 
 CHUNK = 5000  # operations per changeset file (a first join of 100,000 memories writes 20 files)
 _OP_ID = re.compile(r"^[0-9a-f]{16}-[0-9]+$")
 _MEMORY_ID = re.compile(r"^[0-9a-z]{1,32}$")
+_DEVICE = re.compile(r"^[0-9a-f]{16}$")
 Progress = Callable[[str], None]
 
 
@@ -243,27 +247,96 @@ def _lock(store: "MemoryStore", wait: float = 0.0) -> Iterator[None]:
         os.close(fd)
 
 
-def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]]) -> list[int]:
-    """Seal operations into this device's next changesets, kept in the outbox (same transaction)."""
+def _crash(point: str) -> None:
+    """Test-only: PMEM_SYNC_CRASH_AT names a point at which this process kills itself (kill -9),
+    so a test can show that each point leaves a state the next sync finishes. Unset, it is nothing."""
+    if os.environ.get("PMEM_SYNC_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def digest(payload: dict[str, Any]) -> str:
+    """A changeset's link in its device's chain: a hash of everything in it but the values of its
+    operations, so that the rewrite after a purge (which keeps every operation's id, memory and
+    clock, and drops values) keeps it. Older changesets (no chain fields) hash the same way."""
+    skeleton = {k: v for k, v in payload.items() if k != "ops"}
+    skeleton["ops"] = [[op.get("id"), op.get("m"), op.get("c")] for op in payload.get("ops", [])]
+    return hashlib.sha256(json.dumps(skeleton, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+                          .encode()).hexdigest()[:32]
+
+
+def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]], announce: bool = False) -> list[int]:
+    """Seal operations into this device's next changesets, kept in `sync_own` (same transaction)
+    until written, and after. Each carries, sealed, the digest of this device's previous one,
+    what it has applied of every other device, and every purge it knows of; `announce`: one
+    changeset even with no operation (a purge learnt here, vouched for at once)."""
     seqs = []
-    for start in range(0, len(ops), CHUNK):
+    chunks = [ops[i:i + CHUNK] for i in range(0, len(ops), CHUNK)] or ([[]] if announce else [])
+    purged = j.purged_ids() if chunks else []
+    seen = j.seen() if chunks else {}
+    for chunk in chunks:
         seq = j.number("seq") + 1
         j.put("seq", seq)
-        blob = keyring.seal(key, j.device, seq, {"device": j.device, "seq": seq, "ops": ops[start:start + CHUNK]})
-        j.outbox_add(seq, blob)
+        payload = {"device": j.device, "seq": seq, "v": 2, "prev": j.own_digest(j.device, seq - 1), "seen": seen,
+                   "purged": purged, "ops": chunk}
+        j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), digest(payload))
         seqs.append(seq)
+    if chunks:
+        j.put("announced", len(purged))
     return seqs
 
 
-def _flush_outbox(j: SyncLog, t: Folder) -> int:
-    """Write committed changesets to the remote; one already there must be ours, byte for byte."""
-    rows = j.outbox()
-    for seq, blob in rows:
-        if t.exists(j.device, seq) and t.read(j.device, seq) != bytes(blob):
-            raise SyncError(_copied(j.device))
-        t.write(j.device, seq, bytes(blob))
-        j.outbox_done(seq)
-    return len(rows)
+def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
+    """A device that synced before the chain: its unwritten changesets (the old outbox) and the
+    ones on the remote become its kept copies, so it can repair them from now on."""
+    with j.store.transaction():
+        for seq, blob in j.outbox():
+            what = f"changeset {j.device}/{seq}"
+            j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)))
+            j.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+        held = {s for s, _ in j.own_index(j.device)}
+        for seq in t.listing().get(j.device, []):
+            if seq not in held and seq <= j.number("seq"):
+                blob = t.read(j.device, seq)
+                what = f"changeset {j.device}/{seq}"
+                j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)), 1)
+
+
+def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None) -> int:
+    """Make the remote hold this device's changesets as kept here: one not written yet, deleted
+    from the remote, or put back there in an older version (from before a purge's rewrite) is
+    written (again). One there that is not a version of ours was written by a copy of this home."""
+    device = device or j.device
+    listed = set(t.listing().get(device, []))
+    written = 0
+    for seq, state in j.own_index(device):
+        if seq in listed and state == 1:
+            continue  # written once, and only one version of it exists
+        kept = j.own_blob(device, seq)
+        assert kept is not None
+        blob, ours = kept
+        if seq in listed:
+            try:
+                there = t.read(device, seq)
+            except (SyncError, OSError):
+                there = b""
+            if there == blob:
+                if state == 0:
+                    with j.store.transaction():
+                        j.own_written(device, seq)
+                continue
+            if there and state == 0:
+                try:
+                    theirs = digest(keyring.open_sealed(key, there, device, seq, "x"))
+                except SyncError:
+                    theirs = ours  # damaged or not pmem's: ours replaces it
+                if theirs != ours:
+                    raise SyncError(_copied(device))
+        t.write(device, seq, blob)
+        written += 1
+        if state == 0:
+            with j.store.transaction():
+                j.own_written(device, seq)
+    return written
 
 
 def _copied(device: str) -> str:
@@ -285,37 +358,144 @@ def _check_ops(payload: Any, what: str) -> list[dict[str, Any]]:
     return ops
 
 
+MAX_VOUCHED = 10_000_000  # purged ids one changeset may vouch for (16 hex digits each): bounds a key-holder's mistake
+
+
+def _chain(payload: dict[str, Any], what: str) -> tuple[str | None, dict[str, tuple[int, str]], list[str]]:
+    """A changeset's chain fields, parsed totally: the digest of its device's previous changeset,
+    what that device had applied of the others, and the purges it knew of (none in older ones)."""
+    prev, seen, purged = payload.get("prev"), payload.get("seen", {}), payload.get("purged", [])
+    if not (prev is None or isinstance(prev, str) and len(prev) <= 64) or not isinstance(seen, dict) \
+            or not isinstance(purged, list) or len(purged) > MAX_VOUCHED:
+        raise SyncError(f"{what} holds a malformed chain")
+    acks: dict[str, tuple[int, str]] = {}
+    for device, entry in seen.items():
+        if not (isinstance(device, str) and _DEVICE.match(device) and isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[0], int) and not isinstance(entry[0], bool) and entry[0] >= 0
+                and isinstance(entry[1], str) and len(entry[1]) <= 64):
+            raise SyncError(f"{what} holds a malformed chain")
+        acks[device] = (entry[0], entry[1])
+    if not all(isinstance(m, str) and _MEMORY_ID.match(m) for m in purged):
+        raise SyncError(f"{what} holds a malformed chain")
+    return prev, acks, purged
+
+
+class Incoming:
+    """What one sync read from the others: changesets to apply, gaps, and the chain's news."""
+
+    def __init__(self) -> None:
+        self.changesets: list[tuple[str, int, list[dict[str, Any]]]] = []
+        self.gaps: list[dict[str, Any]] = []
+        self.purged: set[str] = set()
+        self.heads: dict[str, tuple[int, str]] = {}
+        self.known: dict[str, tuple[int, str, int]] = {}
+        self.rolled_back: list[dict[str, Any]] = []
+
+    def vouch(self, by: str, seq: int, acks: dict[str, tuple[int, str]], purged: list[str]) -> None:
+        """Take what changeset `by`/`seq` vouches for: its own existence, how far its device
+        applied the others, the purges it knew of."""
+        self.purged.update(purged)
+        n, who, read = self.known.get(by, (0, "", 0))
+        self.known[by] = (max(n, seq), by if seq > n else who, max(read, seq))
+        for device, (acked, _) in acks.items():
+            n, who, read = self.known.get(device, (0, "", 0))
+            if acked > n:
+                self.known[device] = (acked, by, read)
+
+
 def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], progress: Progress | None,
-              retired: Collection[str] = ()) \
-        -> tuple[list[tuple[str, int, list[dict[str, Any]]]], list[dict[str, Any]]]:
+              retired: Collection[str] = ()) -> Incoming:
     """Other devices' changesets after their cursors, in order; a missing number stops that
     device there (reported as a gap) until the file arrives. A retired device will never send
-    the missing file: what it left is applied past its gaps, and nobody waits on it."""
-    cursors = j.cursors()
-    out, gaps = [], []
+    the missing file: what it left is applied past its gaps, and nobody waits on it.
+
+    Each changeset read must name the digest of the one applied before it. What a device
+    vouches for (purges, and how far it applied the others) is read from every changeset
+    applied, and from the newest one past a gap: a purge whose own changeset was deleted is
+    still learnt from any later changeset of any device."""
+    cursors, heads, known = j.cursors(), j.heads(), j.known()
+    got = Incoming()
     for device, seqs in sorted(listing.items()):
         if device == j.device:
             continue
         expected = cursors.get(device, (0, 0))[0] + 1
+        head = heads.get(device)
+        prev_digest = head[1] if head and head[0] == expected - 1 else None
+        last_read = 0
         for seq in sorted(s for s in seqs if s >= expected):
             if seq != expected and device not in retired:
                 break
             what = f"changeset {device}/{seq}"
-            out.append((device, seq, _check_ops(keyring.open_sealed(key, t.read(device, seq), device, seq, what),
-                                                what)))
-            expected = seq + 1
+            payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
+            ops = _check_ops(payload, what)
+            prev, acks, purged = _chain(payload, what)
+            if prev is not None and prev_digest is not None and prev != prev_digest and seq == expected:
+                raise SyncError(f"{what} does not follow the changeset applied before it: two writers of "
+                                f"device {device} (a copied pmem home?)")
+            prev_digest = digest(payload)
+            got.changesets.append((device, seq, ops))
+            got.heads[device] = (seq, prev_digest)
+            got.vouch(device, seq, acks, purged)
+            expected = last_read = seq + 1
         if seqs and seqs[-1] > expected and device not in retired:
-            gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
-    if out:
-        _say(progress, f"sync: {len(out)} changesets from {len({d for d, _, _ in out})} devices")
-    return out, gaps
+            got.gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
+            newest = seqs[-1]
+            if newest > max(last_read, known.get(device, (0, "", 0))[2]):
+                what = f"changeset {device}/{newest}"
+                payload = keyring.open_sealed(key, t.read(device, newest), device, newest, what)
+                _check_ops(payload, what)
+                _, acks, purged = _chain(payload, what)
+                got.vouch(device, newest, acks, purged)
+    for device in sorted(set(known) | set(got.known)):
+        seq, by, _ = max(known.get(device, (0, "", 0)), got.known.get(device, (0, "", 0)))
+        present = listing.get(device, [])
+        if device != j.device and device not in retired and seq > (present[-1] if present else 0):
+            got.rolled_back.append({"device": device, "vouched_up_to": seq, "present_up_to":
+                                    present[-1] if present else 0, "vouched_by": by})
+    if got.changesets:
+        _say(progress, f"sync: {len(got.changesets)} changesets from {len({d for d, _, _ in got.changesets})} "
+             "devices")
+    return got
+
+
+def _redact_ops(ops: list[dict[str, Any]], gone: set[str]) -> list[dict[str, Any]]:
+    """The operations on purged memories keep their ids and clocks (numbering stays whole), their values go."""
+    return [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
+            {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
+
+
+def _redact_own(j: SyncLog, key: bytes, ids: set[str]) -> int:
+    """Rewrite this device's kept changesets that hold operations on purged memories `ids`,
+    here, in one transaction (with secure_delete: the old sealed copies' pages are zeroed);
+    `_repair` then writes them to the remote at this and every later sync until it holds them."""
+    rewritten = 0
+    secure = j.conn.execute("PRAGMA secure_delete").fetchone()[0]
+    j.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with j.store.transaction():
+            for seq, _ in j.own_index(j.device):
+                kept = j.own_blob(j.device, seq)
+                assert kept is not None
+                what = f"changeset {j.device}/{seq}"
+                payload = keyring.open_sealed(key, kept[0], j.device, seq, what)
+                ops = payload["ops"]
+                gone = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")} & ids
+                if not gone:
+                    continue
+                payload["ops"] = _redact_ops(ops, gone)
+                j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), kept[1], 2)
+                rewritten += 1
+            j.job_done("redact", ids)
+    finally:
+        j.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+    return rewritten
 
 
 def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str, seqs: list[int]) -> int:
-    """Rewrite `device`'s changesets that hold operations on purged memories (`ids`; None: every
-    memory purged here): the operations keep their ids and clocks (numbering stays whole), their
-    values go. `device` is this one, or a retired one this device retired (its steward: the
-    only one that rewrites its files, so they still have one writer)."""
+    """Rewrite a retired device's changesets on the remote that hold operations on purged
+    memories (`ids`; None: every memory purged here), as `_redact_own` does this device's own:
+    this device is its steward (it retired it: the only one that rewrites its files, so they
+    still have one writer)."""
     rewritten = 0
     for seq in seqs:
         what = f"changeset {device}/{seq}"
@@ -325,10 +505,39 @@ def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str
         gone = live & ids if ids is not None else j.tombstoned(live)
         if not gone:
             continue
-        payload["ops"] = [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
-                          {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
+        payload["ops"] = _redact_ops(ops, gone)
         t.write(device, seq, keyring.seal(key, device, seq, payload))
         rewritten += 1
+    return rewritten
+
+
+def _erasure(j: SyncLog, t: Folder, key: bytes, retired: dict[str, dict[str, Any]]) -> int:
+    """Finish every erasure job: this device's own changesets rewritten (here; the remote is
+    repaired from them), the memory erased here, a retired device's files rewritten. A job goes
+    only when done, so a kill -9 or a failure at any point leaves it for the next sync."""
+    store = j.store
+    rewritten = 0
+    ids = set(j.jobs("redact"))
+    if ids:
+        rewritten += _redact_own(j, key, ids)
+        _crash("redacted")
+    for mid in j.jobs("erase"):
+        with store.transaction():
+            j.forget_conflicts(mid)
+        try:
+            store.purge([mid])
+        except NotFound:
+            pass  # never held here
+        _crash("erased")
+        with store.transaction():
+            j.job_done("erase", [mid])
+    steward = set(j.jobs("steward"))
+    if steward:
+        listing = t.listing()
+        for device in _stewarded(j, retired):
+            rewritten += _redact(j, t, key, steward, device, listing.get(device, []))
+        with store.transaction():
+            j.job_done("steward", steward)
     return rewritten
 
 
@@ -383,36 +592,35 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
     with _lock(store, lock_wait):
         retired = _pull(j, t, key, progress)
         _refuse_retired(j, retired)
-        _flush_outbox(j, t)
+        if j.upgrade():
+            _adopt(j, t, key)
         listing = t.listing()
         mine = listing.get(j.device, [])
         if mine and mine[-1] > j.number("seq"):
             raise SyncError(_copied(j.device))
+        _repair(j, t, key)
         clock = j.clock()
         with store.transaction():
             ops, purged = j.export(clock)
             written = _seal_out(j, key, ops)
             cleared = sum(j.forget_conflicts(mid) for mid in purged)
-        _flush_outbox(j, t)
-        changesets, gaps = _incoming(j, t, key, listing, progress, set(retired))
+            j.add_jobs("redact", purged)
+            j.add_jobs("steward", purged)
+            if cleared:
+                j.add_jobs("erase", purged)  # the conflicts quoted the text: rewrite the file again
+        got = _incoming(j, t, key, listing, progress, set(retired))
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
-        if changesets:
-            stats = j.apply(changesets, clock, progress=lambda i, n: _say(progress, f"sync: applied {i}/{n}"))
-        erase = list(stats["purge"])
-        if cleared:
-            erase.extend(purged)  # the conflicts quoted the text: rewrite the file again
-        for mid in erase:
-            with store.transaction():
-                j.forget_conflicts(mid)
-            try:
-                store.purge([mid])
-            except NotFound:
-                pass  # never held here
-        redacted = 0
-        if stats["purge"] or purged:
-            listing = t.listing()
-            for device in [j.device, *_stewarded(j, retired)]:
-                redacted += _redact(j, t, key, set(stats["purge"]) | set(purged), device, listing.get(device, []))
+        fresh = set(got.purged) - j.tombstoned(got.purged)
+        if got.changesets or fresh or got.known:
+            stats = j.apply(got.changesets, clock, progress=lambda i, n: _say(progress, f"sync: applied {i}/{n}"),
+                            purged=fresh, heads=got.heads, known=got.known)
+        _crash("applied")
+        if j.tombstone_count() > j.number("announced"):
+            with store.transaction():  # a purge learnt here: vouched for at once, not at the next change
+                written += _seal_out(j, key, [], announce=True)
+        redacted = _erasure(j, t, key, retired)
+        _repair(j, t, key)
+        _crash("written")
         retries = 0
         if isinstance(t, Git):
             message = f"pmem sync: {j.device} {j.number('seq')}"
@@ -420,10 +628,11 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
             _say(progress, f"sync: pushing to {t.describe()}")
             retries = t.push(message)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
-                written, "received_changesets": len(changesets), "applied": stats["applied"],
+                written, "received_changesets": len(got.changesets), "applied": stats["applied"],
                 "dropped": stats["dropped"], "conflicts": stats["conflicts"],
-                "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": gaps,
-                "push_retries": retries, "recloned": bool(getattr(t, "recloned", False))}
+                "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": got.gaps,
+                "rolled_back": got.rolled_back, "push_retries": retries,
+                "recloned": bool(getattr(t, "recloned", False))}
 
 
 def status(store: "MemoryStore") -> dict[str, Any]:
@@ -567,7 +776,10 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
         old = j.device
         if old not in retired:
             raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
-        last_words = _flush_outbox(j, t)
+        if j.upgrade():
+            _adopt(j, t, key)
+        last_words = len([s for s, state in j.own_index(old) if state == 0])
+        _repair(j, t, key)
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
             t.commit(message)
@@ -578,5 +790,6 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
             j.put("device", new)
             j.put("seq", 0)
             j.put(f"previous_device:{old}", new)
+            j.own_forget(old)  # its old files are its steward's to rewrite now
     report = run(store, progress=progress, key=key)
     return {**report, "previous_device": old, "last_changesets": last_words}
