@@ -58,10 +58,11 @@ SCHEMA = (
 # erasure"); created at the first sync after an upgrade too, so a device that synced before keeps syncing.
 CHAIN_SCHEMA = (
     # this device's own sealed changesets, kept after they are written: the remote is repaired
-    # from them. state 0: not written yet; 1: written; 2: rewritten after a purge (the remote may
-    # be put back to the older version, so it is compared at every sync)
+    # from them. state 0: not written yet; 1: written, and `stat` is its file's size, times and
+    # inode as last checked (a file changed since, or gone, is compared and written again)
     "CREATE TABLE IF NOT EXISTS sync_own (device TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL, "
-    "digest TEXT NOT NULL, state INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (device, seq))",
+    "digest TEXT NOT NULL, state INTEGER NOT NULL DEFAULT 0, stat TEXT NOT NULL DEFAULT '', "
+    "PRIMARY KEY (device, seq))",
     # per other device: the digest of the last changeset applied here (the next one must name it)
     "CREATE TABLE IF NOT EXISTS sync_heads (device TEXT PRIMARY KEY, seq INTEGER NOT NULL, digest TEXT NOT NULL)",
     # per other device: the newest changeset some device vouched it applied (a remote that holds
@@ -173,14 +174,16 @@ class SyncLog:
     # -- the chain: own copies, heads, vouches, jobs -----------------------------------
 
     def own_add(self, device: str, seq: int, blob: bytes, digest: str, state: int = 0) -> None:
-        self.conn.execute("INSERT INTO sync_own (device, seq, blob, digest, state) VALUES (?, ?, ?, ?, ?) "
+        """Keep (or replace, after a purge's rewrite) a sealed changeset of this device's; its
+        file on the remote is compared at the next sync."""
+        self.conn.execute("INSERT INTO sync_own (device, seq, blob, digest, state, stat) VALUES (?, ?, ?, ?, ?, '') "
                           "ON CONFLICT(device, seq) DO UPDATE SET blob = excluded.blob, digest = excluded.digest, "
-                          "state = excluded.state", (device, seq, blob, digest, state))
+                          "state = excluded.state, stat = ''", (device, seq, blob, digest, state))
 
-    def own_index(self, device: str) -> list[tuple[int, int]]:
-        """(seq, state) of every kept copy of `device`'s changesets, in order."""
-        return [(s, st) for s, st in self.conn.execute(
-            "SELECT seq, state FROM sync_own WHERE device = ? ORDER BY seq", (device,))]
+    def own_index(self, device: str) -> list[tuple[int, int, str]]:
+        """(seq, state, stat) of every kept copy of `device`'s changesets, in order."""
+        return [(s, st, sig) for s, st, sig in self.conn.execute(
+            "SELECT seq, state, stat FROM sync_own WHERE device = ? ORDER BY seq", (device,))]
 
     def own_blob(self, device: str, seq: int) -> tuple[bytes, str] | None:
         row = self.conn.execute("SELECT blob, digest FROM sync_own WHERE device = ? AND seq = ?",
@@ -191,8 +194,9 @@ class SyncLog:
         row = self.conn.execute("SELECT digest FROM sync_own WHERE device = ? AND seq = ?", (device, seq)).fetchone()
         return row[0] if row else None
 
-    def own_written(self, device: str, seq: int) -> None:
-        self.conn.execute("UPDATE sync_own SET state = 1 WHERE device = ? AND seq = ? AND state = 0", (device, seq))
+    def own_checked(self, device: str, seq: int, stat: str) -> None:
+        """The remote holds this copy, as `stat` shows its file now."""
+        self.conn.execute("UPDATE sync_own SET state = 1, stat = ? WHERE device = ? AND seq = ?", (stat, device, seq))
 
     def own_forget(self, device: str) -> None:
         self.conn.execute("DELETE FROM sync_own WHERE device = ?", (device,))

@@ -29,7 +29,7 @@ from ..errors import NotFound, UsageError
 from ..store.replication import SyncLog
 from . import keys as keyring
 from .keys import SyncError, WrongKey
-from .transport import PUSH_TRIES, Folder, Git, looks_like_git
+from .transport import PUSH_TRIES, SEGMENTS, Folder, Git, looks_like_git, seg_name
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -293,7 +293,7 @@ def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
             what = f"changeset {j.device}/{seq}"
             j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)))
             j.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
-        held = {s for s, _ in j.own_index(j.device)}
+        held = {s for s, _, _ in j.own_index(j.device)}
         for seq in t.listing().get(j.device, []):
             if seq not in held and seq <= j.number("seq"):
                 blob = t.read(j.device, seq)
@@ -301,16 +301,28 @@ def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
                 j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)), 1)
 
 
+def _stat(t: Folder, device: str, seq: int) -> str:
+    """A changeset file's size, times and inode: any write to it (an attacker's, a syncer's, git's
+    checkout) changes its ctime, so an unchanged stat means unchanged bytes, without reading them."""
+    try:
+        st = os.stat(t.root / SEGMENTS / device / seg_name(seq), follow_symlinks=False)
+    except OSError:
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
 def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None) -> int:
     """Make the remote hold this device's changesets as kept here: one not written yet, deleted
-    from the remote, or put back there in an older version (from before a purge's rewrite) is
-    written (again). One there that is not a version of ours was written by a copy of this home."""
+    from the remote, changed there (put back in its version from before a purge's rewrite,
+    swapped, cut short) is written (again). An unchanged file is known by its stat, not read.
+    A file never written from here that holds another changeset of this device's was written
+    by a copy of this home."""
     device = device or j.device
     listed = set(t.listing().get(device, []))
     written = 0
-    for seq, state in j.own_index(device):
-        if seq in listed and state == 1:
-            continue  # written once, and only one version of it exists
+    for seq, state, sig in j.own_index(device):
+        if seq in listed and state == 1 and sig and _stat(t, device, seq) == sig:
+            continue
         kept = j.own_blob(device, seq)
         assert kept is not None
         blob, ours = kept
@@ -319,23 +331,21 @@ def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None) -> int
                 there = t.read(device, seq)
             except (SyncError, OSError):
                 there = b""
-            if there == blob:
-                if state == 0:
-                    with j.store.transaction():
-                        j.own_written(device, seq)
-                continue
-            if there and state == 0:
+            if there != blob and there and state == 0:
                 try:
-                    theirs = digest(keyring.open_sealed(key, there, device, seq, "x"))
+                    theirs = digest(keyring.open_sealed(key, there, device, seq, "a changeset"))
                 except SyncError:
-                    theirs = ours  # damaged or not pmem's: ours replaces it
+                    theirs = ours  # damaged, moved or not pmem's: ours replaces it
                 if theirs != ours:
                     raise SyncError(_copied(device))
-        t.write(device, seq, blob)
-        written += 1
-        if state == 0:
-            with j.store.transaction():
-                j.own_written(device, seq)
+            if there != blob:
+                t.write(device, seq, blob)
+                written += 1
+        else:
+            t.write(device, seq, blob)
+            written += 1
+        with j.store.transaction():
+            j.own_checked(device, seq, _stat(t, device, seq))
     return written
 
 
@@ -473,7 +483,7 @@ def _redact_own(j: SyncLog, key: bytes, ids: set[str]) -> int:
     j.conn.execute("PRAGMA secure_delete = ON")
     try:
         with j.store.transaction():
-            for seq, _ in j.own_index(j.device):
+            for seq, _, _ in j.own_index(j.device):
                 kept = j.own_blob(j.device, seq)
                 assert kept is not None
                 what = f"changeset {j.device}/{seq}"
@@ -483,7 +493,7 @@ def _redact_own(j: SyncLog, key: bytes, ids: set[str]) -> int:
                 if not gone:
                     continue
                 payload["ops"] = _redact_ops(ops, gone)
-                j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), kept[1], 2)
+                j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), kept[1], 1)
                 rewritten += 1
             j.job_done("redact", ids)
     finally:
@@ -558,6 +568,9 @@ def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[
     _say(progress, f"sync: pulling from {t.describe()}")
     t.pull()
     check = t.read_keycheck()
+    if _keycheck_damaged(j, t, key, check):
+        t.write_keycheck(keyring.seal_keycheck(key))  # deleted or damaged on a remote that syncs: ours again
+        check = t.read_keycheck()
     if check is None:
         raise SyncError(f"{t.describe()} holds no pmem key check: the wrong folder, or not synced yet?")
     keyring.check_key(key, check)
@@ -571,6 +584,24 @@ def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[
                 j.mark_retired(device, note)
             known[device] = note
     return known
+
+
+def _keycheck_damaged(j: SyncLog, t: Folder, key: bytes, check: bytes | None) -> bool:
+    """Whether the remote's key check was deleted or damaged, where this device's key is the one
+    it joined with and the remote still holds changesets: a joined device puts it back. A key
+    check sealed with another key is not damage (a remote started afresh, or a wrong key here):
+    refused as before. An empty folder (a disk not mounted) holds no changesets: refused."""
+    if keyring.key_id(key) != j.get("key_id") or not t.listing():
+        return False
+    if check is None:
+        return True
+    try:
+        keyring.open_sealed(key, check, "keycheck", 0, "the remote's key check")
+    except WrongKey:
+        return False
+    except SyncError:
+        return True
+    return False
 
 
 RETIRE_PREFIX = "retired:"  # the sealed header's device of a retirement note: never a changeset's
@@ -608,7 +639,14 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
             j.add_jobs("steward", purged)
             if cleared:
                 j.add_jobs("erase", purged)  # the conflicts quoted the text: rewrite the file again
-        got = _incoming(j, t, key, listing, progress, set(retired))
+        try:
+            got = _incoming(j, t, key, listing, progress, set(retired))
+        except SyncError:
+            try:  # what this device wrote and repaired still goes: another's damaged file blocks no one's repair
+                _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
+            except SyncError:
+                pass
+            raise
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
         fresh = set(got.purged) - j.tombstoned(got.purged)
         if got.changesets or fresh or got.known:
@@ -621,18 +659,22 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
         redacted = _erasure(j, t, key, retired)
         _repair(j, t, key)
         _crash("written")
-        retries = 0
-        if isinstance(t, Git):
-            message = f"pmem sync: {j.device} {j.number('seq')}"
-            t.commit(message)
-            _say(progress, f"sync: pushing to {t.describe()}")
-            retries = t.push(message)
+        retries = _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
                 written, "received_changesets": len(got.changesets), "applied": stats["applied"],
                 "dropped": stats["dropped"], "conflicts": stats["conflicts"],
                 "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": got.gaps,
                 "rolled_back": got.rolled_back, "push_retries": retries,
                 "recloned": bool(getattr(t, "recloned", False))}
+
+
+def _publish(t: Folder, message: str, progress: Progress | None) -> int:
+    """Over git, commit and push what this sync wrote; returns the pushes that lost a race."""
+    if not isinstance(t, Git):
+        return 0
+    t.commit(message)
+    _say(progress, f"sync: pushing to {t.describe()}")
+    return t.push(message)
 
 
 def status(store: "MemoryStore") -> dict[str, Any]:
@@ -778,7 +820,7 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
             raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
         if j.upgrade():
             _adopt(j, t, key)
-        last_words = len([s for s, state in j.own_index(old) if state == 0])
+        last_words = len([s for s, state, _ in j.own_index(old) if state == 0])
         _repair(j, t, key)
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
