@@ -588,10 +588,10 @@ def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[
 
 def _keycheck_damaged(j: SyncLog, t: Folder, key: bytes, check: bytes | None) -> bool:
     """Whether the remote's key check was deleted or damaged, where this device's key is the one
-    it joined with and the remote still holds changesets: a joined device puts it back. A key
-    check sealed with another key is not damage (a remote started afresh, or a wrong key here):
-    refused as before. An empty folder (a disk not mounted) holds no changesets: refused."""
-    if keyring.key_id(key) != j.get("key_id") or not t.listing():
+    it joined with: a joined device puts it back (and its own changesets, `_repair`). A key check
+    sealed with another key is not damage (a remote started afresh, or a wrong key here): refused
+    as before. A folder with no `segments` in it may be a disk not mounted: refused, not filled."""
+    if keyring.key_id(key) != j.get("key_id") or not (isinstance(t, Git) or (t.root / SEGMENTS).is_dir()):
         return False
     if check is None:
         return True
