@@ -311,6 +311,21 @@ def _stat(t: Folder, device: str, seq: int) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
+def _beyond(j: SyncLog, t: Folder, key: bytes, mine: list[int]) -> None:
+    """Files in this device's folder numbered past the last changeset it sealed: one that opens
+    with the key as this device's was written by a copy of this home (refused); anything else the
+    remote made up, and it goes (else every other device waits on this device's "gap")."""
+    last = j.number("seq")
+    for seq in (s for s in mine if s > last):
+        try:
+            keyring.open_sealed(key, t.read(j.device, seq), j.device, seq, f"changeset {j.device}/{seq}")
+        except SyncError:
+            pass  # damaged, moved, another key: not a changeset of this device's
+        else:
+            raise SyncError(_copied(j.device))
+        (t.root / SEGMENTS / j.device / seg_name(seq)).unlink(missing_ok=True)
+
+
 def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None) -> int:
     """Make the remote hold this device's changesets as kept here: one not written yet, deleted
     from the remote, changed there (put back in its version from before a purge's rewrite,
@@ -368,6 +383,7 @@ def _check_ops(payload: Any, what: str) -> list[dict[str, Any]]:
     return ops
 
 
+VOUCH_TRIES = 8  # files tried, newest first, for the vouches past a gap
 MAX_VOUCHED = 10_000_000  # purged ids one changeset may vouch for (16 hex digits each): bounds a key-holder's mistake
 
 
@@ -449,13 +465,17 @@ def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], 
             expected = last_read = seq + 1
         if seqs and seqs[-1] > expected and device not in retired:
             got.gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
-            newest = seqs[-1]
-            if newest > max(last_read, known.get(device, (0, "", 0))[2]):
+            read = max(last_read, known.get(device, (0, "", 0))[2])
+            for newest in sorted((s for s in seqs if s > max(expected, read)), reverse=True)[:VOUCH_TRIES]:
                 what = f"changeset {device}/{newest}"
-                payload = keyring.open_sealed(key, t.read(device, newest), device, newest, what)
-                _check_ops(payload, what)
-                _, acks, purged = _chain(payload, what)
+                try:  # past a gap nothing is applied: a damaged file here stops nobody
+                    payload = keyring.open_sealed(key, t.read(device, newest), device, newest, what)
+                    _check_ops(payload, what)
+                    _, acks, purged = _chain(payload, what)
+                except SyncError:
+                    continue
                 got.vouch(device, newest, acks, purged)
+                break
     for device in sorted(set(known) | set(got.known)):
         seq, by, _ = max(known.get(device, (0, "", 0)), got.known.get(device, (0, "", 0)))
         present = listing.get(device, [])
@@ -626,9 +646,7 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
         if j.upgrade():
             _adopt(j, t, key)
         listing = t.listing()
-        mine = listing.get(j.device, [])
-        if mine and mine[-1] > j.number("seq"):
-            raise SyncError(_copied(j.device))
+        _beyond(j, t, key, listing.get(j.device, []))
         _repair(j, t, key)
         clock = j.clock()
         with store.transaction():
