@@ -3,6 +3,7 @@
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
+    python benchmarks/sync_bench.py --compare /work/main --memories 2000 --purged 100   # before/after
     python benchmarks/sync_bench.py --memories 1000 --embed-share     # fake embedder, then e5
 
 Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
@@ -28,7 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# `--tree DIR` (a round of --compare): import pmem from another checkout (main's), not this one
+sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1] else str(ROOT))
 
 from pmem import sync  # noqa: E402
 from pmem.config import load  # noqa: E402
@@ -180,6 +182,70 @@ def _join_embedding(n: int, tmp: Path, model: str | None) -> dict:
     return {"model": cfg.embed_model, "join_s": t_join, "embed_s": spent[0]}
 
 
+def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path) -> dict:
+    """One round of --compare, with whichever pmem this process imported: a holds n memories
+    (`purged` of them then purged, so changesets carry that many purges) and starts; b joins;
+    a writes 1,000 new memories; b's sync that receives them, then b's syncs with nothing new."""
+    cfg = load()
+    rng = random.Random(7)
+    where = str(tmp / "r.git") if kind == "git" else str(tmp / "folder")
+    if kind == "git":
+        subprocess.run(["git", "init", "-q", "--bare", where], check=True)
+    a = MemoryStore(tmp / "a" / "pmem.db", config=cfg)
+    b = MemoryStore(tmp / "b" / "pmem.db", config=cfg)
+    a.insert(texts(rng, n, "old"))
+    sync.init(a, where, key_file=str(tmp / "key"))
+    sync.join(b, where, key_file=str(tmp / "key"))
+    if purged:
+        a.purge([m.id for m in list(a.iter_all())[:purged]])
+        sync.run(a)
+        sync.run(b)
+    a.insert(texts(rng, 1000, "new"))
+    root = sync.sync_dir(a) / "git" if kind == "git" else Path(where)
+    before = seg_bytes(root)
+    sync.run(a)
+    sent_bytes = seg_bytes(root) - before
+    t_recv, rep = timed(lambda: sync.run(b))
+    assert rep["applied"] == 1000, rep
+    idle = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
+    kept = a.conn.execute("SELECT coalesce(sum(length(blob)), 0) FROM sync_own").fetchone()[0] \
+        if a.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sync_own'").fetchone() else 0
+    db_bytes = (tmp / "a" / "pmem.db").stat().st_size
+    a.close()
+    b.close()
+    return {"recv_1000_s": t_recv, "idle_s": statistics.median(idle), "bytes_1000": sent_bytes,
+            "kept_bytes": kept, "db_bytes": db_bytes}
+
+
+def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int) -> None:
+    """Main's tree against this one, each round a fresh process per tree, interleaved, medians."""
+    env = {**os.environ, "PMEM_EMBED_MODEL": "fake-64", "PMEM_SERVER": "never"}
+    got: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(rounds):
+        for label, tree in (("before", old_tree), ("after", ROOT)):
+            with tempfile.TemporaryDirectory() as tmp:
+                p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--round", kind, "--memories",
+                                    str(n), "--purged", str(purged), "--tree", str(tree), "--out", tmp],
+                                   env={**env, "PMEM_HOME": str(Path(tmp) / "home"), "PYTHONPATH": str(tree)},
+                                   capture_output=True, text=True)
+                assert p.returncode == 0, p.stderr[-2000:]
+                got[label].append(json.loads(p.stdout.strip().splitlines()[-1]))
+
+    def med(label: str, k: str) -> float:
+        return statistics.median(r[k] for r in got[label])
+
+    print(f"{kind}, {n:,} memories, {purged} purged, {rounds} rounds interleaved (median): before = {old_tree}, "
+          f"after = {ROOT}")
+    for k, what, scale, unit in (("idle_s", "sync with nothing new (in process)", 1000, "ms"),
+                                 ("recv_1000_s", "sync receiving 1,000 new changes", 1000, "ms"),
+                                 ("bytes_1000", "bytes a changeset of 1,000 adds", 1 / 1000, "kB"),
+                                 ("kept_bytes", "own sealed copies kept in the database", 1 / 1000, "kB"),
+                                 ("db_bytes", "database file of the writing device", 1 / 1e6, "MB")):
+        b, a = med("before", k) * scale, med("after", k) * scale
+        ratio = f"{a / b:.2f}x" if b else "-"
+        print(f"  {what:<42} {b:10.1f} {unit:<3} -> {a:10.1f} {unit:<3} ({ratio})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=10_000)
@@ -189,7 +255,20 @@ def main() -> None:
     ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
     ap.add_argument("--embed-share", action="store_true",
                     help="only time a first join with the fake embedder and with multilingual-e5-small")
+    ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
+                    help="time main's checkout TREE (before) against this one (after), interleaved")
+    ap.add_argument("--purged", type=int, default=0, help="with --compare: memories purged first")
+    ap.add_argument("--round", choices=["folder", "git"], help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.round:
+        print(json.dumps(one_round(args.round, args.memories, args.purged, args.repeat, args.out)))
+        return
+    if args.compare:
+        for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
+            compare(args.compare, kind, args.memories, args.purged, args.repeat)
+        return
     if args.embed_share:
         with tempfile.TemporaryDirectory() as tmp:
             for r in embed_share(args.memories, Path(tmp)):

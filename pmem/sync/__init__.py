@@ -326,14 +326,15 @@ def _beyond(j: SyncLog, t: Folder, key: bytes, mine: list[int]) -> None:
         (t.root / SEGMENTS / j.device / seg_name(seq)).unlink(missing_ok=True)
 
 
-def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None) -> int:
+def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
+            listing: dict[str, list[int]] | None = None) -> int:
     """Make the remote hold this device's changesets as kept here: one not written yet, deleted
     from the remote, changed there (put back in its version from before a purge's rewrite,
     swapped, cut short) is written (again). An unchanged file is known by its stat, not read.
     A file never written from here that holds another changeset of this device's was written
     by a copy of this home."""
     device = device or j.device
-    listed = set(t.listing().get(device, []))
+    listed = set((t.listing() if listing is None else listing).get(device, []))
     written = 0
     for seq, state, sig in j.own_index(device):
         if seq in listed and state == 1 and sig and _stat(t, device, seq) == sig:
@@ -647,7 +648,7 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
             _adopt(j, t, key)
         listing = t.listing()
         _beyond(j, t, key, listing.get(j.device, []))
-        _repair(j, t, key)
+        _repair(j, t, key, listing=listing)
         clock = j.clock()
         with store.transaction():
             ops, purged = j.export(clock)
