@@ -722,7 +722,8 @@ def status(store: "MemoryStore") -> dict[str, Any]:
         devices.append(entry)
     return {"device": j.device, "kind": j.get("kind"), "remote": t.describe(), "key_id": j.get("key_id"),
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
-            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path)}
+            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path),
+            "erasure_pending": len(j.jobs("erase") + j.jobs("redact") + j.jobs("steward")) if j.number("chain") else 0}
 
 
 # -- compact, retire, rejoin ----------------------------------------------------------------

@@ -142,3 +142,37 @@ def test_a_swapped_or_cut_changeset_is_written_again_by_its_device(net):
     net.everyone()
     assert net.texts("a") == net.texts("b") == net.texts("c")
     assert len(net.texts("c")) == 3
+
+
+def test_devices_that_synced_before_the_chain_keep_syncing_and_repair_their_older_changesets(tmp_path, fake_config):
+    """a and b as older pmem left them: changesets without chain fields, no chain tables. They sync
+    on; a adopts its older changesets from the remote and writes one again when it is deleted."""
+    from pmem.store.replication import CHAIN_SCHEMA
+    from pmem.sync import keys
+
+    net = started(Net(tmp_path, "folder", fake_config))
+    try:
+        key = keys.read_key_file(net.key_file)
+        for name in "ab":
+            device = net.device(name)
+            for path in own_files(net, name):
+                seq = int(path.rsplit("/", 1)[1])
+                payload = keys.open_sealed(key, net.tree()[path], device, seq, path)
+                old = {k: payload[k] for k in ("device", "seq", "ops")}
+                net.write({path: keys.seal(key, device, seq, old)})
+            conn = net.store(name).conn
+            for sql in CHAIN_SCHEMA:
+                conn.execute(f"DROP TABLE {sql.split()[5]}")
+            conn.execute("DELETE FROM sync_state WHERE key IN ('chain', 'announced')")
+        legacy = min(own_files(net, "a"))
+        net.store("a").add("after the upgrade")
+        net.sync("a")
+        net.sync("b")
+        net.write({legacy: None})
+        net.sync("a")
+        assert legacy in net.tree()
+        net.join("c")
+        assert net.texts("a") == net.texts("b") == net.texts("c")
+        assert len(net.texts("c")) == 3
+    finally:
+        net.close()
