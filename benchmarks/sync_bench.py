@@ -4,6 +4,7 @@
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
     python benchmarks/sync_bench.py --compare /work/main --memories 2000 --purged 100   # before/after
+    python benchmarks/sync_bench.py --chain-bytes                 # what the chain adds to one changeset
     python benchmarks/sync_bench.py --memories 1000 --embed-share     # fake embedder, then e5
 
 Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
@@ -246,6 +247,33 @@ def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int) -> None
         print(f"  {what:<42} {b:10.1f} {unit:<3} -> {a:10.1f} {unit:<3} ({ratio})")
 
 
+def chain_bytes() -> None:
+    """What the chain adds to one changeset, sealed: the digest of the previous one and what the
+    device applied of 3 others (every changeset), and the list of the purges it knows (16 hex
+    digits each; only the first changeset after that set grew: the others name it), against the
+    same changeset without them (as before the chain), for one memory added (a sync after each
+    change) and 1,000."""
+    from pmem.store.replication import EXISTS, SYNC_FIELDS
+    from pmem.sync import keys
+
+    key, dev, rng = keys.new_key(), "a" * 16, random.Random(7)
+    for n_ops in (1, 1000):
+        ops = []
+        for i, m in enumerate(texts(rng, n_ops, "chain"), start=1):
+            m.id = os.urandom(8).hex()
+            ops.append({"id": f"{dev}-{i}", "n": i, "m": m.id, "k": "create", "c": f"{1735689600000 + i:013d}-0000-{dev}",
+                        "f": {f: getattr(m, f) for f in SYNC_FIELDS if f not in ("created_at", "updated_at")}
+                        | {EXISTS: True}})
+        plain = len(keys.seal(key, dev, 9, {"device": dev, "seq": 9, "ops": ops}))
+        base = {"device": dev, "seq": 9, "v": 2, "prev": os.urandom(16).hex(),
+                "seen": {os.urandom(8).hex(): [rng.randint(1, 5000), os.urandom(16).hex()] for _ in range(3)}}
+        cells = [f"naming the list +{len(keys.seal(key, dev, 9, {**base, 'purged_in': 7, 'ops': ops})) - plain:,} B"]
+        for purged in (100, 1000, 10000):
+            payload = {**base, "purged": sorted(os.urandom(8).hex() for _ in range(purged)), "ops": ops}
+            cells.append(f"listing {purged:,} purges +{len(keys.seal(key, dev, 9, payload)) - plain:,} B")
+        print(f"a changeset of {n_ops:,} add(s): {plain:,} B sealed before the chain; with it: {', '.join(cells)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=10_000)
@@ -258,12 +286,16 @@ def main() -> None:
     ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
                     help="time main's checkout TREE (before) against this one (after), interleaved")
     ap.add_argument("--purged", type=int, default=0, help="with --compare: memories purged first")
+    ap.add_argument("--chain-bytes", action="store_true", help="only the bytes the chain adds to a changeset")
     ap.add_argument("--round", choices=["folder", "git"], help=argparse.SUPPRESS)
     ap.add_argument("--tree", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.round:
         print(json.dumps(one_round(args.round, args.memories, args.purged, args.repeat, args.out)))
+        return
+    if args.chain_bytes:
+        chain_bytes()
         return
     if args.compare:
         for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):

@@ -264,24 +264,41 @@ def digest(payload: dict[str, Any]) -> str:
                           .encode()).hexdigest()[:32]
 
 
+# Purges listed in every changeset up to this many (~10 sealed bytes each); past it, only in the
+# changeset after the list grew (figures: `sync_bench.py --chain-bytes`, benchmarks/README.md)
+PURGED_INLINE = 64
+
+
 def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]], announce: bool = False) -> list[int]:
     """Seal operations into this device's next changesets, kept in `sync_own` (same transaction)
-    until written, and after. Each carries, sealed, the digest of this device's previous one,
-    what it has applied of every other device, and every purge it knows of; `announce`: one
-    changeset even with no operation (a purge learnt here, vouched for at once)."""
+    until written, and after. Each carries, sealed, the digest of this device's previous one and
+    what it has applied of every other device, and every purge it knows of: in each changeset
+    while they are at most PURGED_INLINE, else in the first sealed after that set grew, which the
+    later ones name (`purged_in`): ~170 bytes more a changeset, not 10 per purge ever made.
+    `announce`: one changeset even with no operation (a purge learnt here, vouched for at once)."""
     seqs = []
     chunks = [ops[i:i + CHUNK] for i in range(0, len(ops), CHUNK)] or ([[]] if announce else [])
-    purged = j.purged_ids() if chunks else []
-    seen = j.seen() if chunks else {}
+    if not chunks:
+        return seqs
+    seen = j.seen()
+    count = j.tombstone_count()
+    listed_in = j.get("purged_in") or ""
     for chunk in chunks:
         seq = j.number("seq") + 1
         j.put("seq", seq)
-        payload = {"device": j.device, "seq": seq, "v": 2, "prev": j.own_digest(j.device, seq - 1), "seen": seen,
-                   "purged": purged, "ops": chunk}
+        payload: dict[str, Any] = {"device": j.device, "seq": seq, "v": 2, "prev": j.own_digest(j.device, seq - 1),
+                                   "seen": seen}
+        if count and (count <= PURGED_INLINE or count != j.number("announced")
+                      or not listed_in.startswith(j.device + ":")):
+            payload["purged"] = j.purged_ids()
+            listed_in = f"{j.device}:{seq}"
+            j.put("purged_in", listed_in)
+            j.put("announced", count)
+        if listed_in.startswith(j.device + ":"):
+            payload["purged_in"] = int(listed_in.split(":", 1)[1])
+        payload["ops"] = chunk
         j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), digest(payload))
         seqs.append(seq)
-    if chunks:
-        j.put("announced", len(purged))
     return seqs
 
 
@@ -388,12 +405,15 @@ VOUCH_TRIES = 8  # files tried, newest first, for the vouches past a gap
 MAX_VOUCHED = 10_000_000  # purged ids one changeset may vouch for (16 hex digits each): bounds a key-holder's mistake
 
 
-def _chain(payload: dict[str, Any], what: str) -> tuple[str | None, dict[str, tuple[int, str]], list[str]]:
+def _chain(payload: dict[str, Any], what: str) -> tuple[str | None, dict[str, tuple[int, str]], list[str], int]:
     """A changeset's chain fields, parsed totally: the digest of its device's previous changeset,
-    what that device had applied of the others, and the purges it knew of (none in older ones)."""
+    what that device had applied of the others, the purges it knew of where it lists them, and
+    else the number of its changeset that does (0: none; older changesets carry no chain)."""
     prev, seen, purged = payload.get("prev"), payload.get("seen", {}), payload.get("purged", [])
+    listed_in = payload.get("purged_in", 0)
     if not (prev is None or isinstance(prev, str) and len(prev) <= 64) or not isinstance(seen, dict) \
-            or not isinstance(purged, list) or len(purged) > MAX_VOUCHED:
+            or not isinstance(purged, list) or len(purged) > MAX_VOUCHED \
+            or not isinstance(listed_in, int) or isinstance(listed_in, bool) or listed_in < 0:
         raise SyncError(f"{what} holds a malformed chain")
     acks: dict[str, tuple[int, str]] = {}
     for device, entry in seen.items():
@@ -404,7 +424,7 @@ def _chain(payload: dict[str, Any], what: str) -> tuple[str | None, dict[str, tu
         acks[device] = (entry[0], entry[1])
     if not all(isinstance(m, str) and _MEMORY_ID.match(m) for m in purged):
         raise SyncError(f"{what} holds a malformed chain")
-    return prev, acks, purged
+    return prev, acks, purged, listed_in
 
 
 class Incoming:
@@ -455,7 +475,7 @@ def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], 
             what = f"changeset {device}/{seq}"
             payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
             ops = _check_ops(payload, what)
-            prev, acks, purged = _chain(payload, what)
+            prev, acks, purged, _ = _chain(payload, what)
             if prev is not None and prev_digest is not None and prev != prev_digest and seq == expected:
                 raise SyncError(f"{what} does not follow the changeset applied before it: two writers of "
                                 f"device {device} (a copied pmem home?)")
@@ -467,16 +487,18 @@ def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], 
         if seqs and seqs[-1] > expected and device not in retired:
             got.gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
             read = max(last_read, known.get(device, (0, "", 0))[2])
-            for newest in sorted((s for s in seqs if s > max(expected, read)), reverse=True)[:VOUCH_TRIES]:
+            tries = sorted((s for s in seqs if s > max(expected, read)), reverse=True)[:VOUCH_TRIES]
+            while tries:
+                newest = tries.pop(0)
                 what = f"changeset {device}/{newest}"
                 try:  # past a gap nothing is applied: a damaged file here stops nobody
                     payload = keyring.open_sealed(key, t.read(device, newest), device, newest, what)
                     _check_ops(payload, what)
-                    _, acks, purged = _chain(payload, what)
+                    _, acks, purged, listed_in = _chain(payload, what)
                 except SyncError:
                     continue
                 got.vouch(device, newest, acks, purged)
-                break
+                tries = [listed_in] if listed_in in seqs and expected <= listed_in < newest else []
     for device in sorted(set(known) | set(got.known)):
         seq, by, _ = max(known.get(device, (0, "", 0)), got.known.get(device, (0, "", 0)))
         present = listing.get(device, [])

@@ -176,3 +176,35 @@ def test_devices_that_synced_before_the_chain_keep_syncing_and_repair_their_olde
         assert len(net.texts("c")) == 3
     finally:
         net.close()
+
+
+def test_past_many_purges_a_changeset_names_the_one_that_lists_them_and_a_reader_past_a_gap_finds_it(
+        tmp_path, fake_config, monkeypatch):
+    from pmem.sync import keys
+
+    monkeypatch.setattr(sync, "PURGED_INLINE", 0)  # as if past 64 purges: the list goes only after it grew
+    net = started(Net(tmp_path, "folder", fake_config))
+    try:
+        doomed = net.store("a").add(f"Locker code {SECRET}")[0].id
+        net.sync("a")
+        net.store("a").purge([doomed])
+        net.sync("a")
+        for i in range(2):
+            net.store("a").add(f"a writes on {i}")
+            net.sync("a")
+        key = keys.read_key_file(net.key_file)
+        a = net.device("a")
+        files = sorted(own_files(net, "a"))
+        payloads = [keys.open_sealed(key, net.tree()[p], a, int(p.rsplit("/", 1)[1]), p) for p in files]
+        listing = [int(p.rsplit("/", 1)[1]) for p, pl in zip(files, payloads) if "purged" in pl]
+        assert len(listing) == 1 and payloads[-1]["purged_in"] == listing[0] and "purged" not in payloads[-1]
+        gap = files[files.index(next(p for p in files if p.endswith(f"{listing[0]:010d}"))) - 1]
+        net.write({gap: None})  # the gap is before the list: the reader reads the newest, then the one it names
+        net.join("c")
+        assert doomed not in net.texts("c")
+        report = net.sync("c")
+        assert report["gaps"] and doomed not in net.texts("c")
+        known = sync.SyncLog(net.store("c")).tombstoned([doomed])
+        assert known == {doomed}
+    finally:
+        net.close()
