@@ -344,7 +344,7 @@ def _beyond(j: SyncLog, t: Folder, key: bytes, mine: list[int]) -> None:
 
 
 def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
-            listing: dict[str, list[int]] | None = None) -> int:
+            listing: dict[str, list[int]] | None = None, unwritten_only: bool = False) -> int:
     """Make the remote hold this device's changesets as kept here: one not written yet, deleted
     from the remote, changed there (put back in its version from before a purge's rewrite,
     swapped, cut short) is written (again). An unchanged file is known by its stat, not read.
@@ -354,7 +354,7 @@ def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
     listed = set((t.listing() if listing is None else listing).get(device, []))
     written = 0
     for seq, state, sig in j.own_index(device):
-        if seq in listed and state == 1 and sig and _stat(t, device, seq) == sig:
+        if state == 1 and (unwritten_only or seq in listed and sig and _stat(t, device, seq) == sig):
             continue
         kept = j.own_blob(device, seq)
         assert kept is not None
@@ -517,62 +517,69 @@ def _redact_ops(ops: list[dict[str, Any]], gone: set[str]) -> list[dict[str, Any
             {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
 
 
-def _redact_own(j: SyncLog, key: bytes, ids: set[str]) -> int:
-    """Rewrite this device's kept changesets that hold operations on purged memories `ids`,
-    here, in one transaction (with secure_delete: the old sealed copies' pages are zeroed);
-    `_repair` then writes them to the remote at this and every later sync until it holds them."""
+def _redact_kept(j: SyncLog, key: bytes, ids: set[str] | None, device: str) -> int:
+    """Rewrite the kept changesets of `device` (this one, or a retired one it stewards) that hold
+    operations on purged memories (`ids`; None: every memory purged here), here, in one
+    transaction (with secure_delete: the old sealed copies' pages are zeroed); `_repair` then
+    writes them to the remote at this and every later sync until it holds them."""
     rewritten = 0
     secure = j.conn.execute("PRAGMA secure_delete").fetchone()[0]
     j.conn.execute("PRAGMA secure_delete = ON")
     try:
         with j.store.transaction():
-            for seq, _, _ in j.own_index(j.device):
-                kept = j.own_blob(j.device, seq)
+            for seq, _, _ in j.own_index(device):
+                kept = j.own_blob(device, seq)
                 assert kept is not None
-                what = f"changeset {j.device}/{seq}"
-                payload = keyring.open_sealed(key, kept[0], j.device, seq, what)
+                what = f"changeset {device}/{seq}"
+                payload = keyring.open_sealed(key, kept[0], device, seq, what)
                 ops = payload["ops"]
-                gone = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")} & ids
+                live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
+                gone = live & ids if ids is not None else j.tombstoned(live)
                 if not gone:
                     continue
                 payload["ops"] = _redact_ops(ops, gone)
-                j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), kept[1], 1)
+                j.own_add(device, seq, keyring.seal(key, device, seq, payload), kept[1], 1)
                 rewritten += 1
-            j.job_done("redact", ids)
     finally:
         j.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
     return rewritten
 
 
-def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str, seqs: list[int]) -> int:
-    """Rewrite a retired device's changesets on the remote that hold operations on purged
-    memories (`ids`; None: every memory purged here), as `_redact_own` does this device's own:
-    this device is its steward (it retired it: the only one that rewrites its files, so they
-    still have one writer)."""
-    rewritten = 0
-    for seq in seqs:
-        what = f"changeset {device}/{seq}"
-        payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
-        ops = payload["ops"]
-        live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
-        gone = live & ids if ids is not None else j.tombstoned(live)
-        if not gone:
+def _adopt_stewarded(j: SyncLog, t: Folder, key: bytes, device: str, listing: dict[str, list[int]]) -> int:
+    """Keep copies of a retired device's changesets this device stewards (those not kept yet:
+    at its retirement, and its last words if it rejoins), rewritten at once for every purge known:
+    from then on they are repaired like this device's own. A damaged file is left for later."""
+    held = {s for s, _, _ in j.own_index(device)}
+    adopted = 0
+    for seq in listing.get(device, []):
+        if seq in held:
             continue
-        payload["ops"] = _redact_ops(ops, gone)
-        t.write(device, seq, keyring.seal(key, device, seq, payload))
-        rewritten += 1
-    return rewritten
+        what = f"changeset {device}/{seq}"
+        try:
+            blob = t.read(device, seq)
+            payload = keyring.open_sealed(key, blob, device, seq, what)
+            _check_ops(payload, what)
+        except SyncError:
+            continue
+        with j.store.transaction():
+            j.own_add(device, seq, blob, digest(payload), 1)
+        adopted += 1
+    return _redact_kept(j, key, None, device) if adopted else 0
 
 
 def _erasure(j: SyncLog, t: Folder, key: bytes, retired: dict[str, dict[str, Any]]) -> int:
-    """Finish every erasure job: this device's own changesets rewritten (here; the remote is
-    repaired from them), the memory erased here, a retired device's files rewritten. A job goes
-    only when done, so a kill -9 or a failure at any point leaves it for the next sync."""
+    """Finish every erasure job: the kept changesets of this device and of the retired ones it
+    stewards rewritten (here; the remote is repaired from them), the memory erased here. A job
+    goes only when done, so a kill -9 or a failure at any point leaves it for the next sync."""
     store = j.store
     rewritten = 0
-    ids = set(j.jobs("redact"))
+    ids = set(j.jobs("redact")) | set(j.jobs("steward"))
     if ids:
-        rewritten += _redact_own(j, key, ids)
+        for device in [j.device, *_stewarded(j, retired)]:
+            rewritten += _redact_kept(j, key, ids, device)
+        with store.transaction():
+            j.job_done("redact", ids)
+            j.job_done("steward", ids)
         _crash("redacted")
     for mid in j.jobs("erase"):
         with store.transaction():
@@ -584,13 +591,6 @@ def _erasure(j: SyncLog, t: Folder, key: bytes, retired: dict[str, dict[str, Any
         _crash("erased")
         with store.transaction():
             j.job_done("erase", [mid])
-    steward = set(j.jobs("steward"))
-    if steward:
-        listing = t.listing()
-        for device in _stewarded(j, retired):
-            rewritten += _redact(j, t, key, steward, device, listing.get(device, []))
-        with store.transaction():
-            j.job_done("steward", steward)
     return rewritten
 
 
@@ -697,8 +697,12 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
         if j.tombstone_count() > j.number("announced"):
             with store.transaction():  # a purge learnt here: vouched for at once, not at the next change
                 written += _seal_out(j, key, [], announce=True)
-        redacted = _erasure(j, t, key, retired)
-        _repair(j, t, key)
+        stewarded = _stewarded(j, retired)
+        listing = t.listing() if stewarded else listing
+        redacted = sum(_adopt_stewarded(j, t, key, d, listing) for d in stewarded)
+        redacted += _erasure(j, t, key, retired)
+        for device in [j.device, *stewarded]:
+            _repair(j, t, key, device)
         _crash("written")
         retries = _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
@@ -840,7 +844,8 @@ def retire(store: "MemoryStore", device: str, *, progress: Progress | None = Non
             j.mark_retired(target, note)
         # it will never rewrite its files again: this device does, from now on (a memory purged
         # before it was lost may still be in them)
-        redacted = _redact(j, t, key, None, target, seqs)
+        redacted = _adopt_stewarded(j, t, key, target, t.listing())
+        _repair(j, t, key, target)
         retries = 0
         if isinstance(t, Git):
             message = f"pmem sync: {j.device} retired {target}"
@@ -863,7 +868,7 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
         if j.upgrade():
             _adopt(j, t, key)
         last_words = len([s for s, state, _ in j.own_index(old) if state == 0])
-        _repair(j, t, key)
+        _repair(j, t, key, unwritten_only=True)  # the rest are its steward's now, rewritten after purges
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
             t.commit(message)

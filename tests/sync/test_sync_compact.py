@@ -173,7 +173,7 @@ def test_own_files_a_killed_sync_left_uncommitted_are_committed_at_the_next_pull
     payload = {"device": device, "seq": 1, "ops": []}
     rewritten = keys.seal(key, device, 1, payload)
     j = sync.SyncLog(b)
-    with b.transaction():  # a rewrite: the kept copy first (sync._redact_own), then the clone's file,
+    with b.transaction():  # a rewrite: the kept copy first (sync._redact_kept), then the clone's file,
         j.own_add(device, 1, rewritten, sync.digest(payload), 1)
     t.write(device, 1, rewritten)  # then killed before its commit
     a.add("from a, later")

@@ -147,3 +147,39 @@ def test_the_crash_hook_is_inert_unless_named(tmp_path):
         assert p.returncode == 0 and p.stdout.strip() == "alive"
     env["PMEM_SYNC_CRASH_AT"] = "applied"
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60).returncode == -9
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retired_device_s_files_put_back_before_a_purge_are_rewritten_by_its_steward(tmp_path, fake_config, kind):
+    """c wrote the text and was lost; a retired it, so a rewrites c's files after a purge. The
+    remote puts c's old file back: a, keeping copies of the files it stewards, writes it again."""
+    from pmem import sync
+
+    net = Net(tmp_path, kind, fake_config)
+    try:
+        net.store("a").add("a's first memory")
+        net.init("a")
+        net.join("b")
+        net.join("c")
+        mid = net.store("c").add(f"Locker code {SECRET}")[0].id
+        net.sync("c")
+        net.sync("a")
+        net.sync("b")
+        c = net.device("c")
+        old = {p: blob for p, blob in net.tree().items() if p.startswith(f"segments/{c}/")}
+        net.stores.pop("c").close()  # the laptop is lost
+        sync.retire(net.store("a"), c)
+        net.store("b").purge([mid])
+        net.sync("b")
+        net.sync("a")  # a applies the purge and rewrites c's file it stewards
+        net.sync("b")
+        assert SECRET not in net.opened()
+        net.write(old)  # c's file from before the purge, put back
+        assert SECRET in net.opened()
+        net.sync("a")
+        assert SECRET not in net.opened()
+        net.join("d")
+        for name in "abd":
+            assert mid not in net.texts(name) and SECRET.encode() not in net.raw(name)
+    finally:
+        net.close()
