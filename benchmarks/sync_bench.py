@@ -3,7 +3,7 @@
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
-    python benchmarks/sync_bench.py --compare /work/main --memories 2000 --purged 100   # before/after
+    python benchmarks/sync_bench.py --compare /work/main --memories 2000 --purged 100 --own 200  # before/after
     python benchmarks/sync_bench.py --chain-bytes                 # what the chain adds to one changeset
     python benchmarks/sync_bench.py --memories 1000 --embed-share     # fake embedder, then e5
 
@@ -183,10 +183,11 @@ def _join_embedding(n: int, tmp: Path, model: str | None) -> dict:
     return {"model": cfg.embed_model, "join_s": t_join, "embed_s": spent[0]}
 
 
-def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path) -> dict:
+def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path, own: int = 0) -> dict:
     """One round of --compare, with whichever pmem this process imported: a holds n memories
     (`purged` of them then purged, so changesets carry that many purges) and starts; b joins;
-    a writes 1,000 new memories; b's sync that receives them, then b's syncs with nothing new."""
+    a writes 1,000 new memories; b's sync that receives them, then b's syncs with nothing new;
+    then a syncs `own` times after one change each, and its syncs with nothing new."""
     cfg = load()
     rng = random.Random(7)
     where = str(tmp / "r.git") if kind == "git" else str(tmp / "folder")
@@ -209,16 +210,21 @@ def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path) -> dict:
     t_recv, rep = timed(lambda: sync.run(b))
     assert rep["applied"] == 1000, rep
     idle = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
+    for i in range(own):  # a sync after each change: a device with `own` changesets of its own
+        a.add(f"one more memory {i}")
+        sync.run(a)
+    idle_own = [timed(lambda: sync.run(a))[0] for _ in range(repeat)]
     kept = a.conn.execute("SELECT coalesce(sum(length(blob)), 0) FROM sync_own").fetchone()[0] \
         if a.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sync_own'").fetchone() else 0
     db_bytes = (tmp / "a" / "pmem.db").stat().st_size
     a.close()
     b.close()
-    return {"recv_1000_s": t_recv, "idle_s": statistics.median(idle), "bytes_1000": sent_bytes,
+    return {"recv_1000_s": t_recv, "idle_s": statistics.median(idle), "idle_own_s": statistics.median(idle_own),
+            "bytes_1000": sent_bytes,
             "kept_bytes": kept, "db_bytes": db_bytes}
 
 
-def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int) -> None:
+def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int, own: int) -> None:
     """Main's tree against this one, each round a fresh process per tree, interleaved, medians."""
     env = {**os.environ, "PMEM_EMBED_MODEL": "fake-64", "PMEM_SERVER": "never"}
     got: dict[str, list[dict]] = {"before": [], "after": []}
@@ -226,7 +232,8 @@ def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int) -> None
         for label, tree in (("before", old_tree), ("after", ROOT)):
             with tempfile.TemporaryDirectory() as tmp:
                 p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--round", kind, "--memories",
-                                    str(n), "--purged", str(purged), "--tree", str(tree), "--out", tmp],
+                                    str(n), "--purged", str(purged), "--own", str(own), "--tree", str(tree),
+                                    "--out", tmp],
                                    env={**env, "PMEM_HOME": str(Path(tmp) / "home"), "PYTHONPATH": str(tree)},
                                    capture_output=True, text=True)
                 assert p.returncode == 0, p.stderr[-2000:]
@@ -238,6 +245,8 @@ def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int) -> None
     print(f"{kind}, {n:,} memories, {purged} purged, {rounds} rounds interleaved (median): before = {old_tree}, "
           f"after = {ROOT}")
     for k, what, scale, unit in (("idle_s", "sync with nothing new (in process)", 1000, "ms"),
+                                 ("idle_own_s", f"the same, on the writer after {own} syncs of one add", 1000,
+                                  "ms"),
                                  ("recv_1000_s", "sync receiving 1,000 new changes", 1000, "ms"),
                                  ("bytes_1000", "bytes a changeset of 1,000 adds", 1 / 1000, "kB"),
                                  ("kept_bytes", "own sealed copies kept in the database", 1 / 1000, "kB"),
@@ -286,20 +295,21 @@ def main() -> None:
     ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
                     help="time main's checkout TREE (before) against this one (after), interleaved")
     ap.add_argument("--purged", type=int, default=0, help="with --compare: memories purged first")
+    ap.add_argument("--own", type=int, default=0, help="with --compare: syncs of one change each, then idle syncs")
     ap.add_argument("--chain-bytes", action="store_true", help="only the bytes the chain adds to a changeset")
     ap.add_argument("--round", choices=["folder", "git"], help=argparse.SUPPRESS)
     ap.add_argument("--tree", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.round:
-        print(json.dumps(one_round(args.round, args.memories, args.purged, args.repeat, args.out)))
+        print(json.dumps(one_round(args.round, args.memories, args.purged, args.repeat, args.out, args.own)))
         return
     if args.chain_bytes:
         chain_bytes()
         return
     if args.compare:
         for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
-            compare(args.compare, kind, args.memories, args.purged, args.repeat)
+            compare(args.compare, kind, args.memories, args.purged, args.repeat, args.own)
         return
     if args.embed_share:
         with tempfile.TemporaryDirectory() as tmp:
