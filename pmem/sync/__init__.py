@@ -8,6 +8,24 @@ remote sees only ciphertext (keys.py). `init` starts a remote, `join` adds a dev
 one `pmem sync`: pull, apply, write, push. `compact` squashes a git remote's history (old
 objects keep purged text), `retire` stops everyone waiting on a lost device and `rejoin` brings
 a retired one back as a new device; auto.py runs `pmem sync` in the background after a change.
+
+Threat model. The remote is untrusted storage: anyone may read it, write it, delete from it, put
+back any file or history it saw, without the key; the key and each device's own database are
+trusted. The remote must never make a device store a purged memory, take an older state as the
+newest, lose a memory, or keep pmem stuck once it stops; it can always withhold (show nothing
+new, or an old consistent snapshot, until a device that knows better syncs).
+
+Rollback, deletion and erasure. Each changeset carries, sealed, the digest of its device's
+previous one (`prev`; the digest skips operation values, so the rewrite after a purge keeps it),
+what its device had applied of each other one (`seen`, the acknowledgements) and the memories
+it knows were purged (`purged`, or past PURGED_INLINE the number of its changeset that lists
+them). A reader checks each link, takes every purge vouched for before it applies anything (a
+purge whose own changeset was deleted is still learnt from any later changeset of any device,
+past a gap too), reports a device whose changesets others vouched for but the remote no longer
+holds (`rolled_back`), and never lowers what it knows. A device keeps its own sealed changesets
+(`sync_own`) and, at every sync, writes again any the remote lacks or holds changed (by stat, so
+an unchanged file is not read); a steward does so for the retired devices it rewrites. A purge's
+rewrite and erase are job rows (`sync_jobs`) done at every sync until they succeed.
 """
 
 from __future__ import annotations
