@@ -336,11 +336,24 @@ def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
                 j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)), 1)
 
 
-def _stat(t: Folder, device: str, seq: int) -> str:
-    """A changeset file's size, times and inode: any write to it (an attacker's, a syncer's, git's
-    checkout) changes its ctime, so an unchanged stat means unchanged bytes, without reading them."""
+def _stats(t: Folder, device: str) -> dict[int, str]:
+    """Each changeset file of `device`: its size, times and inode, in one pass over its folder.
+    Any write to a file (an attacker's, a syncer's, git's checkout) changes its ctime, so an
+    unchanged stat means unchanged bytes, without reading them."""
+    out = {}
     try:
-        st = os.stat(t.root / SEGMENTS / device / seg_name(seq), follow_symlinks=False)
+        with os.scandir(t.root / SEGMENTS / device) as entries:
+            for e in entries:
+                if len(e.name) == 10 and e.name.isdigit():
+                    out[int(e.name)] = _sig(e)
+    except OSError:
+        pass
+    return out
+
+
+def _sig(path: os.DirEntry | Path) -> str:
+    try:
+        st = path.stat(follow_symlinks=False)
     except OSError:
         return ""
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
@@ -370,9 +383,10 @@ def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
     by a copy of this home."""
     device = device or j.device
     listed = set((t.listing() if listing is None else listing).get(device, []))
+    stats = _stats(t, device)
     written = 0
     for seq, state, sig in j.own_index(device):
-        if state == 1 and (unwritten_only or seq in listed and sig and _stat(t, device, seq) == sig):
+        if state == 1 and (unwritten_only or seq in listed and sig and stats.get(seq) == sig):
             continue
         kept = j.own_blob(device, seq)
         assert kept is not None
@@ -396,7 +410,7 @@ def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
             t.write(device, seq, blob)
             written += 1
         with j.store.transaction():
-            j.own_checked(device, seq, _stat(t, device, seq))
+            j.own_checked(device, seq, _sig(t.root / SEGMENTS / device / seg_name(seq)))
     return written
 
 
@@ -719,8 +733,9 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
         listing = t.listing() if stewarded else listing
         redacted = sum(_adopt_stewarded(j, t, key, d, listing) for d in stewarded)
         redacted += _erasure(j, t, key, retired)
-        for device in [j.device, *stewarded]:
-            _repair(j, t, key, device)
+        if written or redacted or stewarded:  # else the repair before the export saw all there is
+            for device in [j.device, *stewarded]:
+                _repair(j, t, key, device)
         _crash("written")
         retries = _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
