@@ -3,6 +3,8 @@
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py                   # 10,000 memories
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 100000
     PMEM_EMBED_MODEL=fake-64 python benchmarks/sync_bench.py --memories 2000 --join-vs-insert
+    python benchmarks/sync_bench.py --compare /work/main --memories 2000 --purged 100 --own 200  # before/after
+    python benchmarks/sync_bench.py --chain-bytes                 # what the chain adds to one changeset
     python benchmarks/sync_bench.py --memories 1000 --embed-share     # fake embedder, then e5
 
 Two homes, a and b. a holds N memories and starts the sync (`init`: its first changesets), b
@@ -28,7 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# `--tree DIR` (a round of --compare): import pmem from another checkout (main's), not this one
+sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1] else str(ROOT))
 
 from pmem import sync  # noqa: E402
 from pmem.config import load  # noqa: E402
@@ -180,6 +183,106 @@ def _join_embedding(n: int, tmp: Path, model: str | None) -> dict:
     return {"model": cfg.embed_model, "join_s": t_join, "embed_s": spent[0]}
 
 
+def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path, own: int = 0) -> dict:
+    """One round of --compare, with whichever pmem this process imported: a holds n memories
+    (`purged` of them then purged, so changesets carry that many purges) and starts; b joins;
+    a writes 1,000 new memories; b's sync that receives them, then b's syncs with nothing new;
+    then a syncs `own` times after one change each, and its syncs with nothing new."""
+    cfg = load()
+    rng = random.Random(7)
+    where = str(tmp / "r.git") if kind == "git" else str(tmp / "folder")
+    if kind == "git":
+        subprocess.run(["git", "init", "-q", "--bare", where], check=True)
+    a = MemoryStore(tmp / "a" / "pmem.db", config=cfg)
+    b = MemoryStore(tmp / "b" / "pmem.db", config=cfg)
+    a.insert(texts(rng, n, "old"))
+    sync.init(a, where, key_file=str(tmp / "key"))
+    sync.join(b, where, key_file=str(tmp / "key"))
+    if purged:
+        a.purge([m.id for m in list(a.iter_all())[:purged]])
+        sync.run(a)
+        sync.run(b)
+    a.insert(texts(rng, 1000, "new"))
+    root = sync.sync_dir(a) / "git" if kind == "git" else Path(where)
+    before = seg_bytes(root)
+    sync.run(a)
+    sent_bytes = seg_bytes(root) - before
+    t_recv, rep = timed(lambda: sync.run(b))
+    assert rep["applied"] == 1000, rep
+    idle = [timed(lambda: sync.run(b))[0] for _ in range(repeat)]
+    for i in range(own):  # a sync after each change: a device with `own` changesets of its own
+        a.add(f"one more memory {i}")
+        sync.run(a)
+    idle_own = [timed(lambda: sync.run(a))[0] for _ in range(repeat)]
+    kept = a.conn.execute("SELECT coalesce(sum(length(blob)), 0) FROM sync_own").fetchone()[0] \
+        if a.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sync_own'").fetchone() else 0
+    db_bytes = (tmp / "a" / "pmem.db").stat().st_size
+    a.close()
+    b.close()
+    return {"recv_1000_s": t_recv, "idle_s": statistics.median(idle), "idle_own_s": statistics.median(idle_own),
+            "bytes_1000": sent_bytes,
+            "kept_bytes": kept, "db_bytes": db_bytes}
+
+
+def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int, own: int) -> None:
+    """Main's tree against this one, each round a fresh process per tree, interleaved, medians."""
+    env = {**os.environ, "PMEM_EMBED_MODEL": "fake-64", "PMEM_SERVER": "never"}
+    got: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(rounds):
+        for label, tree in (("before", old_tree), ("after", ROOT)):
+            with tempfile.TemporaryDirectory() as tmp:
+                p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--round", kind, "--memories",
+                                    str(n), "--purged", str(purged), "--own", str(own), "--tree", str(tree),
+                                    "--out", tmp],
+                                   env={**env, "PMEM_HOME": str(Path(tmp) / "home"), "PYTHONPATH": str(tree)},
+                                   capture_output=True, text=True)
+                assert p.returncode == 0, p.stderr[-2000:]
+                got[label].append(json.loads(p.stdout.strip().splitlines()[-1]))
+
+    def med(label: str, k: str) -> float:
+        return statistics.median(r[k] for r in got[label])
+
+    print(f"{kind}, {n:,} memories, {purged} purged, {rounds} rounds interleaved (median): before = {old_tree}, "
+          f"after = {ROOT}")
+    for k, what, scale, unit in (("idle_s", "sync with nothing new (in process)", 1000, "ms"),
+                                 ("idle_own_s", f"the same, on the writer after {own} syncs of one add", 1000,
+                                  "ms"),
+                                 ("recv_1000_s", "sync receiving 1,000 new changes", 1000, "ms"),
+                                 ("bytes_1000", "bytes a changeset of 1,000 adds", 1 / 1000, "kB"),
+                                 ("kept_bytes", "own sealed copies kept in the database", 1 / 1000, "kB"),
+                                 ("db_bytes", "database file of the writing device", 1 / 1e6, "MB")):
+        b, a = med("before", k) * scale, med("after", k) * scale
+        ratio = f"{a / b:.2f}x" if b else "-"
+        print(f"  {what:<42} {b:10.1f} {unit:<3} -> {a:10.1f} {unit:<3} ({ratio})")
+
+
+def chain_bytes() -> None:
+    """What the chain adds to one changeset, sealed: the digest of the previous one and what the
+    device applied of 3 others (every changeset), and the list of the purges it knows (16 hex
+    digits each; only the first changeset after that set grew: the others name it), against the
+    same changeset without them (as before the chain), for one memory added (a sync after each
+    change) and 1,000."""
+    from pmem.store.replication import EXISTS, SYNC_FIELDS
+    from pmem.sync import keys
+
+    key, dev, rng = keys.new_key(), "a" * 16, random.Random(7)
+    for n_ops in (1, 1000):
+        ops = []
+        for i, m in enumerate(texts(rng, n_ops, "chain"), start=1):
+            m.id = os.urandom(8).hex()
+            ops.append({"id": f"{dev}-{i}", "n": i, "m": m.id, "k": "create", "c": f"{1735689600000 + i:013d}-0000-{dev}",
+                        "f": {f: getattr(m, f) for f in SYNC_FIELDS if f not in ("created_at", "updated_at")}
+                        | {EXISTS: True}})
+        plain = len(keys.seal(key, dev, 9, {"device": dev, "seq": 9, "ops": ops}))
+        base = {"device": dev, "seq": 9, "v": 2, "prev": os.urandom(16).hex(),
+                "seen": {os.urandom(8).hex(): [rng.randint(1, 5000), os.urandom(16).hex()] for _ in range(3)}}
+        cells = [f"naming the list +{len(keys.seal(key, dev, 9, {**base, 'purged_in': 7, 'ops': ops})) - plain:,} B"]
+        for purged in (100, 1000, 10000):
+            payload = {**base, "purged": sorted(os.urandom(8).hex() for _ in range(purged)), "ops": ops}
+            cells.append(f"listing {purged:,} purges +{len(keys.seal(key, dev, 9, payload)) - plain:,} B")
+        print(f"a changeset of {n_ops:,} add(s): {plain:,} B sealed before the chain; with it: {', '.join(cells)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memories", type=int, default=10_000)
@@ -189,7 +292,25 @@ def main() -> None:
     ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
     ap.add_argument("--embed-share", action="store_true",
                     help="only time a first join with the fake embedder and with multilingual-e5-small")
+    ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
+                    help="time main's checkout TREE (before) against this one (after), interleaved")
+    ap.add_argument("--purged", type=int, default=0, help="with --compare: memories purged first")
+    ap.add_argument("--own", type=int, default=0, help="with --compare: syncs of one change each, then idle syncs")
+    ap.add_argument("--chain-bytes", action="store_true", help="only the bytes the chain adds to a changeset")
+    ap.add_argument("--round", choices=["folder", "git"], help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.round:
+        print(json.dumps(one_round(args.round, args.memories, args.purged, args.repeat, args.out, args.own)))
+        return
+    if args.chain_bytes:
+        chain_bytes()
+        return
+    if args.compare:
+        for kind in (["folder", "git"] if args.kind == "both" else [args.kind]):
+            compare(args.compare, kind, args.memories, args.purged, args.repeat, args.own)
+        return
     if args.embed_share:
         with tempfile.TemporaryDirectory() as tmp:
             for r in embed_share(args.memories, Path(tmp)):

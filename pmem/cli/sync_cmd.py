@@ -63,6 +63,10 @@ def _report(data: dict, as_json: bool) -> None:
     for gap in data["gaps"]:
         out.note(f"sync: device {gap['device']} is missing changeset {gap['missing']} "
                  f"(it has up to {gap['present_up_to']}); its later changes wait until it arrives")
+    for lost in data.get("rolled_back", []):
+        out.note(f"sync: the remote holds device {lost['device']}'s changesets up to {lost['present_up_to']}, but "
+                 f"{lost['vouched_by']} applied up to {lost['vouched_up_to']}: rolled back or deleted there; that "
+                 "device writes them again at its next sync")
     if data["push_retries"]:
         out.note(f"sync: the push lost {data['push_retries']} race(s) with other devices and was retried")
     if data.get("recloned"):

@@ -54,6 +54,28 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sync_outbox (seq INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
 )
 
+# Tables of the hash chain and the erasure jobs (pmem/sync/__init__.py, "Rollback, deletion and
+# erasure"); created at the first sync after an upgrade too, so a device that synced before keeps syncing.
+CHAIN_SCHEMA = (
+    # this device's own sealed changesets, kept after they are written: the remote is repaired
+    # from them. state 0: not written yet; 1: written, and `stat` is its file's size, times and
+    # inode as last checked (a file changed since, or gone, is compared and written again)
+    "CREATE TABLE IF NOT EXISTS sync_own (device TEXT NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL, "
+    "digest TEXT NOT NULL, state INTEGER NOT NULL DEFAULT 0, stat TEXT NOT NULL DEFAULT '', "
+    "PRIMARY KEY (device, seq))",
+    # per other device: the digest of the last changeset applied here (the next one must name it)
+    "CREATE TABLE IF NOT EXISTS sync_heads (device TEXT PRIMARY KEY, seq INTEGER NOT NULL, digest TEXT NOT NULL)",
+    # per other device: the newest changeset some device vouched it applied (a remote that holds
+    # fewer was rolled back or cut), and the newest whose vouches were read here
+    "CREATE TABLE IF NOT EXISTS sync_known (device TEXT PRIMARY KEY, seq INTEGER NOT NULL, by TEXT NOT NULL, "
+    "read INTEGER NOT NULL DEFAULT 0)",
+    # erasure still to finish: 'erase' a memory here, 'redact' this device's own changesets,
+    # 'steward' the files of the retired devices this one retired; each row goes when it is done
+    "CREATE TABLE IF NOT EXISTS sync_jobs (kind TEXT NOT NULL, memory_id TEXT NOT NULL, "
+    "PRIMARY KEY (kind, memory_id)) WITHOUT ROWID",
+)
+CHAIN_VERSION = 2
+
 
 def _value(m: Memory | dict[str, Any] | None, field: str) -> Any:
     if m is None:
@@ -102,8 +124,17 @@ class SyncLog:
 
     def create_tables(self) -> None:
         with self.store.transaction():
-            for sql in SCHEMA:
+            for sql in SCHEMA + CHAIN_SCHEMA:
                 self.conn.execute(sql)
+            self.put("chain", CHAIN_VERSION)
+
+    def upgrade(self) -> bool:
+        """Create the chain's tables on a database that synced before them; True when it did
+        (its own changesets on the remote are then adopted as its kept copies)."""
+        if self.number("chain") >= CHAIN_VERSION:
+            return False
+        self.create_tables()
+        return True
 
     def get(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM sync_state WHERE key = ?", (key,)).fetchone()
@@ -139,6 +170,74 @@ class SyncLog:
     def outbox_done(self, seq: int) -> None:
         with self.store.transaction():
             self.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+
+    # -- the chain: own copies, heads, vouches, jobs -----------------------------------
+
+    def own_add(self, device: str, seq: int, blob: bytes, digest: str, state: int = 0) -> None:
+        """Keep (or replace, after a purge's rewrite) a sealed changeset of this device's; its
+        file on the remote is compared at the next sync."""
+        self.conn.execute("INSERT INTO sync_own (device, seq, blob, digest, state, stat) VALUES (?, ?, ?, ?, ?, '') "
+                          "ON CONFLICT(device, seq) DO UPDATE SET blob = excluded.blob, digest = excluded.digest, "
+                          "state = excluded.state, stat = ''", (device, seq, blob, digest, state))
+
+    def own_index(self, device: str) -> list[tuple[int, int, str]]:
+        """(seq, state, stat) of every kept copy of `device`'s changesets, in order."""
+        return [(s, st, sig) for s, st, sig in self.conn.execute(
+            "SELECT seq, state, stat FROM sync_own WHERE device = ? ORDER BY seq", (device,))]
+
+    def own_blob(self, device: str, seq: int) -> tuple[bytes, str] | None:
+        row = self.conn.execute("SELECT blob, digest FROM sync_own WHERE device = ? AND seq = ?",
+                                (device, seq)).fetchone()
+        return (bytes(row[0]), row[1]) if row else None
+
+    def own_digest(self, device: str, seq: int) -> str | None:
+        row = self.conn.execute("SELECT digest FROM sync_own WHERE device = ? AND seq = ?", (device, seq)).fetchone()
+        return row[0] if row else None
+
+    def own_checked(self, device: str, seq: int, stat: str) -> None:
+        """The remote holds this copy, as `stat` shows its file now."""
+        self.conn.execute("UPDATE sync_own SET state = 1, stat = ? WHERE device = ? AND seq = ?", (stat, device, seq))
+
+    def own_forget(self, device: str) -> None:
+        self.conn.execute("DELETE FROM sync_own WHERE device = ?", (device,))
+
+    def heads(self) -> dict[str, tuple[int, str]]:
+        return {d: (s, h) for d, s, h in self.conn.execute("SELECT device, seq, digest FROM sync_heads")}
+
+    def seen(self) -> dict[str, list[Any]]:
+        """What this device has applied of each other one: {device: [seq, digest]} (the digest
+        is empty for what was applied before the chain)."""
+        heads = self.heads()
+        return {d: [s, heads[d][1] if d in heads and heads[d][0] == s else ""]
+                for d, (s, _) in sorted(self.cursors().items()) if s > 0}
+
+    def known(self) -> dict[str, tuple[int, str, int]]:
+        """Per other device: (the newest seq vouched for, by whom, the newest seq whose vouches were read)."""
+        return {d: (s, by, r) for d, s, by, r in self.conn.execute("SELECT device, seq, by, read FROM sync_known")}
+
+    def set_known(self, device: str, seq: int, by: str, read: int) -> None:
+        """Never lower: a device vouched for stays vouched for, whatever the remote shows later."""
+        self.conn.execute("INSERT INTO sync_known (device, seq, by, read) VALUES (?, ?, ?, ?) ON CONFLICT(device) "
+                          "DO UPDATE SET by = CASE WHEN excluded.seq > seq THEN excluded.by ELSE by END, "
+                          "seq = max(seq, excluded.seq), read = max(read, excluded.read)", (device, seq, by, read))
+
+    def purged_ids(self) -> list[str]:
+        """Every memory purged here or learnt to be purged: vouched for in each changeset."""
+        return [r[0] for r in self.conn.execute("SELECT memory_id FROM sync_tombstones ORDER BY memory_id")]
+
+    def tombstone_count(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM sync_tombstones").fetchone()[0]
+
+    def add_jobs(self, kind: str, ids: Iterable[str]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO sync_jobs (kind, memory_id) VALUES (?, ?)",
+                              [(kind, m) for m in ids])
+
+    def jobs(self, kind: str) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT memory_id FROM sync_jobs WHERE kind = ? ORDER BY memory_id",
+                                                (kind,))]
+
+    def job_done(self, kind: str, ids: Iterable[str]) -> None:
+        self.conn.executemany("DELETE FROM sync_jobs WHERE kind = ? AND memory_id = ?", [(kind, m) for m in ids])
 
     def cursors(self) -> dict[str, tuple[int, int]]:
         return {d: (s, o) for d, s, o in self.conn.execute("SELECT device, seq, op FROM sync_cursors")}
@@ -395,10 +494,15 @@ class SyncLog:
     # -- in ---------------------------------------------------------------------------
 
     def apply(self, changesets: list[tuple[str, int, list[dict[str, Any]]]], clock: Clock,
-              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[int, int], None] | None = None, purged: Iterable[str] = (),
+              heads: dict[str, tuple[int, str]] | None = None,
+              known: dict[str, tuple[int, str, int]] | None = None) -> dict[str, Any]:
         """Apply other devices' changesets (device, seq, operations) in one transaction, in clock
-        order, and move each device's cursor. Returns counts and the ids to purge afterwards
-        (a purge rewrites the file, so it runs after the commit; the tombstone is committed here)."""
+        order, and move each device's cursor. `purged`: memories other devices vouch were purged
+        (tombstoned first, so no operation of a changeset put back from before the purge stores
+        them); `heads` and `known`: the chain's digests and vouches read with them. Returns counts
+        and the ids purged; erasing them (a purge rewrites the file, so after the commit) is
+        recorded as jobs in the same transaction, and done by the caller."""
         cursors = self.cursors()
         todo: list[dict[str, Any]] = []
         for device, seq, ops in changesets:
@@ -413,6 +517,11 @@ class SyncLog:
         store = self.store
         with store.operation("sync", f"sync: {len(todo)} operations from {len(changesets)} changesets"):
             tomb = self.tombstoned({op["m"] for op in todo})
+            vouched = set(purged) - self.tombstoned(purged)
+            for mid in sorted(vouched):
+                self._tombstone(mid, "vouched")
+                tomb.add(mid)
+                stats["purge"].append(mid)
             # Two queries up front instead of two per operation: a first join is mostly creates
             # of memories not held here, which need neither a row nor clocks looked up.
             held = store.existing_ids({op["m"] for op in todo})
@@ -442,6 +551,13 @@ class SyncLog:
             self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
                                   "DO UPDATE SET seq = excluded.seq, op = excluded.op",
                                   [(d, s, o) for d, (s, o) in cursors.items()])
+            self.conn.executemany("INSERT INTO sync_heads (device, seq, digest) VALUES (?, ?, ?) ON CONFLICT(device) "
+                                  "DO UPDATE SET seq = excluded.seq, digest = excluded.digest",
+                                  [(d, s, h) for d, (s, h) in (heads or {}).items()])
+            for device, (seq, by, read) in (known or {}).items():
+                self.set_known(device, seq, by, read)
+            for kind in ("erase", "redact", "steward"):
+                self.add_jobs(kind, stats["purge"])
             self.put("hlc", clock.key())
         return stats
 

@@ -8,14 +8,35 @@ remote sees only ciphertext (keys.py). `init` starts a remote, `join` adds a dev
 one `pmem sync`: pull, apply, write, push. `compact` squashes a git remote's history (old
 objects keep purged text), `retire` stops everyone waiting on a lost device and `rejoin` brings
 a retired one back as a new device; auto.py runs `pmem sync` in the background after a change.
+
+Threat model. The remote is untrusted storage: anyone may read it, write it, delete from it, put
+back any file or history it saw, without the key; the key and each device's own database are
+trusted. The remote must never make a device store a purged memory, take an older state as the
+newest, lose a memory, or keep pmem stuck once it stops; it can always withhold (show nothing
+new, or an old consistent snapshot, until a device that knows better syncs).
+
+Rollback, deletion and erasure. Each changeset carries, sealed, the digest of its device's
+previous one (`prev`; the digest skips operation values, so the rewrite after a purge keeps it),
+what its device had applied of each other one (`seen`, the acknowledgements) and the memories
+it knows were purged (`purged`, or past PURGED_INLINE the number of its changeset that lists
+them). A reader checks each link, takes every purge vouched for before it applies anything (a
+purge whose own changeset was deleted is still learnt from any later changeset of any device,
+past a gap too), reports a device whose changesets others vouched for but the remote no longer
+holds (`rolled_back`), and never lowers what it knows. A device keeps its own sealed changesets
+(`sync_own`) and, at every sync, writes again any the remote lacks or holds changed (by stat, so
+an unchanged file is not read); a steward does so for the retired devices it rewrites. A purge's
+rewrite and erase are job rows (`sync_jobs`) done at every sync until they succeed.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from contextlib import contextmanager
@@ -25,8 +46,9 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator
 from ..errors import NotFound, UsageError
 from ..store.replication import SyncLog
 from . import keys as keyring
+from . import safefs
 from .keys import SyncError, WrongKey
-from .transport import PUSH_TRIES, Folder, Git, looks_like_git
+from .transport import PUSH_TRIES, SEGMENTS, Folder, Git, looks_like_git, seg_name
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -37,6 +59,7 @@ __all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", 
 CHUNK = 5000  # operations per changeset file (a first join of 100,000 memories writes 20 files)
 _OP_ID = re.compile(r"[0-9a-f]{16}-[0-9]+")  # fullmatch: `$` also matches before a final newline
 _MEMORY_ID = re.compile(r"[0-9a-z]{1,32}")
+_DEVICE = re.compile(r"[0-9a-f]{16}")
 Progress = Callable[[str], None]
 
 
@@ -263,27 +286,155 @@ def _lock(store: "MemoryStore", wait: float = 0.0) -> Iterator[None]:
         os.close(fd)
 
 
-def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]]) -> list[int]:
-    """Seal operations into this device's next changesets, kept in the outbox (same transaction)."""
+def _crash(point: str) -> None:
+    """Test-only: PMEM_SYNC_CRASH_AT names a point at which this process kills itself (kill -9),
+    so a test can show that each point leaves a state the next sync finishes. Unset, it is nothing."""
+    if os.environ.get("PMEM_SYNC_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def digest(payload: dict[str, Any]) -> str:
+    """A changeset's link in its device's chain: a hash of everything in it but the values of its
+    operations, so that the rewrite after a purge (which keeps every operation's id, memory and
+    clock, and drops values) keeps it. Older changesets (no chain fields) hash the same way."""
+    skeleton = {k: v for k, v in payload.items() if k != "ops"}
+    skeleton["ops"] = [[op.get("id"), op.get("m"), op.get("c")] for op in payload.get("ops", [])]
+    return hashlib.sha256(json.dumps(skeleton, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+                          .encode()).hexdigest()[:32]
+
+
+# Purges listed in every changeset up to this many (~10 sealed bytes each); past it, only in the
+# changeset after the list grew (figures: `sync_bench.py --chain-bytes`, benchmarks/README.md)
+PURGED_INLINE = 64
+
+
+def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]], announce: bool = False) -> list[int]:
+    """Seal operations into this device's next changesets, kept in `sync_own` (same transaction)
+    until written, and after. Each carries, sealed, the digest of this device's previous one and
+    what it has applied of every other device, and every purge it knows of: in each changeset
+    while they are at most PURGED_INLINE, else in the first sealed after that set grew, which the
+    later ones name (`purged_in`): ~170 bytes more a changeset, not 10 per purge ever made.
+    `announce`: one changeset even with no operation (a purge learnt here, vouched for at once)."""
     seqs = []
-    for start in range(0, len(ops), CHUNK):
+    chunks = [ops[i:i + CHUNK] for i in range(0, len(ops), CHUNK)] or ([[]] if announce else [])
+    if not chunks:
+        return seqs
+    seen = j.seen()
+    count = j.tombstone_count()
+    listed_in = j.get("purged_in") or ""
+    for chunk in chunks:
         seq = j.number("seq") + 1
         j.put("seq", seq)
-        blob = keyring.seal(key, j.device, seq, {"device": j.device, "seq": seq, "ops": ops[start:start + CHUNK]})
-        j.outbox_add(seq, blob)
+        payload: dict[str, Any] = {"device": j.device, "seq": seq, "v": 2, "prev": j.own_digest(j.device, seq - 1),
+                                   "seen": seen}
+        if count and (count <= PURGED_INLINE or count != j.number("announced")
+                      or not listed_in.startswith(j.device + ":")):
+            payload["purged"] = j.purged_ids()
+            listed_in = f"{j.device}:{seq}"
+            j.put("purged_in", listed_in)
+            j.put("announced", count)
+        if listed_in.startswith(j.device + ":"):
+            payload["purged_in"] = int(listed_in.split(":", 1)[1])
+        payload["ops"] = chunk
+        j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), digest(payload))
         seqs.append(seq)
     return seqs
 
 
-def _flush_outbox(j: SyncLog, t: Folder, key: bytes | None = None) -> int:
-    """Write committed changesets to the remote; one already there must be ours, byte for byte."""
-    rows = j.outbox()
-    for seq, blob in rows:
-        if t.exists(j.device, seq) and (found := t.read(j.device, seq)) != bytes(blob):
-            raise SyncError(_not_mine(j.device, seq, found, key))
-        t.write(j.device, seq, bytes(blob))
-        j.outbox_done(seq)
-    return len(rows)
+def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
+    """A device that synced before the chain: its unwritten changesets (the old outbox) and the
+    ones on the remote become its kept copies, so it can repair them from now on."""
+    with j.store.transaction():
+        for seq, blob in j.outbox():
+            what = f"changeset {j.device}/{seq}"
+            j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)))
+            j.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+        held = {s for s, _, _ in j.own_index(j.device)}
+        for seq in t.listing().get(j.device, []):
+            if seq not in held and seq <= j.number("seq"):
+                blob = t.read(j.device, seq)
+                what = f"changeset {j.device}/{seq}"
+                j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)), 1)
+
+
+def _stats(t: Folder, device: str) -> dict[int, str]:
+    """Each changeset file of `device`: its size, times and inode, in one pass over its folder.
+    Any write to a file (an attacker's, a syncer's, git's checkout) changes its ctime, so an
+    unchanged stat means unchanged bytes, without reading them."""
+    out: dict[int, str] = {}
+    if not _is_dir(t, f"{SEGMENTS}/{device}"):
+        return out  # not there (a link or a file there is refused by the reads and writes that follow)
+    try:
+        with os.scandir(t.root / SEGMENTS / device) as entries:
+            for e in entries:
+                if len(e.name) == 10 and e.name.isdigit():
+                    out[int(e.name)] = _sig(e)
+    except OSError:
+        pass
+    return out
+
+
+def _sig(path: os.DirEntry | Path) -> str:
+    try:
+        st = path.stat(follow_symlinks=False)
+    except OSError:
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def _beyond(j: SyncLog, t: Folder, key: bytes, mine: list[int]) -> None:
+    """Files in this device's folder numbered past the last changeset it sealed: one that opens
+    with the key as this device's was written by a copy of this home (refused); anything else the
+    remote made up, and it goes (else every other device waits on this device's "gap")."""
+    last = j.number("seq")
+    for seq in (s for s in mine if s > last):
+        try:
+            keyring.open_sealed(key, t.read(j.device, seq), j.device, seq, f"changeset {j.device}/{seq}")
+        except SyncError:
+            pass  # damaged, moved, another key: not a changeset of this device's
+        else:
+            raise SyncError(_not_mine(j.device, seq, t.read(j.device, seq), key, last))
+        safefs.unlink(t.root, f"{SEGMENTS}/{j.device}/{seg_name(seq)}")
+
+
+def _repair(j: SyncLog, t: Folder, key: bytes, device: str | None = None,
+            listing: dict[str, list[int]] | None = None, unwritten_only: bool = False) -> int:
+    """Make the remote hold this device's changesets as kept here: one not written yet, deleted
+    from the remote, changed there (put back in its version from before a purge's rewrite,
+    swapped, cut short) is written (again). An unchanged file is known by its stat, not read.
+    A file never written from here that holds another changeset of this device's was written
+    by a copy of this home."""
+    device = device or j.device
+    listed = set((t.listing() if listing is None else listing).get(device, []))
+    stats = _stats(t, device)
+    written = 0
+    for seq, state, sig in j.own_index(device):
+        if state == 1 and (unwritten_only or seq in listed and sig and stats.get(seq) == sig):
+            continue
+        kept = j.own_blob(device, seq)
+        assert kept is not None
+        blob, ours = kept
+        if seq in listed:
+            try:
+                there = t.read(device, seq)
+            except (SyncError, OSError):
+                there = b""
+            if there != blob and there and state == 0:
+                try:
+                    theirs = digest(keyring.open_sealed(key, there, device, seq, "a changeset"))
+                except SyncError:
+                    theirs = ours  # damaged, moved or not pmem's: ours replaces it
+                if theirs != ours:
+                    raise SyncError(_copied(device))
+            if there != blob:
+                t.write(device, seq, blob)
+                written += 1
+        else:
+            t.write(device, seq, blob)
+            written += 1
+        with j.store.transaction():
+            j.own_checked(device, seq, _sig(t.root / SEGMENTS / device / seg_name(seq)))
+    return written
 
 
 def _copied(device: str) -> str:
@@ -320,50 +471,196 @@ def _check_ops(payload: Any, what: str) -> list[dict[str, Any]]:
     return ops
 
 
+VOUCH_TRIES = 8  # files tried, newest first, for the vouches past a gap
+MAX_VOUCHED = 10_000_000  # purged ids one changeset may vouch for (16 hex digits each): bounds a key-holder's mistake
+
+
+def _chain(payload: dict[str, Any], what: str) -> tuple[str | None, dict[str, tuple[int, str]], list[str], int]:
+    """A changeset's chain fields, parsed totally: the digest of its device's previous changeset,
+    what that device had applied of the others, the purges it knew of where it lists them, and
+    else the number of its changeset that does (0: none; older changesets carry no chain)."""
+    prev, seen, purged = payload.get("prev"), payload.get("seen", {}), payload.get("purged", [])
+    listed_in = payload.get("purged_in", 0)
+    if not (prev is None or isinstance(prev, str) and len(prev) <= 64) or not isinstance(seen, dict) \
+            or not isinstance(purged, list) or len(purged) > MAX_VOUCHED \
+            or not isinstance(listed_in, int) or isinstance(listed_in, bool) or listed_in < 0:
+        raise SyncError(f"{what} holds a malformed chain")
+    acks: dict[str, tuple[int, str]] = {}
+    for device, entry in seen.items():
+        if not (isinstance(device, str) and _DEVICE.fullmatch(device) and isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[0], int) and not isinstance(entry[0], bool) and entry[0] >= 0
+                and isinstance(entry[1], str) and len(entry[1]) <= 64):
+            raise SyncError(f"{what} holds a malformed chain")
+        acks[device] = (entry[0], entry[1])
+    if not all(isinstance(m, str) and _MEMORY_ID.fullmatch(m) for m in purged):
+        raise SyncError(f"{what} holds a malformed chain")
+    return prev, acks, purged, listed_in
+
+
+class Incoming:
+    """What one sync read from the others: changesets to apply, gaps, and the chain's news."""
+
+    def __init__(self) -> None:
+        self.changesets: list[tuple[str, int, list[dict[str, Any]]]] = []
+        self.gaps: list[dict[str, Any]] = []
+        self.purged: set[str] = set()
+        self.heads: dict[str, tuple[int, str]] = {}
+        self.known: dict[str, tuple[int, str, int]] = {}
+        self.rolled_back: list[dict[str, Any]] = []
+
+    def vouch(self, by: str, seq: int, acks: dict[str, tuple[int, str]], purged: list[str]) -> None:
+        """Take what changeset `by`/`seq` vouches for: its own existence, how far its device
+        applied the others, the purges it knew of."""
+        self.purged.update(purged)
+        n, who, read = self.known.get(by, (0, "", 0))
+        self.known[by] = (max(n, seq), by if seq > n else who, max(read, seq))
+        for device, (acked, _) in acks.items():
+            n, who, read = self.known.get(device, (0, "", 0))
+            if acked > n:
+                self.known[device] = (acked, by, read)
+
+
 def _incoming(j: SyncLog, t: Folder, key: bytes, listing: dict[str, list[int]], progress: Progress | None,
-              retired: Collection[str] = ()) \
-        -> tuple[list[tuple[str, int, list[dict[str, Any]]]], list[dict[str, Any]]]:
+              retired: Collection[str] = ()) -> Incoming:
     """Other devices' changesets after their cursors, in order; a missing number stops that
     device there (reported as a gap) until the file arrives. A retired device will never send
-    the missing file: what it left is applied past its gaps, and nobody waits on it."""
-    cursors = j.cursors()
-    out, gaps = [], []
+    the missing file: what it left is applied past its gaps, and nobody waits on it.
+
+    Each changeset read must name the digest of the one applied before it. What a device
+    vouches for (purges, and how far it applied the others) is read from every changeset
+    applied, and from the newest one past a gap: a purge whose own changeset was deleted is
+    still learnt from any later changeset of any device."""
+    cursors, heads, known = j.cursors(), j.heads(), j.known()
+    got = Incoming()
     for device, seqs in sorted(listing.items()):
         if device == j.device:
             continue
         expected = cursors.get(device, (0, 0))[0] + 1
+        head = heads.get(device)
+        prev_digest = head[1] if head and head[0] == expected - 1 else None
+        last_read = 0
         for seq in sorted(s for s in seqs if s >= expected):
             if seq != expected and device not in retired:
                 break
             what = f"changeset {device}/{seq}"
-            out.append((device, seq, _check_ops(keyring.open_sealed(key, t.read(device, seq), device, seq, what),
-                                                what)))
-            expected = seq + 1
+            payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
+            ops = _check_ops(payload, what)
+            prev, acks, purged, _ = _chain(payload, what)
+            if prev is not None and prev_digest is not None and prev != prev_digest and seq == expected:
+                raise SyncError(f"{what} does not follow the changeset applied before it: two writers of "
+                                f"device {device} (a copied pmem home?)")
+            prev_digest = digest(payload)
+            got.changesets.append((device, seq, ops))
+            got.heads[device] = (seq, prev_digest)
+            got.vouch(device, seq, acks, purged)
+            expected = last_read = seq + 1
         if seqs and seqs[-1] > expected and device not in retired:
-            gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
-    if out:
-        _say(progress, f"sync: {len(out)} changesets from {len({d for d, _, _ in out})} devices")
-    return out, gaps
+            got.gaps.append({"device": device, "missing": expected, "present_up_to": seqs[-1]})
+            read = max(last_read, known.get(device, (0, "", 0))[2])
+            tries = sorted((s for s in seqs if s > max(expected, read)), reverse=True)[:VOUCH_TRIES]
+            while tries:
+                newest = tries.pop(0)
+                what = f"changeset {device}/{newest}"
+                try:  # past a gap nothing is applied: a damaged file here stops nobody
+                    payload = keyring.open_sealed(key, t.read(device, newest), device, newest, what)
+                    _check_ops(payload, what)
+                    _, acks, purged, listed_in = _chain(payload, what)
+                except SyncError:
+                    continue
+                got.vouch(device, newest, acks, purged)
+                tries = [listed_in] if listed_in in seqs and expected <= listed_in < newest else []
+    for device in sorted(set(known) | set(got.known)):
+        seq, by, _ = max(known.get(device, (0, "", 0)), got.known.get(device, (0, "", 0)))
+        present = listing.get(device, [])
+        if device != j.device and device not in retired and seq > (present[-1] if present else 0):
+            got.rolled_back.append({"device": device, "vouched_up_to": seq, "present_up_to":
+                                    present[-1] if present else 0, "vouched_by": by})
+    if got.changesets:
+        _say(progress, f"sync: {len(got.changesets)} changesets from {len({d for d, _, _ in got.changesets})} "
+             "devices")
+    return got
 
 
-def _redact(j: SyncLog, t: Folder, key: bytes, ids: set[str] | None, device: str, seqs: list[int]) -> int:
-    """Rewrite `device`'s changesets that hold operations on purged memories (`ids`; None: every
-    memory purged here): the operations keep their ids and clocks (numbering stays whole), their
-    values go. `device` is this one, or a retired one this device retired (its steward: the
-    only one that rewrites its files, so they still have one writer)."""
+def _redact_ops(ops: list[dict[str, Any]], gone: set[str]) -> list[dict[str, Any]]:
+    """The operations on purged memories keep their ids and clocks (numbering stays whole), their values go."""
+    return [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
+            {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
+
+
+def _redact_kept(j: SyncLog, key: bytes, ids: set[str] | None, device: str) -> int:
+    """Rewrite the kept changesets of `device` (this one, or a retired one it stewards) that hold
+    operations on purged memories (`ids`; None: every memory purged here), here, in one
+    transaction (with secure_delete: the old sealed copies' pages are zeroed); `_repair` then
+    writes them to the remote at this and every later sync until it holds them."""
     rewritten = 0
-    for seq in seqs:
-        what = f"changeset {device}/{seq}"
-        payload = keyring.open_sealed(key, t.read(device, seq), device, seq, what)
-        ops = payload["ops"]
-        live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
-        gone = live & ids if ids is not None else j.tombstoned(live)
-        if not gone:
+    secure = j.conn.execute("PRAGMA secure_delete").fetchone()[0]
+    j.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with j.store.transaction():
+            for seq, _, _ in j.own_index(device):
+                kept = j.own_blob(device, seq)
+                assert kept is not None
+                what = f"changeset {device}/{seq}"
+                payload = keyring.open_sealed(key, kept[0], device, seq, what)
+                ops = payload["ops"]
+                live = {op["m"] for op in ops if op["k"] not in ("purge", "redacted")}
+                gone = live & ids if ids is not None else j.tombstoned(live)
+                if not gone:
+                    continue
+                payload["ops"] = _redact_ops(ops, gone)
+                j.own_add(device, seq, keyring.seal(key, device, seq, payload), kept[1], 1)
+                rewritten += 1
+    finally:
+        j.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+    return rewritten
+
+
+def _adopt_stewarded(j: SyncLog, t: Folder, key: bytes, device: str, listing: dict[str, list[int]]) -> int:
+    """Keep copies of a retired device's changesets this device stewards (those not kept yet:
+    at its retirement, and its last words if it rejoins), rewritten at once for every purge known:
+    from then on they are repaired like this device's own. A damaged file is left for later."""
+    held = {s for s, _, _ in j.own_index(device)}
+    adopted = 0
+    for seq in listing.get(device, []):
+        if seq in held:
             continue
-        payload["ops"] = [op if op["m"] not in gone or op["k"] in ("purge", "redacted") else
-                          {"id": op["id"], "n": op["n"], "m": op["m"], "k": "redacted", "c": op["c"]} for op in ops]
-        t.write(device, seq, keyring.seal(key, device, seq, payload))
-        rewritten += 1
+        what = f"changeset {device}/{seq}"
+        try:
+            blob = t.read(device, seq)
+            payload = keyring.open_sealed(key, blob, device, seq, what)
+            _check_ops(payload, what)
+        except SyncError:
+            continue
+        with j.store.transaction():
+            j.own_add(device, seq, blob, digest(payload), 1)
+        adopted += 1
+    return _redact_kept(j, key, None, device) if adopted else 0
+
+
+def _erasure(j: SyncLog, t: Folder, key: bytes, retired: dict[str, dict[str, Any]]) -> int:
+    """Finish every erasure job: the kept changesets of this device and of the retired ones it
+    stewards rewritten (here; the remote is repaired from them), the memory erased here. A job
+    goes only when done, so a kill -9 or a failure at any point leaves it for the next sync."""
+    store = j.store
+    rewritten = 0
+    ids = set(j.jobs("redact")) | set(j.jobs("steward"))
+    if ids:
+        for device in [j.device, *_stewarded(j, retired)]:
+            rewritten += _redact_kept(j, key, ids, device)
+        with store.transaction():
+            j.job_done("redact", ids)
+            j.job_done("steward", ids)
+        _crash("redacted")
+    for mid in j.jobs("erase"):
+        with store.transaction():
+            j.forget_conflicts(mid)
+        try:
+            store.purge([mid])
+        except NotFound:
+            pass  # never held here
+        _crash("erased")
+        with store.transaction():
+            j.job_done("erase", [mid])
     return rewritten
 
 
@@ -384,6 +681,9 @@ def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[
     _say(progress, f"sync: pulling from {t.describe()}")
     t.pull()
     check = t.read_keycheck()
+    if _keycheck_damaged(j, t, key, check):
+        t.write_keycheck(keyring.seal_keycheck(key))  # deleted or damaged on a remote that syncs: ours again
+        check = t.read_keycheck()
     if check is None:
         raise SyncError(f"{t.describe()} holds no pmem key check: the wrong folder, or not synced yet?")
     keyring.check_key(key, check)
@@ -397,6 +697,32 @@ def _pull(j: SyncLog, t: Folder, key: bytes, progress: Progress | None) -> dict[
                 j.mark_retired(device, note)
             known[device] = note
     return known
+
+
+def _is_dir(t: Folder, rel: str) -> bool:
+    """Whether the remote holds a real folder at `rel` (a link there is no folder of pmem's)."""
+    try:
+        return safefs.kind(t.root, rel) == "dir"
+    except SyncError:
+        return False
+
+
+def _keycheck_damaged(j: SyncLog, t: Folder, key: bytes, check: bytes | None) -> bool:
+    """Whether the remote's key check was deleted or damaged, where this device's key is the one
+    it joined with: a joined device puts it back (and its own changesets, `_repair`). A key check
+    sealed with another key is not damage (a remote started afresh, or a wrong key here): refused
+    as before. A folder with no `segments` in it may be a disk not mounted: refused, not filled."""
+    if keyring.key_id(key) != j.get("key_id") or not (isinstance(t, Git) or _is_dir(t, SEGMENTS)):
+        return False
+    if check is None:
+        return True
+    try:
+        keyring.open_sealed(key, check, "keycheck", 0, "the remote's key check")
+    except WrongKey:
+        return False
+    except SyncError:
+        return True
+    return False
 
 
 RETIRE_PREFIX = "retired:"  # the sealed header's device of a retirement note: never a changeset's
@@ -418,47 +744,61 @@ def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: s
     with _lock(store, lock_wait):
         retired = _pull(j, t, key, progress)
         _refuse_retired(j, retired)
-        _flush_outbox(j, t, key)
+        if j.upgrade():
+            _adopt(j, t, key)
         listing = t.listing()
-        mine = listing.get(j.device, [])
-        if mine and mine[-1] > j.number("seq"):
-            raise SyncError(_not_mine(j.device, mine[-1], t.read(j.device, mine[-1]), key, j.number("seq")))
+        _beyond(j, t, key, listing.get(j.device, []))
+        _repair(j, t, key, listing=listing)
         clock = j.clock()
         with store.transaction():
             ops, purged = j.export(clock)
             written = _seal_out(j, key, ops)
             cleared = sum(j.forget_conflicts(mid) for mid in purged)
-        _flush_outbox(j, t, key)
-        changesets, gaps = _incoming(j, t, key, listing, progress, set(retired))
+            j.add_jobs("redact", purged)
+            j.add_jobs("steward", purged)
+            if cleared:
+                j.add_jobs("erase", purged)  # the conflicts quoted the text: rewrite the file again
+        try:
+            got = _incoming(j, t, key, listing, progress, set(retired))
+        except SyncError:
+            try:  # what this device wrote and repaired still goes: another's damaged file blocks no one's repair
+                _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
+            except SyncError:
+                pass
+            raise
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
-        if changesets:
-            stats = j.apply(changesets, clock, progress=lambda i, n: _say(progress, f"sync: applied {i}/{n}"))
-        erase = list(stats["purge"])
-        if cleared:
-            erase.extend(purged)  # the conflicts quoted the text: rewrite the file again
-        for mid in erase:
-            with store.transaction():
-                j.forget_conflicts(mid)
-            try:
-                store.purge([mid])
-            except NotFound:
-                pass  # never held here
-        redacted = 0
-        if stats["purge"] or purged:
-            listing = t.listing()
-            for device in [j.device, *_stewarded(j, retired)]:
-                redacted += _redact(j, t, key, set(stats["purge"]) | set(purged), device, listing.get(device, []))
-        retries = 0
-        if isinstance(t, Git):
-            message = f"pmem sync: {j.device} {j.number('seq')}"
-            t.commit(message)
-            _say(progress, f"sync: pushing to {t.describe()}")
-            retries = t.push(message)
+        fresh = set(got.purged) - j.tombstoned(got.purged)
+        if got.changesets or fresh or got.known:
+            stats = j.apply(got.changesets, clock, progress=lambda i, n: _say(progress, f"sync: applied {i}/{n}"),
+                            purged=fresh, heads=got.heads, known=got.known)
+        _crash("applied")
+        if j.tombstone_count() > j.number("announced"):
+            with store.transaction():  # a purge learnt here: vouched for at once, not at the next change
+                written += _seal_out(j, key, [], announce=True)
+        stewarded = _stewarded(j, retired)
+        listing = t.listing() if stewarded else listing
+        redacted = sum(_adopt_stewarded(j, t, key, d, listing) for d in stewarded)
+        redacted += _erasure(j, t, key, retired)
+        if written or redacted or stewarded:  # else the repair before the export saw all there is
+            for device in [j.device, *stewarded]:
+                _repair(j, t, key, device)
+        _crash("written")
+        retries = _publish(t, f"pmem sync: {j.device} {j.number('seq')}", progress)
         return {"device": j.device, "remote": t.describe(), "kind": kind, "sent": len(ops), "changesets_written":
-                written, "received_changesets": len(changesets), "applied": stats["applied"],
+                written, "received_changesets": len(got.changesets), "applied": stats["applied"],
                 "dropped": stats["dropped"], "conflicts": stats["conflicts"],
-                "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": gaps,
-                "push_retries": retries, "recloned": bool(getattr(t, "recloned", False))}
+                "purged": sorted(set(stats["purge"]) | set(purged)), "rewritten": redacted, "gaps": got.gaps,
+                "rolled_back": got.rolled_back, "push_retries": retries,
+                "recloned": bool(getattr(t, "recloned", False))}
+
+
+def _publish(t: Folder, message: str, progress: Progress | None) -> int:
+    """Over git, commit and push what this sync wrote; returns the pushes that lost a race."""
+    if not isinstance(t, Git):
+        return 0
+    t.commit(message)
+    _say(progress, f"sync: pushing to {t.describe()}")
+    return t.push(message)
 
 
 def status(store: "MemoryStore") -> dict[str, Any]:
@@ -487,7 +827,8 @@ def status(store: "MemoryStore") -> dict[str, Any]:
         devices.append(entry)
     return {"device": j.device, "kind": j.get("kind"), "remote": t.describe(), "key_id": j.get("key_id"),
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
-            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path)}
+            "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path),
+            "erasure_pending": len(j.jobs("erase") + j.jobs("redact") + j.jobs("steward")) if j.number("chain") else 0}
 
 
 # -- compact, retire, rejoin ----------------------------------------------------------------
@@ -582,7 +923,8 @@ def retire(store: "MemoryStore", device: str, *, progress: Progress | None = Non
             j.mark_retired(target, note)
         # it will never rewrite its files again: this device does, from now on (a memory purged
         # before it was lost may still be in them)
-        redacted = _redact(j, t, key, None, target, seqs)
+        redacted = _adopt_stewarded(j, t, key, target, t.listing())
+        _repair(j, t, key, target)
         retries = 0
         if isinstance(t, Git):
             message = f"pmem sync: {j.device} retired {target}"
@@ -602,7 +944,10 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
         old = j.device
         if old not in retired:
             raise UsageError(f"this device ({old}) is not retired: `pmem sync` works as it is")
-        last_words = _flush_outbox(j, t, key)
+        if j.upgrade():
+            _adopt(j, t, key)
+        last_words = len([s for s, state, _ in j.own_index(old) if state == 0])
+        _repair(j, t, key, unwritten_only=True)  # the rest are its steward's now, rewritten after purges
         if isinstance(t, Git):
             message = f"pmem sync: {old}'s last changesets, before it rejoins"
             t.commit(message)
@@ -613,5 +958,6 @@ def rejoin(store: "MemoryStore", *, progress: Progress | None = None, passphrase
             j.put("device", new)
             j.put("seq", 0)
             j.put(f"previous_device:{old}", new)
+            j.own_forget(old)  # its old files are its steward's to rewrite now
     report = run(store, progress=progress, key=key)
     return {**report, "previous_device": old, "last_changesets": last_words}

@@ -172,8 +172,12 @@ def test_own_files_a_killed_sync_left_uncommitted_are_committed_at_the_next_pull
     key = keys.read_key_file(key_file)
     device = sync.SyncLog(b).device
     t = sync.transport.Git(str(bare), sync.sync_dir(b) / "git", device)
-    rewritten = keys.seal(key, device, 1, {"device": device, "seq": 1, "ops": []})
-    t.write(device, 1, rewritten)  # a rewrite, then killed before its commit
+    payload = {"device": device, "seq": 1, "ops": []}
+    rewritten = keys.seal(key, device, 1, payload)
+    j = sync.SyncLog(b)
+    with b.transaction():  # a rewrite: the kept copy first (sync._redact_kept), then the clone's file,
+        j.own_add(device, 1, rewritten, sync.digest(payload), 1)
+    t.write(device, 1, rewritten)  # then killed before its commit
     a.add("from a, later")
     sync.run(a)
     t.pull()

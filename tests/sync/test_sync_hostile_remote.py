@@ -174,8 +174,11 @@ def test_a_forged_header_with_the_public_key_id_is_one_refusal(tmp_path, pair, n
         sync.run(b)
     (folder / "keycheck").write_bytes(keys.MAGIC + json.dumps(
         {"device": "keycheck", "seq": 0, "key": kid, "nonce": nonce}).encode() + b"\n")
-    with pytest.raises(sync.WrongKey):
+    # a key check damaged under this device's own key id is put back (the chain's repair); the forged
+    # retirement note is still one refusal
+    with pytest.raises(sync.SyncError, match="damaged header"):
         sync.run(b)
+    keys.check_key(keys.read_key_file(key), (folder / "keycheck").read_bytes())
 
 
 def test_a_header_nested_past_pythons_limit_is_one_line_not_a_traceback(tmp_path, pair):
@@ -305,15 +308,17 @@ def test_the_key_or_pmems_own_folder_inside_the_synced_folder_is_refused(tmp_pat
     assert not (tmp_path / "k").exists()
 
 
-def test_a_file_planted_at_a_devices_path_is_blamed_on_its_writer_not_a_copied_home(tmp_path, pair):
+def test_a_file_planted_at_a_devices_path_is_removed_not_blamed_on_a_copied_home(tmp_path, pair):
+    """Past the last changeset this device sealed, a file that does not open with the key was made
+    up by the remote: it goes (else every other device would wait on a gap), and what the device
+    writes still travels. One sealed with the key would be a copy of this home's (refused)."""
     folder = tmp_path / "Sync"
     a, b, key = pair(str(folder))
     mine = folder / "segments" / device(b)
     mine.mkdir(parents=True, exist_ok=True)
     (mine / "0000000050").write_bytes(b"not sealed by anyone with the key")
     b.add("kept")
-    with pytest.raises(sync.SyncError) as refused:
-        sync.run(b)
-    assert "copy of this pmem home" not in str(refused.value)
-    assert "someone without the key" in str(refused.value)
-    assert "kept" in texts(b)
+    sync.run(b)
+    assert not (mine / "0000000050").exists()
+    sync.run(a)
+    assert "kept" in texts(a) and "kept" in texts(b)

@@ -55,7 +55,7 @@ def test_a_push_that_lost_the_race_is_rebased_and_pushed_again(tmp_path, fake_co
     with a.transaction():  # a writes its changeset, then b wins the race to the remote
         ops, _ = j.export(j.clock())
         sync._seal_out(j, keys.read_key_file(key), ops)
-    sync._flush_outbox(j, clone)
+    sync._repair(j, clone, keys.read_key_file(key))
     clone.commit("a's changeset")
     b.add("from b, winning the race")
     sync.run(b)
