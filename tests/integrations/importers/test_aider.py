@@ -115,13 +115,17 @@ def test_importing_a_grown_history_adds_only_the_new_messages(tmp_path):
 
 def _aider_python() -> str | None:
     """A Python that can import aider: this one, or the one behind an `aider` on PATH (pipx, or
-    the virtual environment .ci/run installs aider-chat into, beside the project's)."""
+    the virtual environment .ci/run installs aider-chat into, in ~/.cache/pmem-ci)."""
     import importlib.util
     import shutil
 
     if importlib.util.find_spec("aider") is not None:
         return sys.executable
     exe = shutil.which("aider")
+    if exe is None:  # where .ci/run installs it, beside the project's environment
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        installed = cache / "pmem-ci" / "aider-0.86.2" / "bin" / "aider"
+        exe = str(installed) if installed.is_file() else None
     if exe is None:
         return None
     first = Path(exe).read_bytes()[:300].split(b"\n", 1)[0]
