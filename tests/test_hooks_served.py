@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pmem.display import prompt_safe
-from pmem.integrations import hooks
+from pmem.integrations import hook_wire, hooks
 from pmem.models import serve as srv
 from pmem.store import MemoryStore
 
@@ -224,6 +224,32 @@ def test_a_stopped_server_costs_the_hook_its_wait_and_keeps_nothing_of_the_reque
     time.sleep(0.5)
     assert srv.status(home / "pmem.sock") is not None
     assert state.read_bytes() == written and json.loads(written)["turn"] == 1
+
+
+def _locks_held(pid: int, home: Path) -> list[str]:
+    """The POSIX locks process `pid` holds on the home's database files (pmem.db, -wal, -shm)."""
+    inodes = {str(p.stat().st_ino) for p in home.glob("pmem.db*")}
+    return [line for line in Path("/proc/locks").read_text().splitlines()
+            if line.split()[4] == str(pid) and line.split()[5].rsplit(":", 1)[-1] in inodes]
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the kernel's table of file locks")
+def test_a_server_holds_no_lock_on_the_database_once_it_has_answered(seeded, start_server):
+    """Stopped the moment its answer arrives, a server holds no lock that the next hook, working
+    itself, would wait on: it closed the database (a checkpoint under an exclusive lock) before
+    replying. Closed after the reply, a SIGSTOP there cost the next hook its whole time, nothing printed."""
+    home, project = seeded
+    proc = start_server()
+    ask = json.dumps(payload("user-prompt", "locks", project, "cabin wifi password"))
+    for _ in range(5):
+        block, how = hook_wire.ask_server("codex", "user-prompt", ask, None, 5.0)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            held = _locks_held(proc.pid, home)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert how == "served" and block is not None
+        assert held == []
 
 
 def test_a_server_of_another_build_or_a_dead_one_is_not_used(seeded, start_server):

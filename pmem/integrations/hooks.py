@@ -483,11 +483,15 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
     store = MemoryStore(db, config=cfg)  # opened for each hook: see docs/decisions/0038-hook-served-whole.md
     try:
         block = build_context(store, event, data, settings, flt, project, commit=commit)
-        if kept and not kept[-1]:
-            return reply({"ok": False, "busy": True, "error": "the hook stopped waiting"})
-        reply({"ok": True, "block": block, "build": server.build})
     finally:
+        # Closed BEFORE the reply (~4 ms): closing the last connection checkpoints the WAL under an
+        # exclusive lock on the file. After the reply, a server stopped in that window (SIGSTOP, a
+        # suspended terminal) held the lock with the hook gone, and the next hook, finding the server
+        # silent, then waited its whole time on the lock and printed nothing.
         try:
-            store.close()  # after the reply: closing the last connection checkpoints the WAL (~4 ms)
-        except Exception:  # noqa: BLE001 - the hook has its answer; the next open recovers the WAL
+            store.close()
+        except Exception:  # noqa: BLE001 - what the hook keeps is committed; the next open recovers the WAL
             pass
+    if kept and not kept[-1]:
+        return reply({"ok": False, "busy": True, "error": "the hook stopped waiting"})
+    reply({"ok": True, "block": block, "build": server.build})

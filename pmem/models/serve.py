@@ -393,7 +393,7 @@ class Server:
     `pmem.models.embed.load_model_file`, which runs GGUF and e5 files alike; tests pass fakes).
     `ops` adds requests this module knows nothing of: `ops[name](server, request, reply)` calls
     `reply(header)` once, and may tidy up after it (the CLI gives "hook", an agent hook run whole
-    here, which closes its database after replying; this module imports none of it). `warm`, if
+    here, which closes its database before replying; this module imports none of it). `warm`, if
     given, runs on a thread of its own once the server answers (what the ops will need, loaded
     before the first request needs it)."""
 
