@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 from .. import stemming
@@ -275,7 +276,15 @@ def _plain(word: str) -> str:
 
 def _stem(word: str, lang: str) -> str:
     """One word's stem: "Сергеем" and "Сергей" are one name."""
-    if stemming.available():
+    return _stem_as(word, lang, stemming.available())
+
+
+@lru_cache(maxsize=1 << 16)
+def _stem_as(word: str, lang: str, snowball: bool) -> str:
+    """_stem, kept: a plan stems the same words of every pair's two sides again and again, and
+    Snowball in pure Python was half of a LoCoMo conversation's plan without a chat model
+    (docs/decisions/0054-dream-plan-speed.md)."""
+    if snowball:
         return stemming.normalize(word, lang) or word
     from ..text import stem
 
