@@ -649,8 +649,8 @@ def plan_speed_main(args) -> int:
     else:
         tmp = Path(tempfile.mkdtemp(prefix="pmem-plan-speed-"))
         os.environ["PMEM_HOME"] = str(tmp / "home")
-        if args.synthetic:
-            os.environ["PMEM_EMBED_MODEL"] = "fake-384"
+        if args.synthetic or "--embed" in sys.argv:  # else the default model (and MiniLM beside it)
+            os.environ["PMEM_EMBED_MODEL"] = "fake-384" if args.synthetic else args.embed
         db = tmp / (f"synthetic-{args.synthetic}.db" if args.synthetic else f"{args.conv}.db")
         t0 = time.perf_counter()
         with MemoryStore(db, config=load_config()) as store:

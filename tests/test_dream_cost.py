@@ -21,7 +21,7 @@ def test_a_word_is_stemmed_once_per_language_and_stemmer(monkeypatch):
     calls = []
     real = stemming.normalize
     monkeypatch.setattr(stemming, "normalize", lambda text, lang=None: calls.append((text, lang)) or real(text, lang))
-    sameness._stem_as.cache_clear()
+    sameness._key.cache_clear()
     text = "Dana: I adopted two rescue kittens from the shelter on Tuesday"
     first = sameness.facets(text)
     stemmed = len(calls)
