@@ -56,3 +56,21 @@ def test_a_merge_still_labels_its_one_speaker(store):
     plan = dream.plan(store, only={"merge"}, now=NOW, generator=FakeGenerator())
     (merge,) = [p for p in plan.proposals if p.kind == "merge"]
     assert merge.result_text.startswith("Audrey: ")
+
+
+def test_a_sentence_start_is_looked_for_only_before_a_capitalised_word(monkeypatch):
+    searched = []
+    pattern = sameness._SENTENCE_START
+
+    class Counting:
+        @staticmethod
+        def search(text):
+            searched.append(text)
+            return pattern.search(text)
+
+    monkeypatch.setattr(sameness, "_SENTENCE_START", Counting)
+    said = sameness.facets("The printer is on the third floor. Then Dana moved it to Lisbon in may, not May 3")
+    assert len(searched) == 5  # The, Then, Dana, Lisbon, May: of 19 words
+    # a capitalised stop word opening a sentence is no name; "may" is a month only capitalised
+    assert said.names == {"dana", "lisbon"} and "month:5" in said.keys and said.negated
+    assert sameness.facets("the printer is on the third floor").keys == frozenset()
