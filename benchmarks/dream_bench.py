@@ -4,6 +4,7 @@
     PMEM_MODELS_DIR=.models-cache python benchmarks/dream_bench.py --chat      # + the chat model (merges)
     python benchmarks/dream_bench.py --embed fake-384                          # smoke run, no model
     PMEM_MODELS_DIR=.models-cache python benchmarks/dream_bench.py --pairs --json   # the paraphrase set
+    PMEM_MODELS_DIR=.models-cache python benchmarks/dream_bench.py --plan-speed --against ../main --rounds 5
 
 One store per conversation of ../shared/data/locomo_dev.json: every dialogue turn an episodic memory
 ("Speaker: text", dated by its session), every `observation` fact an archival memory (stand-ins for
@@ -198,7 +199,17 @@ def main() -> int:
     ap.add_argument("--chat-model", default="", help="--pairs --chat: the chat model asked yes/no")
     ap.add_argument("--turn-merges", action="store_true", help="merges of one conversation's turns (chat model)")
     ap.add_argument("--max-seconds", type=float, default=600, help="--turn-merges: planning time")
+    ap.add_argument("--plan-speed", action="store_true",
+                    help="the plan alone on one conversation's store, this tree and --against's interleaved")
+    ap.add_argument("--against", default="", help="--plan-speed: the other tree (a checkout's root)")
+    ap.add_argument("--rounds", type=int, default=5, help="--plan-speed: plans per tree")
+    ap.add_argument("--conv", default="conv-26", help="--plan-speed: the conversation")
+    ap.add_argument("--db", default="", help="--plan-speed: a store built before (else one is built and kept)")
+    ap.add_argument("--synthetic", type=int, default=0,
+                    help="--plan-speed: a store of this many memories (every conversation's, repeated, fake-384)")
     args = ap.parse_args()
+    if args.plan_speed:
+        return plan_speed_main(args)
     if args.turn_merges:
         return turn_merges_main(args)
     if args.pairs:
@@ -565,6 +576,110 @@ def turn_merges_main(args) -> int:
                    "refused": [d.get("text") for d in plan.dropped if d["reason"].startswith("would drop")][:3]}
     print(json.dumps(figures, indent=1, ensure_ascii=False))
     return 0
+
+
+# -- the plan alone, two trees interleaved (--plan-speed) ------------------------------------------
+
+# Run in a child process with one tree's pmem first on PYTHONPATH: the plan of a copy of the store.
+_PLAN_ONCE = """
+import json, os, shutil, sys, tempfile, time
+from pathlib import Path
+src, chat = Path(sys.argv[1]), sys.argv[2] == "chat"
+sys.path.append(sys.argv[3])  # this file's folder, after the tree's pmem
+tmp = Path(tempfile.mkdtemp(prefix="pmem-plan-speed-"))
+os.environ["PMEM_HOME"] = str(tmp / "home")
+shutil.copy(src, tmp / src.name)
+wall0, cpu0 = time.perf_counter(), time.process_time()
+import pmem
+from pmem import dream
+from pmem.config import load
+from pmem.store import MemoryStore
+from dream_plan_compare import normalized
+store = MemoryStore(tmp / src.name, config=load())
+wall1, cpu1 = time.perf_counter(), time.process_time()
+plan = dream.plan(store, now="2026-01-01T00:00:00Z", generator=None if chat else False)
+wall2, cpu2 = time.perf_counter(), time.process_time()
+print(json.dumps({"pmem": pmem.__file__, "plan_s": wall2 - wall1, "plan_cpu_s": cpu2 - cpu1,
+                  "process_s": wall2 - wall0, "plan": normalized(store, plan)}, ensure_ascii=False))
+store.close()
+shutil.rmtree(tmp)
+"""
+
+
+def build_synthetic(store: MemoryStore, n: int) -> None:
+    """`n` memories: every conversation's turns and facts (as build() stores them) again and again,
+    each copy's texts told apart by a trailing number, each copy a year later."""
+    from pmem.records import Memory
+
+    base: list[tuple[str, str, str, dict]] = []
+    for conv in locomo.load():
+        for t in locomo.turn_records(conv):
+            base.append((t["text"], "episodic", t["created_at"], t["meta"]))
+        dates = {k: date for k, date, _ in locomo.sessions(conv)}
+        for key, speakers in sorted(conv["observation"].items(), key=lambda kv: int(kv[0].split("_")[1])):
+            for speaker in sorted(speakers):
+                for fact in speakers[speaker]:
+                    base.append((fact[0], "archival", dates[int(key.split("_")[1])], {}))
+    items = []
+    for i in range(n):
+        text, tier, created, meta = base[i % len(base)]
+        copy = i // len(base)
+        if copy:
+            text = f"{text} ({copy})"
+            created = f"{int(created[:4]) - copy:04d}{created[4:]}"
+        items.append(Memory(id="", text=text, tier=tier, created_at=created, meta=dict(meta)))
+    for start in range(0, n, 2000):
+        store.insert(items[start:start + 2000], kind="import", keep_ids=False)
+
+
+def plan_speed_main(args) -> int:
+    """The plan alone (no embedding: the store is built once, then copied for every plan), this
+    tree's and --against's, one after the other in each round (the order alternating), so that
+    both meet the same load: medians, and whether every round's plans were the same."""
+    import statistics
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    trees = {"this tree": here.parent}
+    if args.against:
+        trees["against"] = Path(args.against).resolve()
+    build_s = None
+    if args.db:
+        db = Path(args.db)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="pmem-plan-speed-"))
+        os.environ["PMEM_HOME"] = str(tmp / "home")
+        if args.synthetic or "--embed" in sys.argv:  # else the default model (and MiniLM beside it)
+            os.environ["PMEM_EMBED_MODEL"] = "fake-384" if args.synthetic else args.embed
+        db = tmp / (f"synthetic-{args.synthetic}.db" if args.synthetic else f"{args.conv}.db")
+        t0 = time.perf_counter()
+        with MemoryStore(db, config=load_config()) as store:
+            if args.synthetic:
+                build_synthetic(store, args.synthetic)
+            else:
+                build(store, next(c for c in locomo.load() if c["sample_id"] == args.conv))
+        build_s = round(time.perf_counter() - t0, 1)
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    for r in range(args.rounds):
+        for name in (list(trees) if r % 2 == 0 else list(reversed(trees))):
+            env = dict(os.environ, PYTHONPATH=str(trees[name]))
+            # -P: the working directory is not put before PYTHONPATH's tree
+            done = subprocess.run([sys.executable, "-P", "-c", _PLAN_ONCE, str(db), "chat" if args.chat else "", str(here)],
+                                  env=env, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(done.stdout))
+    plans = [run["plan"] for rs in runs.values() for run in rs]
+    first = plans[0]
+    figures = {"store": str(db), "memories": first["considered"], "build_and_embed_s": build_s, "chat": args.chat,
+               "rounds": args.rounds, "same_plan": all(p == first for p in plans),
+               "proposals": first["counts"] if "counts" in first else None}
+    for name, rs in runs.items():
+        figures[name] = {"pmem": rs[0]["pmem"],
+                         "plan_s_median": round(statistics.median(x["plan_s"] for x in rs), 3),
+                         "plan_cpu_s_median": round(statistics.median(x["plan_cpu_s"] for x in rs), 3),
+                         "process_s_median": round(statistics.median(x["process_s"] for x in rs), 3),
+                         "plan_s": [round(x["plan_s"], 2) for x in rs]}
+    print(json.dumps(figures, indent=1, ensure_ascii=False))
+    return 0 if figures["same_plan"] else 1
 
 
 if __name__ == "__main__":

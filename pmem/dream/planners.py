@@ -469,7 +469,8 @@ def _plan_merge(ctx: Planning) -> None:
                         and m.thread is None)
     if len(pool) < 2:
         return
-    speaker = {i: ctx.facets[active[i].id].speaker for i in pool}
+    # who said it alone (what facets() reads it from), not every member's facets: most are never merged
+    speaker = {i: sameness.speaker_of(active[i].text, active[i].meta) for i in pool}
 
     def one_voice(rows: list[int]) -> bool:  # members said by different people are never merged
         return len({speaker[x] for x in rows} - {None}) <= 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 from .. import stemming
@@ -196,6 +197,7 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
         said = third_person(speaker, body)
         body = body if said.startswith(f"{speaker}: ") else said
     lang = stemming.detect_language(body)
+    snowball = stemming.available()
     keys: set[str] = set()
     rest = _dates_and_times(body, keys)
     for m in _IDENT.finditer(rest):
@@ -213,7 +215,9 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
         raw = m.group(0)
         word = raw.lower()
         base = word.split("'")[0]
-        start = bool(_SENTENCE_START.search(rest[:m.start()]))
+        # whether it opens a sentence: read only of a capitalised word (a search of all the text
+        # before it; every word's was most of facets' cost)
+        start = raw[0].isupper() and bool(_SENTENCE_START.search(rest[:m.start()]))
         value = _VALUES.get(base)
         if value is not None and (base not in _AMBIGUOUS or raw[0].isupper() and not start):
             keys.add(value)
@@ -228,7 +232,7 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
         if capital and (not start or (base not in STOP_WORDS and base not in LEAD_INS
                                       and base not in stemming.STOP_WORDS.get(lang, ()))):
             names.add(base)
-            key = "name:" + _plain(_stem(base, lang))
+            key = "name:" + _key(base, lang, snowball)
             keys.add(key)
             name_of.setdefault(key, latin(base))
             genitive = lang == "de" and base.endswith("s")
@@ -238,10 +242,10 @@ def facets(text: str, meta: dict[str, Any] | None = None) -> Facets:
     stop = STOP_WORDS | stemming.STOP_WORDS.get(lang, frozenset()) | QUANTIFIERS
     for word in plain:
         if word not in stop and (len(word) > 1 or word.isdigit()):
-            forms.setdefault(_plain(_stem(word, lang)), word)
+            forms.setdefault(_key(word, lang, snowball), word)
     negated = sum(1 for w in _TOKEN.findall(body.lower()) if w in NEGATIONS or w.endswith("n't")) % 2 == 1
     every = {w.split("'")[0] for w in _TOKEN.findall(body.lower())}
-    every |= {_plain(_stem(w, lang)) for w in every}
+    every |= {_key(w, lang, snowball) for w in every}
     return Facets(text=body, speaker=speaker, lang=lang, keys=frozenset(keys), names=frozenset(names),
                   words=frozenset(every), negated=negated, stems=frozenset(forms), forms=forms, name_of=name_of)
 
@@ -275,7 +279,20 @@ def _plain(word: str) -> str:
 
 def _stem(word: str, lang: str) -> str:
     """One word's stem: "Сергеем" and "Сергей" are one name."""
-    if stemming.available():
+    return _stem_as(word, lang, stemming.available())
+
+
+@lru_cache(maxsize=1 << 16)
+def _key(word: str, lang: str, snowball: bool) -> str:
+    """A word as facets() and content() compare it: its stem (Snowball's, or the simple stemmer's
+    when `snowball` is False), without accents; kept, since a plan reads the same words in every
+    pair and Snowball in pure Python was half of a LoCoMo conversation's plan without a chat
+    model (docs/decisions/0056-dream-plan-speed.md)."""
+    return _plain(_stem_as(word, lang, snowball))
+
+
+def _stem_as(word: str, lang: str, snowball: bool) -> str:
+    if snowball:
         return stemming.normalize(word, lang) or word
     from ..text import stem
 
@@ -289,7 +306,8 @@ def content(text: str) -> set[str]:
     lang = stemming.detect_language(text)
     stop = STOP_WORDS | stemming.STOP_WORDS.get(lang, frozenset())
     words = [w.split("'")[0] for w in _TOKEN.findall(text.lower())]
-    return {_plain(_stem(w, lang)) for w in words if w not in stop and not w.isdigit() and len(w) > 1} | numbers(text)
+    snowball = stemming.available()
+    return {_key(w, lang, snowball) for w in words if w not in stop and not w.isdigit() and len(w) > 1} | numbers(text)
 
 
 def differs(a: Facets, b: Facets) -> str | None:

@@ -14,9 +14,10 @@ concurrent change is told from a later one). Never the value before.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..errors import NotFound, UsageError
 from ..hlc import Clock, ms, undo_key
@@ -169,7 +170,21 @@ class SyncLog:
 
     def outbox_done(self, seq: int) -> None:
         with self.store.transaction():
-            self.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+            self.outbox_drop(seq)
+
+    def outbox_drop(self, seq: int) -> None:
+        """Within the caller's transaction: the old outbox's row, once its changeset is kept."""
+        self.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+
+    @contextmanager
+    def secure_delete(self) -> Iterator[None]:
+        """SQLite zeroes what is deleted or rewritten meanwhile (a purge's old sealed copies)."""
+        before = self.conn.execute("PRAGMA secure_delete").fetchone()[0]
+        self.conn.execute("PRAGMA secure_delete = ON")
+        try:
+            yield
+        finally:
+            self.conn.execute(f"PRAGMA secure_delete = {int(before)}")
 
     # -- the chain: own copies, heads, vouches, jobs -----------------------------------
 

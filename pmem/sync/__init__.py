@@ -348,7 +348,7 @@ def _adopt(j: SyncLog, t: Folder, key: bytes) -> None:
         for seq, blob in j.outbox():
             what = f"changeset {j.device}/{seq}"
             j.own_add(j.device, seq, blob, digest(keyring.open_sealed(key, blob, j.device, seq, what)))
-            j.conn.execute("DELETE FROM sync_outbox WHERE seq = ?", (seq,))
+            j.outbox_drop(seq)
         held = {s for s, _, _ in j.own_index(j.device)}
         for seq in t.listing().get(j.device, []):
             if seq not in held and seq <= j.number("seq"):
@@ -593,9 +593,7 @@ def _redact_kept(j: SyncLog, key: bytes, ids: set[str] | None, device: str) -> i
     transaction (with secure_delete: the old sealed copies' pages are zeroed); `_repair` then
     writes them to the remote at this and every later sync until it holds them."""
     rewritten = 0
-    secure = j.conn.execute("PRAGMA secure_delete").fetchone()[0]
-    j.conn.execute("PRAGMA secure_delete = ON")
-    try:
+    with j.secure_delete():
         with j.store.transaction():
             for seq, _, _ in j.own_index(device):
                 kept = j.own_blob(device, seq)
@@ -610,8 +608,6 @@ def _redact_kept(j: SyncLog, key: bytes, ids: set[str] | None, device: str) -> i
                 payload["ops"] = _redact_ops(ops, gone)
                 j.own_add(device, seq, keyring.seal(key, device, seq, payload), kept[1], 1)
                 rewritten += 1
-    finally:
-        j.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
     return rewritten
 
 
