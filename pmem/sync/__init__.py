@@ -304,7 +304,7 @@ def digest(payload: dict[str, Any]) -> str:
 
 
 # Purges listed in every changeset up to this many (~10 sealed bytes each); past it, only in the
-# changeset after the list grew (figures: `sync_bench.py --chain-bytes`, benchmarks/README.md)
+# changeset after the list grew (docs/decisions/0055-sync-chain.md)
 PURGED_INLINE = 64
 
 

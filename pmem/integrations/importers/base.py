@@ -194,7 +194,7 @@ class Entry:
 
 
 # A .zst file is decompressed up to this many bytes: a hostile one (a few KB that expand without
-# end) is refused, not read into memory. Codex's own rollouts are far smaller (benchmarks/README.md).
+# end) is refused, not read into memory. Codex's own rollouts are far smaller (benchmarks/import_formats.py).
 MAX_UNZSTD = 256 * 1024 * 1024
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
