@@ -54,7 +54,7 @@ def build(home: Path, n: int, tree: Tree, store: Path | None = None) -> None:
     turns = [r for conv in locomo.load(data) for r in locomo.turn_records(conv)][:n]
     path = home.parent / "turns.jsonl"
     path.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in turns))
-    env = tree.env(PMEM_HOME=str(home))
+    env = tree.env(PMEM_HOME=str(home), PMEM_SERVER="never")  # no server of its own: --serve starts one
     for args in (["import", str(path)], ["add", "--pin", "I am vegetarian"]):
         tree.run(["pmem", *args], env=env, cwd=home)
 
