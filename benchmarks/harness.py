@@ -286,8 +286,9 @@ def trees_from(specs: Sequence[str], prefix: str = "pmem-bench-", homes: bool = 
     """The trees of --tree specs, each with its own empty PMEM_HOME (`homes`), in a temporary folder
     under /tmp (short: a server's socket lives in the home) removed afterwards."""
     work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    trees: list[Tree] = []
     try:
-        trees = [Tree.resolve(s, work / "trees") for s in specs]
+        trees.extend(Tree.resolve(s, work / "trees") for s in specs)
         names = [t.name for t in trees]
         if len(set(names)) != len(names):
             raise SystemExit(f"harness: two trees are named alike ({', '.join(names)}): name them NAME=WHERE")
@@ -297,7 +298,7 @@ def trees_from(specs: Sequence[str], prefix: str = "pmem-bench-", homes: bool = 
                 t.home.mkdir(mode=0o700)
         yield trees
     finally:
-        for t in locals().get("trees", []):  # a server a command started (`server = auto`) goes too
+        for t in trees:  # a server a command started (`server = auto`) goes too
             if t.home is not None and any(t.home.glob("*.sock")):
                 t.run(["pmem", "serve", "--stop"], timeout=60, check=False)
         shutil.rmtree(work, ignore_errors=True)
