@@ -1,6 +1,7 @@
 """What sync after each change costs a write command's end (pmem/autosync.py), two trees side by side.
 
     python benchmarks/autosync_cost.py --against /path/to/other/checkout [--imports 61] [--rounds 40]
+    python benchmarks/autosync_cost.py --against HEAD~3       # a git revision (benchmarks/harness.py)
 
 Prints JSON: the cumulative time of `import pmem.autosync` in fresh processes (`python -X
 importtime`, the two trees alternating; min, first quartile and median in us), the pmem modules a
@@ -17,7 +18,6 @@ import argparse
 import importlib.util
 import json
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +25,9 @@ import time
 import timeit
 import types
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Tree, median, percentile, schedule  # noqa: E402
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -72,26 +75,24 @@ def _autosync(tree: Path, name: str):
 
 
 def _summary(values: list[float]) -> list[int]:
-    values = sorted(values)
-    return [round(values[0]), round(values[len(values) // 4]), round(statistics.median(values))]
+    return [round(min(values)), round(percentile(values, 25)), round(median(values))]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--against", type=Path, required=True, help="another checkout's root (its pmem/ is compared)")
+    ap.add_argument("--against", required=True, help="another checkout's root, or a git revision (its pmem/ is compared)")
     ap.add_argument("--imports", type=int, default=61, help="fresh processes per tree for the import time")
     ap.add_argument("--rounds", type=int, default=40, help="alternating rounds of 50 calls per tree")
     args = ap.parse_args()
-    trees = {"this": HERE, "against": args.against.resolve()}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        trees = {"this": HERE, "against": Tree.resolve(args.against, folder / "trees").path}
         dbs = {"nothing to send": _database(folder / "syncing.db", 2000),
                "changes due": _database(folder / "due.db", 1990),
                "does not sync": _database(folder / "plain.db", None)}
         imports: dict[str, list[float]] = {name: [] for name in trees}
-        for _ in range(args.imports):
-            for name, tree in trees.items():
-                imports[name].append(_import_us(tree, folder))
+        for _, name, _ in schedule(list(trees), args.imports):  # the order alternating
+            imports[name].append(_import_us(trees[name], folder))
         out: dict = {"import pmem.autosync, us (min, q1, median)": {n: _summary(v) for n, v in imports.items()},
                      "modules a kick loads": {n: _kick_loads(t, folder, dbs["nothing to send"])
                                               for n, t in trees.items()}}
@@ -108,7 +109,7 @@ def main() -> None:
                     for name, m in modules.items():
                         f = getattr(m, fn)
                         times[name].append(timeit.timeit(lambda f=f, db=db: f(db), number=50, timer=time.process_time) / 50 * 1e6)
-                cpu[f"{label}, {case}"] = {n: [round(min(v)), round(statistics.median(v))] for n, v in times.items()}
+                cpu[f"{label}, {case}"] = {n: [round(min(v)), round(median(v))] for n, v in times.items()}
         out["CPU us per call (min, median)"] = cpu
     print(json.dumps(out, indent=1))
 

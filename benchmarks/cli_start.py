@@ -8,8 +8,8 @@ another build is replaced, not used. In each round, for each tree in turn: the f
 after its server was stopped (cold: it loads the model itself and starts a server in the
 background), then `python -c pass`, `pmem --version`, `pmem list`, `pmem search` and `pmem add`
 with the server it started (`server = auto`), and `pmem search` with `server = never`; which tree
-goes first alternates. The figures are medians of wall and of CPU time (user + system of the
-process); `python -c pass` is the machine's speed.
+goes first alternates (benchmarks/harness.py: A B, B A, ...). The figures are medians of wall and of CPU time (user + system of the
+process); `python -c pass` is the machine's speed. A tree is a checkout folder or a git revision.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from latency import QUERIES, run, server_status, uptime, wait_for_server  # noqa: E402
+from harness import Bench, schedule, trees_from  # noqa: E402
+from latency import QUERIES, server_status, uptime, wait_for_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,28 +33,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", type=Path, required=True, help="latency.py's --store folder (pmem-N.db in it)")
     ap.add_argument("--n", type=int, default=10_000)
-    ap.add_argument("--tree", action="append", required=True, metavar="NAME=PATH",
-                    help="a pmem source tree to put on PYTHONPATH (twice or more)")
+    ap.add_argument("--tree", action="append", required=True, metavar="NAME=PATH_OR_REV",
+                    help="a pmem source tree (or git revision) to put on PYTHONPATH (twice or more)")
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
-    trees = dict(t.split("=", 1) for t in args.tree)
     built = args.store / f"pmem-{args.n}.db"
     if not built.exists():
         raise SystemExit(f"no {built}: run benchmarks/latency.py --store {args.store} --n {args.n} first")
     pmem = [sys.executable, "-m", "pmem"]
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+    with trees_from(args.tree) as trees:
         envs = {}
-        for name, tree in trees.items():
-            home = Path(tmp) / name
-            home.mkdir()
-            shutil.copyfile(built, home / "pmem.db")
-            os.chmod(home / "pmem.db", 0o600)
-            env = {**os.environ, "PMEM_HOME": str(home), "PMEM_SERVER": "auto",
-                   "PYTHONPATH": str(Path(tree).resolve())}
-            env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user runs: with cached bytecode
+        for tree in trees:
+            shutil.copyfile(built, tree.home / "pmem.db")
+            os.chmod(tree.home / "pmem.db", 0o600)
+            env = tree.env(PMEM_SERVER="auto")
             env.setdefault("PMEM_MODELS_DIR", str(ROOT / ".models-cache"))
-            envs[name] = env
-            run([*pmem, "search", "warm the page cache", "--json"], {**env, "PMEM_SERVER": "never"})
+            envs[tree.name] = env
+            tree.run(["pmem", "search", "warm the page cache", "--json"], env={**env, "PMEM_SERVER": "never"})
         steps = {  # the cold search first: the commands after it give its server time to settle
             "search_cold": lambda i: [*pmem, "search", QUERIES[i % len(QUERIES)], "--json"],
             "python_pass": lambda i: [sys.executable, "-c", "pass"],
@@ -65,31 +59,29 @@ def main() -> int:
             "add_served": lambda i: [*pmem, "add", f"benchmark note number {i} about the garden"],
             "search_never": lambda i: [*pmem, "search", QUERIES[(i + 5) % len(QUERIES)], "--json"],
         }
-        timings = {name: {step: [] for step in steps} for name in trees}
-        result: dict = {"trees": {n: str(Path(t).resolve()) for n, t in trees.items()}, "memories": args.n,
-                        "uptime_start": uptime()}
+        by_name = {t.name: t for t in trees}
+        bench = Bench(trees)
+        result: dict = {"trees": {t.name: str(t.path) for t in trees}, "memories": args.n, "uptime_start": uptime()}
         try:
-            for i in range(args.runs):
-                for name in (list(envs) if i % 2 == 0 else list(envs)[::-1]):  # order alternating
-                    env = envs[name]
-                    subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True, cwd=env["PMEM_HOME"])
-                    wait_for_server(pmem, env, up=False)
-                    for step, make in steps.items():
-                        e = {**env, "PMEM_SERVER": "never"} if step == "search_never" else env
-                        timings[name][step].append(run(make(i), e))
-                        if step == "search_cold":
-                            wait_for_server(pmem, env)  # the one it started
+            for i, name, _ in schedule(list(by_name), args.runs):  # the order alternating
+                env = envs[name]
+                subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True, cwd=env["PMEM_HOME"])
+                wait_for_server(pmem, env, up=False)
+                for step, make in steps.items():
+                    e = {**env, "PMEM_SERVER": "never"} if step == "search_never" else env
+                    bench.add_sample(name, step, by_name[name].run(make(i), env=e))
+                    if step == "search_cold":
+                        wait_for_server(pmem, env)  # the one it started
         finally:
             for env in envs.values():
                 if server_status(pmem, env):
                     subprocess.run([*pmem, "serve", "--stop"], env=env, capture_output=True, cwd=env["PMEM_HOME"])
         result["uptime_end"] = uptime()
-        for name in trees:
-            result[name] = {step: {"wall_ms": round(1000 * statistics.median(w for w, _ in pairs)),
-                                   "cpu_ms": round(1000 * statistics.median(c for _, c in pairs))}
-                            for step, pairs in timings[name].items()}
+        for name in by_name:
+            result[name] = {step: {"wall_ms": round(1000 * bench.median(name, step, "wall_s")),
+                                   "cpu_ms": round(1000 * bench.median(name, step, "cpu_s"))} for step in steps}
+    names = list(by_name)
     print(json.dumps(result, indent=2))
-    names = list(trees)
     print("\n| command | " + " | ".join(f"{n} wall / CPU" for n in names) + " |")
     print("| --- | " + " | ".join("---" for _ in names) + " |")
     for step in steps:

@@ -635,14 +635,19 @@ def build_synthetic(store: MemoryStore, n: int) -> None:
 def plan_speed_main(args) -> int:
     """The plan alone (no embedding: the store is built once, then copied for every plan), this
     tree's and --against's, one after the other in each round (the order alternating), so that
-    both meet the same load: medians, and whether every round's plans were the same."""
-    import statistics
-    import subprocess
+    both meet the same load: medians, and whether every round's plans were the same. --against is
+    a checkout or a git revision (benchmarks/harness.py)."""
+    from harness import Tree, median, schedule
 
     here = Path(__file__).resolve().parent
-    trees = {"this tree": here.parent}
+    trees = {"this tree": Tree("this tree", here.parent)}
     if args.against:
-        trees["against"] = Path(args.against).resolve()
+        import atexit
+        import shutil
+
+        work = tempfile.mkdtemp(prefix="pmem-plan-tree-")
+        atexit.register(shutil.rmtree, work, True)
+        trees["against"] = Tree.resolve(f"against={args.against}", Path(work))
     build_s = None
     if args.db:
         db = Path(args.db)
@@ -660,13 +665,12 @@ def plan_speed_main(args) -> int:
                 build(store, next(c for c in locomo.load() if c["sample_id"] == args.conv))
         build_s = round(time.perf_counter() - t0, 1)
     runs: dict[str, list[dict]] = {name: [] for name in trees}
-    for r in range(args.rounds):
-        for name in (list(trees) if r % 2 == 0 else list(reversed(trees))):
-            env = dict(os.environ, PYTHONPATH=str(trees[name]))
-            # -P: the working directory is not put before PYTHONPATH's tree
-            done = subprocess.run([sys.executable, "-P", "-c", _PLAN_ONCE, str(db), "chat" if args.chat else "", str(here)],
-                                  env=env, capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(done.stdout))
+    for _, name, _ in schedule(list(trees), args.rounds):  # the order alternating
+        env = dict(os.environ, PYTHONPATH=str(trees[name].path))  # as it always ran (bytecode settings kept)
+        # -P: the working directory is not put before PYTHONPATH's tree
+        done = trees[name].run([sys.executable, "-P", "-c", _PLAN_ONCE, str(db), "chat" if args.chat else "",
+                                str(here)], env=env, cwd=Path.cwd())
+        runs[name].append(json.loads(done.stdout))
     plans = [run["plan"] for rs in runs.values() for run in rs]
     first = plans[0]
     figures = {"store": str(db), "memories": first["considered"], "build_and_embed_s": build_s, "chat": args.chat,
@@ -674,9 +678,9 @@ def plan_speed_main(args) -> int:
                "proposals": first["counts"] if "counts" in first else None}
     for name, rs in runs.items():
         figures[name] = {"pmem": rs[0]["pmem"],
-                         "plan_s_median": round(statistics.median(x["plan_s"] for x in rs), 3),
-                         "plan_cpu_s_median": round(statistics.median(x["plan_cpu_s"] for x in rs), 3),
-                         "process_s_median": round(statistics.median(x["process_s"] for x in rs), 3),
+                         "plan_s_median": round(median([x["plan_s"] for x in rs]), 3),
+                         "plan_cpu_s_median": round(median([x["plan_cpu_s"] for x in rs]), 3),
+                         "process_s_median": round(median([x["process_s"] for x in rs]), 3),
                          "plan_s": [round(x["plan_s"], 2) for x in rs]}
     print(json.dumps(figures, indent=1, ensure_ascii=False))
     return 0 if figures["same_plan"] else 1

@@ -18,7 +18,8 @@ answers its own build only), started before the runs; the hook runs with server 
 also reports p50/p95 of wall time and of CPU time: the hook process's, and the server's share
 while it ran (from /proc, Linux). Each run's prompt is distinct ("... please (i)"), so no cache
 of any kind answers it. --launch script runs what the `pmem` console script runs (a host starts
-`pmem hook ...`), instead of `python -m pmem`, which imports runpy's modules first.
+`pmem hook ...`), instead of `python -m pmem`, which imports runpy's modules first. A --tree is a
+checkout folder or a git revision; the trees, the order and the percentiles are benchmarks/harness.py's.
 """
 
 from __future__ import annotations
@@ -26,17 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
+from harness import Tree, median, percentile, schedule  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["when did Caroline go to the support group", "painting a sunrise", "adoption agency",
@@ -45,7 +44,7 @@ HOLD = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=N
         "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); sys.stdin.read()")
 
 
-def build(home: Path, n: int, tree: Path, store: Path | None = None) -> None:
+def build(home: Path, n: int, tree: Tree, store: Path | None = None) -> None:
     home.mkdir(parents=True, exist_ok=True)
     if store is not None:
         shutil.copyfile(store, home / "pmem.db")
@@ -55,15 +54,14 @@ def build(home: Path, n: int, tree: Path, store: Path | None = None) -> None:
     turns = [r for conv in locomo.load(data) for r in locomo.turn_records(conv)][:n]
     path = home.parent / "turns.jsonl"
     path.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in turns))
-    env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree)}
+    env = tree.env(PMEM_HOME=str(home), PMEM_SERVER="never")  # no server of its own: --serve starts one
     for args in (["import", str(path)], ["add", "--pin", "I am vegetarian"]):
-        subprocess.run([sys.executable, "-m", "pmem", *args], env=env, check=True, capture_output=True, cwd=home)
+        tree.run(["pmem", *args], env=env, cwd=home)
 
 
-def _env(tree: Path, home: Path, server: str) -> dict:
-    env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree), "PMEM_SERVER": server}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # users' installs have bytecode; without it every run compiles
-    return env
+def _env(tree: Tree, home: Path, server: str) -> dict:
+    # the harness drops PYTHONDONTWRITEBYTECODE: users' installs have bytecode; without it every run compiles
+    return tree.env(PMEM_HOME=str(home), PMEM_SERVER=server)
 
 
 def _cpu_of(pid: int | None) -> float:
@@ -83,41 +81,34 @@ LAUNCH = {"module": ["-m", "pmem"],
           "script": ["-c", "import sys\nfrom pmem.cli import main\nsys.exit(main())"]}
 
 
-def run_hook(tree: Path, home: Path, event: str, payload: dict, server: str = "never",
+def run_hook(tree: Tree, home: Path, event: str, payload: dict, server: str = "never",
              server_pid: int | None = None, launch: str = "module") -> tuple[float, bool, float, float]:
     """(wall ms, whether it printed, the hook process's CPU ms, the server's CPU ms meanwhile)."""
     env = _env(tree, home, server)
-    before, served_before = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_of(server_pid)
-    started = time.perf_counter()
-    r = subprocess.run([sys.executable, *LAUNCH[launch], "hook", "claude-code", event], input=json.dumps(payload),
-                       env=env, capture_output=True, text=True, timeout=60, cwd=home)  # never the cwd's pmem
-    wall = (time.perf_counter() - started) * 1000
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
-    return wall, bool(r.stdout.strip()), cpu, (_cpu_of(server_pid) - served_before) * 1000
+    served_before = _cpu_of(server_pid)
+    r = tree.run([sys.executable, *LAUNCH[launch], "hook", "claude-code", event], input=json.dumps(payload),
+                 env=env, timeout=60, cwd=home, check=False)  # cwd: never the cwd's pmem
+    return r.wall_s * 1000, bool(r.stdout.strip()), r.cpu_s * 1000, (_cpu_of(server_pid) - served_before) * 1000
 
 
-def start_server(tree: Path, home: Path) -> int:
+def start_server(tree: Tree, home: Path) -> int:
     env = _env(tree, home, "never")
-    subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "30m"], env=env, check=True,
-                   capture_output=True, cwd=home, timeout=300)
-    info = subprocess.run([sys.executable, "-m", "pmem", "serve", "--status", "--json"], env=env, check=True,
-                          capture_output=True, text=True, cwd=home).stdout
+    tree.run(["pmem", "serve", "--detach", "--idle", "30m"], env=env, cwd=home, timeout=300)
+    info = tree.run(["pmem", "serve", "--status", "--json"], env=env, cwd=home).stdout
     return int(json.loads(info)["pid"])
 
 
-def stop_server(tree: Path, home: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=_env(tree, home, "never"),
-                   capture_output=True, cwd=home)
+def stop_server(tree: Tree, home: Path) -> None:
+    tree.run(["pmem", "serve", "--stop"], env=_env(tree, home, "never"), cwd=home, check=False)
 
 
 def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[18]
+    return percentile(values, 95)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tree", action="append", type=Path, help="a pmem checkout (repeat to compare)")
+    ap.add_argument("--tree", action="append", help="a pmem checkout or git revision (repeat to compare)")
     ap.add_argument("--n", type=int, default=1000, help="memories in the store")
     ap.add_argument("--store", type=Path, help="a built pmem.db to copy instead of importing --n turns")
     ap.add_argument("--serve", action="store_true", help="each tree with its own `pmem serve`, hooks on server = auto")
@@ -129,20 +120,24 @@ def main() -> None:
                     help="python -m pmem (default), or the console script's lines, as a host runs `pmem`")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    trees = [t.resolve() for t in (args.tree or [ROOT])]
     events = args.event or ["user-prompt", "session-start"]
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # short: a server's socket path must fit
-        homes = {t: Path(tmp) / (f"h{i}" if args.serve else "home") for i, t in enumerate(trees)}
+        trees = [Tree.resolve(t, Path(tmp) / "trees") for t in (args.tree or [str(ROOT)])]
+        by_name = {t.name: t for t in trees}
+        if len(by_name) != len(trees):
+            raise SystemExit("hook_latency: two trees have the same name")
+        homes = {t.name: Path(tmp) / (f"h{i}" if args.serve else "home") for i, t in enumerate(trees)}
         for home in homes.values():
             if not (home / "pmem.db").exists():
                 build(home, args.n, trees[-1], args.store)
-        servers: dict[Path, int] = {}
+        servers: dict[str, int] = {}
         results: dict[str, dict[str, list]] = {}
         load = [os.getloadavg()[0]]
         try:
-            for tree, home in homes.items():
+            for tree in trees:
+                home = homes[tree.name]
                 if args.serve:
-                    servers[tree] = start_server(tree, home)
+                    servers[tree.name] = start_server(tree, home)
                 for event in events:  # bytecode written, pages cached, the server's first request made
                     run_hook(tree, home, event, {"session_id": f"warm-{event}", "cwd": tmp, "prompt": "warm up",
                                                  "source": "startup"}, "auto" if args.serve else "never")
@@ -155,37 +150,37 @@ def main() -> None:
                         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
                         holders.append(holder)
                 try:
-                    for i in range(args.runs):
-                        for tree in trees if i % 2 == 0 else trees[::-1]:  # order alternating
-                            for event in events:
-                                payload = {"session_id": f"{tree.name}-{locked}-{event}-{i}", "cwd": tmp,
-                                           "prompt": f"{PROMPTS[i % len(PROMPTS)]} please ({i})", "source": "startup"}
-                                wall, printed, cpu, served = run_hook(tree, homes[tree], event, payload,
-                                                                      "auto" if args.serve else "never",
-                                                                      servers.get(tree), args.launch)
-                                key = f"{tree.name} {event}" + (" (write lock held)" if locked else "")
-                                r = results.setdefault(key, {"ms": [], "printed": [], "cpu": [], "server_cpu": []})
-                                r["ms"].append(wall)
-                                r["printed"].append(printed)
-                                r["cpu"].append(cpu)
-                                r["server_cpu"].append(served)
+                    for i, name, _ in schedule(list(by_name), args.runs):  # order alternating
+                        tree = by_name[name]
+                        for event in events:
+                            payload = {"session_id": f"{tree.name}-{locked}-{event}-{i}", "cwd": tmp,
+                                       "prompt": f"{PROMPTS[i % len(PROMPTS)]} please ({i})", "source": "startup"}
+                            wall, printed, cpu, served = run_hook(tree, homes[name], event, payload,
+                                                                  "auto" if args.serve else "never",
+                                                                  servers.get(name), args.launch)
+                            key = f"{tree.name} {event}" + (" (write lock held)" if locked else "")
+                            r = results.setdefault(key, {"ms": [], "printed": [], "cpu": [], "server_cpu": []})
+                            r["ms"].append(wall)
+                            r["printed"].append(printed)
+                            r["cpu"].append(cpu)
+                            r["server_cpu"].append(served)
                 finally:
                     for holder in holders:
                         assert holder.stdin is not None
                         holder.stdin.close()
                         holder.wait()
         finally:
-            for tree, home in homes.items():
-                if tree in servers:
-                    stop_server(tree, home)
+            for tree in trees:
+                if tree.name in servers:
+                    stop_server(tree, homes[tree.name])
         load.append(os.getloadavg()[0])
     report = {}
     for key, r in results.items():
-        q = statistics.quantiles(r["ms"], n=4)
-        report[key] = {"median_ms": round(statistics.median(r["ms"])), "q1_ms": round(q[0]), "q3_ms": round(q[2]),
-                       "p95_ms": round(_p95(r["ms"])), "cpu_p50_ms": round(statistics.median(r["cpu"])),
+        report[key] = {"median_ms": round(median(r["ms"])), "q1_ms": round(percentile(r["ms"], 25)),
+                       "q3_ms": round(percentile(r["ms"], 75)),
+                       "p95_ms": round(_p95(r["ms"])), "cpu_p50_ms": round(median(r["cpu"])),
                        "cpu_p95_ms": round(_p95(r["cpu"])),
-                       "server_cpu_p50_ms": round(statistics.median(r["server_cpu"])),
+                       "server_cpu_p50_ms": round(median(r["server_cpu"])),
                        "printed": f"{sum(r['printed'])}/{len(r['printed'])}"}
     if args.json:
         print(json.dumps({"load_start": load[0], "load_end": load[1], "launch": args.launch, "results": report},

@@ -10,8 +10,9 @@ imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run
 PMEM_HOME (no server running: with server auto the command starts one, as a first import does;
 `--server running` starts one first, untimed, and counts the CPU it spends during the import),
 the models from one shared directory (--models, its caches warm after the first run). The trees
-alternate run by run, so a machine other work loads hurts both alike; it prints each run's time,
-the medians, turns/s and the ratio. A server a run started is stopped before the next.
+alternate run by run (benchmarks/harness.py: A B, B A, ...), so a machine other work loads hurts
+both alike; it prints each run's time, the medians, turns/s and the ratio. A server a run started is
+stopped before the next. --base and --tree take a checkout folder or a git revision.
 """
 
 from __future__ import annotations
@@ -20,16 +21,15 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import locomo  # noqa: E402
+from harness import Bench, Tree, schedule  # noqa: E402
 
 MODELS = ("multilingual-e5-small.q4.e5s1", "all-MiniLM-L6-v2.f16.gguf", "all-MiniLM-L6-v2.q8_0.gguf")
 
@@ -64,11 +64,13 @@ def server_cpu(env: dict) -> tuple[int, float] | None:
     return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(tree: Path, data: Path, models: Path, server: str, work: Path, threads: int = 0) -> tuple[float, float, int]:
+def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path, threads: int = 0) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the command, memories stored)."""
     home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
-    env.update(PYTHONPATH=str(tree), PMEM_HOME=str(home), PMEM_MODELS_DIR=str(models), NO_COLOR="1")
+    env = tree.env({k: v for k, v in os.environ.items() if not k.startswith("PMEM_")},
+                   PMEM_HOME=str(home), PMEM_MODELS_DIR=str(models), NO_COLOR="1")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # as this script always ran
+        env["PYTHONDONTWRITEBYTECODE"] = os.environ["PYTHONDONTWRITEBYTECODE"]
     if server not in ("auto", "running"):
         env["PMEM_SERVER"] = server
     if threads:
@@ -78,18 +80,15 @@ def one_run(tree: Path, data: Path, models: Path, server: str, work: Path, threa
         subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "10m"], env=env,
                        capture_output=True, check=True, timeout=300)
         served = server_cpu(env)
-    before = os.times()
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pmem", "import", str(data), "--json"], env=env,
-                          capture_output=True, text=True)
-    took = time.perf_counter() - start
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    # cwd: the home, since `python -m` puts the working directory first on sys.path (run from a
+    # checkout, that checkout's pmem would shadow the tree on PYTHONPATH)
+    sample = tree.run(["pmem", "import", str(data), "--json"], env=env, cwd=home, check=False)
+    took, cpu = sample.wall_s, sample.cpu_s
     if served is not None:  # the import's work the server did counts too
         now = server_cpu(env)
         cpu += now[1] - served[1] if now is not None and now[0] == served[0] else 0.0
-    if proc.returncode != 0:
-        raise SystemExit(f"{tree}: pmem import failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    if sample.returncode != 0:
+        raise SystemExit(f"{tree.path}: pmem import failed ({sample.returncode}): {sample.stderr[-2000:]}")
     count = subprocess.run([sys.executable, "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])"
                             ".execute('select count(*) from memories').fetchone()[0])", str(home / "pmem.db")],
                            capture_output=True, text=True).stdout.strip()
@@ -100,8 +99,8 @@ def one_run(tree: Path, data: Path, models: Path, server: str, work: Path, threa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", type=Path, default=Path("/work/main"), help="the tree to compare with")
-    ap.add_argument("--tree", type=Path, default=ROOT, help="this tree (default: the benchmark's own)")
+    ap.add_argument("--base", default="/work/main", help="the tree to compare with (a folder or a git revision)")
+    ap.add_argument("--tree", default=str(ROOT), help="this tree (default: the benchmark's own)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each tree (interleaved)")
     ap.add_argument("--server", default="auto", choices=("auto", "off", "always", "running"))
     ap.add_argument("--sample", default="conv-43", help="the LoCoMo conversation")
@@ -116,27 +115,24 @@ def main() -> None:
     data = work / "conversation.jsonl"
     turns = write_jsonl(data, args.sample)
     models = models_copy(args.models_from, args.models)
-    trees = {"base": args.base.resolve(), "this": args.tree.resolve()}
-    for _ in range(args.warm):  # the models' caches, the page cache and the .pyc files; not counted
-        for tree in trees.values():
-            one_run(tree, data, models, args.server, work, args.threads)
-    times: dict[str, list[float]] = {k: [] for k in trees}
-    cpus: dict[str, list[float]] = {k: [] for k in trees}
-    for i in range(args.runs):
-        order = list(trees) if i % 2 == 0 else list(trees)[::-1]
-        for name in order:
-            took, cpu, stored = one_run(trees[name], data, models, args.server, work, args.threads)
-            times[name].append(took)
-            cpus[name].append(cpu)
+    trees = {"base": Tree.resolve(f"base={args.base}", work / "trees"),
+             "this": Tree.resolve(f"this={args.tree}", work / "trees")}
+    bench = Bench(list(trees.values()))
+    # the warm-up rounds: the models' caches, the page cache and the .pyc files; not counted
+    for i, name, counted in schedule(list(trees), args.runs, args.warm):
+        took, cpu, stored = one_run(trees[name], data, models, args.server, work, args.threads)
+        if counted:
+            bench.add(name, "import", "wall_s", took)
+            bench.add(name, "import", "cpu_s", cpu)
             print(f"run {i + 1} {name}: {took:.2f} s, CPU {cpu:.2f} s ({stored} memories)", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\n{turns} turns, server {args.server}, threads {args.threads or 'automatic'}, {args.runs} runs each, "
           f"load {os.getloadavg()[0]:.1f}")
-    med = {k: statistics.median(v) for k, v in times.items()}
-    cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
+    med = {k: bench.median(k, "import") for k in trees}
+    cpu_med = {k: bench.median(k, "import", "cpu_s") for k in trees}
     for name, tree in trees.items():
-        print(f"{name:5} {tree}: median {med[name]:.2f} s, {turns / med[name]:.0f} turns/s, CPU {cpu_med[name]:.2f} s "
-              f"(runs {' '.join(f'{t:.2f}' for t in times[name])})")
+        print(f"{name:5} {tree.revision or tree.path}: median {med[name]:.2f} s, {turns / med[name]:.0f} turns/s, "
+              f"CPU {cpu_med[name]:.2f} s (runs {' '.join(f'{t:.2f}' for t in bench.values[name]['import']['wall_s'])})")
     print(f"this / base: {med['this'] / med['base']:.2f} wall, {cpu_med['this'] / cpu_med['base']:.2f} CPU")
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo  # noqa: E402
+from harness import clock  # noqa: E402
 
 QUERIES = ["cabin internet password", "who approves deploys", "when did Caroline go to the support group",
            "painting a sunrise", "plans for the summer", "adoption agency", "camping with the kids",
@@ -70,12 +71,9 @@ def records(n: int, data: Path = locomo.DATA) -> list[dict]:
 
 def run(cmd: list[str], env: dict, stdin: str | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of one whole process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    subprocess.run(cmd, env=env, input=stdin, text=True, capture_output=True, check=True, cwd=env["PMEM_HOME"])
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with clock() as t:
+        subprocess.run(cmd, env=env, input=stdin, text=True, capture_output=True, check=True, cwd=env["PMEM_HOME"])
+    return t["wall_s"], t["cpu_s"]
 
 
 def summary(pairs: list[tuple[float, float]]) -> dict:

@@ -8,7 +8,8 @@ For each run: a fresh PMEM_HOME with one memory (the test embedder, fake-64: no 
 a second process that holds `BEGIN IMMEDIATE` on the file, then a real MCP session (the SDK's
 stdio_client + ClientSession) whose first call, after initialize, is the tool measured. Prints
 JSON: per tree and tool, the median seconds to the answer and whether it was a tool error. Each
-`--tree` is put on PYTHONPATH in turn, run by run, so trees are compared side by side. With
+`--tree` (a checkout or a git revision) is put on PYTHONPATH in turn, run by run, the order
+alternating (benchmarks/harness.py), so trees are compared side by side. With
 `--free` nobody holds the lock, the store has 300 memories, and each session also times 10 more
 calls of the tool (`warm_s`: the median of their medians).
 """
@@ -24,6 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Tree, schedule  # noqa: E402
 
 HOLD = ("import sys, time; from pmem import db; c = db.connect(sys.argv[1]); c.execute('BEGIN IMMEDIATE');"
         "print('held', flush=True); time.sleep(60)")
@@ -79,12 +83,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--free", action="store_true", help="nobody holds the lock: first and warm calls")
     a = ap.parse_args()
-    trees = [str(Path(t).resolve()) for t in (a.tree or [str(Path(__file__).resolve().parents[1])])]
     tools = a.tool or ["remember", "pin", "update", "recall", "search"]
     seen: dict[tuple[str, str], list[tuple[float, bool, str, float | None]]] = {}
-    for tool in tools:
-        for _ in range(a.runs):
-            for tree in trees:
+    with tempfile.TemporaryDirectory() as work:
+        trees = [str(Tree.resolve(t, Path(work)).path) for t in (a.tree or [str(Path(__file__).resolve().parents[1])])]
+        for tool in tools:
+            for _, tree, _ in schedule(list(dict.fromkeys(trees)), a.runs):
                 seen.setdefault((tree, tool), []).append(one(tree, tool, a.free))
     out = [{"tree": tree, "tool": tool, "median_s": round(statistics.median(r[0] for r in runs), 2),
             "all_s": [round(r[0], 2) for r in runs], "is_error": sorted({r[1] for r in runs}),

@@ -9,8 +9,9 @@ spawn: the `initialize` answer, the `tools/list` answer, the `tools/call` answer
 (user + system) of the whole process, to its exit. Each tree runs from its own PYTHONPATH with its
 own copy of the store (--store, or an empty store) and its own `pmem serve` (the model stays
 loaded, as `server = auto` leaves it), so the call embeds its topic through the server as it does
-for a user. Medians, with the load (`uptime`) before and after; see
-docs/decisions/0039-mcp-early-tools-list.md.
+for a user. The spawns alternate between the trees (benchmarks/harness.py: A B, B A, ...), after one
+untimed spawn of each. Medians and quartiles, with the load (`uptime`) before and after; see
+docs/decisions/0039-mcp-early-tools-list.md. --tree takes a checkout folder or a git revision.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Bench, clock, schedule, trees_from  # noqa: E402
 
 TOPICS = ["cabin internet password", "who approves deploys", "plans for the summer", "pottery class",
           "adoption agency", "camping with the kids", "favourite books", "running a charity race"]
@@ -34,7 +35,12 @@ TOPICS = ["cabin internet password", "who approves deploys", "plans for the summ
 def spawn(env: dict, topic: str) -> dict:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "0"}}}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with clock() as whole:  # the CPU of the whole process, to its exit
+        figures = _spawn(env, topic, hello)
+    return {**figures, "cpu": whole["cpu_s"]}
+
+
+def _spawn(env: dict, topic: str, hello: dict) -> dict:
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "pmem", "mcp"], env=env, cwd=env["PMEM_HOME"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -62,9 +68,7 @@ def spawn(env: dict, topic: str) -> dict:
     first_call = time.perf_counter() - t
     proc.stdin.close()
     proc.wait(60)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"initialize": initialized, "tools_list": listed, "first_call": first_call, "cpu": cpu}
+    return {"initialize": initialized, "tools_list": listed, "first_call": first_call}
 
 
 def uptime() -> str:
@@ -73,45 +77,39 @@ def uptime() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tree", action="append", type=Path, required=True, help="a pmem source tree (twice)")
+    ap.add_argument("--tree", action="append", required=True, help="a pmem source tree or a git revision (twice)")
     ap.add_argument("--store", type=Path, help="a pmem.db to copy for each tree")
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--models", type=Path, default=Path(__file__).resolve().parents[1] / ".models-cache",
                     help="the models folder (PMEM_MODELS_DIR wins)")
     args = ap.parse_args()
-    trees = [t.resolve() for t in args.tree]
-    result: dict = {"trees": [str(t) for t in trees], "uptime_start": uptime()}
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        envs = []
-        for i, tree in enumerate(trees):
-            home = Path(tmp) / f"home{i}"
-            home.mkdir()
+    with trees_from(args.tree) as trees:
+        keys = {t.name: str(t.path) if t.revision is None else t.name for t in trees}
+        result: dict = {"trees": list(keys.values()), "uptime_start": uptime()}
+        envs = {}
+        for tree in trees:
             if args.store:
-                shutil.copyfile(args.store, home / "pmem.db")
-                os.chmod(home / "pmem.db", 0o600)
-            env = {**os.environ, "PMEM_HOME": str(home), "PYTHONPATH": str(tree), "PMEM_SERVER": "auto",
-                   "PMEM_MODELS_DIR": os.environ.get("PMEM_MODELS_DIR", str(args.models))}
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
-            subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "30m"], env=env, cwd=home,
-                           check=True, capture_output=True)
-            envs.append(env)
-        times: list[list[dict]] = [[] for _ in trees]
-        try:
-            for env in envs:  # once each, untimed: bytecode, the page cache
-                spawn(env, TOPICS[0])
-            for r in range(args.runs):
-                order = range(len(trees)) if r % 2 == 0 else reversed(range(len(trees)))
-                for i in order:
-                    times[i].append(spawn(envs[i], TOPICS[r % len(TOPICS)]))
+                shutil.copyfile(args.store, tree.home / "pmem.db")
+                os.chmod(tree.home / "pmem.db", 0o600)
+            env = tree.env(PMEM_SERVER="auto", PMEM_MODELS_DIR=os.environ.get("PMEM_MODELS_DIR", str(args.models)))
+            tree.run(["pmem", "serve", "--detach", "--idle", "30m"], env=env)
+            envs[tree.name] = env
+        bench = Bench(trees, (25, 50, 75))
+        try:  # once each first, untimed: bytecode, the page cache
+            for r, name, counted in schedule(list(envs), args.runs, warmup=1):
+                figures = spawn(envs[name], TOPICS[max(r, 0) % len(TOPICS)])
+                for k, v in figures.items():
+                    if counted:
+                        bench.add(name, "spawn", k, v)
         finally:
-            for env in envs:
-                subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=env, cwd=env["PMEM_HOME"],
-                               capture_output=True)
+            for tree in trees:
+                tree.run(["pmem", "serve", "--stop"], env=envs.get(tree.name), check=False)
+        rep = bench.report()
     result["uptime_end"] = uptime()
-    result["medians_s"] = {str(tree): {k: round(statistics.median(t[k] for t in times[i]), 3) for k in times[i][0]}
-                           for i, tree in enumerate(trees)}
-    result["quartiles_s"] = {str(tree): {k: [round(q, 3) for q in statistics.quantiles([t[k] for t in times[i]], n=4)]
-                                         for k in times[i][0]} for i, tree in enumerate(trees)}
+    spawns = {keys[n]: rep["results"][n]["spawn"] for n in keys}
+    result["medians_s"] = {k: {m: round(s["median"], 3) for m, s in ms.items()} for k, ms in spawns.items()}
+    result["quartiles_s"] = {k: {m: [round(s[p], 3) for p in ("p25", "p50", "p75")] for m, s in ms.items()}
+                             for k, ms in spawns.items()}
     print(json.dumps(result, indent=2))
     return 0
 

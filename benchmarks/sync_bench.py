@@ -224,23 +224,28 @@ def one_round(kind: str, n: int, purged: int, repeat: int, tmp: Path, own: int =
             "kept_bytes": kept, "db_bytes": db_bytes}
 
 
-def compare(old_tree: Path, kind: str, n: int, purged: int, rounds: int, own: int) -> None:
-    """Main's tree against this one, each round a fresh process per tree, interleaved, medians."""
+def compare(old_tree: str, kind: str, n: int, purged: int, rounds: int, own: int) -> None:
+    """Main's tree (a checkout or a git revision) against this one, each round a fresh process per
+    tree, interleaved (benchmarks/harness.py: the order alternating), medians."""
+    from harness import Tree, median, schedule
+
     env = {**os.environ, "PMEM_EMBED_MODEL": "fake-64", "PMEM_SERVER": "never"}
     got: dict[str, list[dict]] = {"before": [], "after": []}
-    for _ in range(rounds):
-        for label, tree in (("before", old_tree), ("after", ROOT)):
+    with tempfile.TemporaryDirectory() as work:
+        trees = {"before": Tree.resolve(f"before={old_tree}", Path(work)), "after": Tree("after", ROOT)}
+        for _, label, _ in schedule(list(trees), rounds):
+            tree = trees[label]
             with tempfile.TemporaryDirectory() as tmp:
-                p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--round", kind, "--memories",
-                                    str(n), "--purged", str(purged), "--own", str(own), "--tree", str(tree),
-                                    "--out", tmp],
-                                   env={**env, "PMEM_HOME": str(Path(tmp) / "home"), "PYTHONPATH": str(tree)},
-                                   capture_output=True, text=True)
+                p = tree.run([sys.executable, str(Path(__file__).resolve()), "--round", kind, "--memories",
+                              str(n), "--purged", str(purged), "--own", str(own), "--tree", str(tree.path),
+                              "--out", tmp], env=tree.env(env, PMEM_HOME=str(Path(tmp) / "home")), cwd=Path(tmp),
+                             check=False)
                 assert p.returncode == 0, p.stderr[-2000:]
                 got[label].append(json.loads(p.stdout.strip().splitlines()[-1]))
+        old_tree = trees["before"].revision or str(trees["before"].path)
 
     def med(label: str, k: str) -> float:
-        return statistics.median(r[k] for r in got[label])
+        return median([r[k] for r in got[label]])
 
     print(f"{kind}, {n:,} memories, {purged} purged, {rounds} rounds interleaved (median): before = {old_tree}, "
           f"after = {ROOT}")
@@ -292,7 +297,7 @@ def main() -> None:
     ap.add_argument("--join-vs-insert", action="store_true", help="only time a first join against a plain insert")
     ap.add_argument("--embed-share", action="store_true",
                     help="only time a first join with the fake embedder and with multilingual-e5-small")
-    ap.add_argument("--compare", type=Path, default=None, metavar="TREE",
+    ap.add_argument("--compare", default=None, metavar="TREE",
                     help="time main's checkout TREE (before) against this one (after), interleaved")
     ap.add_argument("--purged", type=int, default=0, help="with --compare: memories purged first")
     ap.add_argument("--own", type=int, default=0, help="with --compare: syncs of one change each, then idle syncs")
