@@ -1,7 +1,7 @@
 """Are two trees' dream plans the same? Every plan the dream tests make, recorded under each tree.
 
-    python benchmarks/dream_plan_compare.py --against /work/main            # tests/test_dream*.py
-    python benchmarks/dream_plan_compare.py --against /work/main tests/test_dream.py -k merge
+    python benchmarks/dream_plan_compare.py --against /work/main            # tests/dream/test_*.py
+    python benchmarks/dream_plan_compare.py --against /work/main tests/dream/test_dream.py -k merge
 
 The dream tests of this checkout run twice, once with each tree's `pmem` first on PYTHONPATH
 (this file is their pytest plugin: `-p dream_plan_compare`), and every call of `pmem.dream.plan`
@@ -113,9 +113,9 @@ def record(tree: Path, tests: list[str], out: Path) -> tuple[list[dict], int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", required=True, help="the other tree (a checkout's root)")
-    ap.add_argument("tests", nargs="*", help="pytest arguments (default: tests/test_dream*.py)")
+    ap.add_argument("tests", nargs="*", help="pytest arguments (default: tests/dream/test_*.py)")
     args = ap.parse_args()
-    tests = args.tests or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_dream*.py"))
+    tests = args.tests or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "dream").glob("test_*.py"))
     tmp = Path(tempfile.mkdtemp(prefix="pmem-plan-compare-"))
     theirs, rc_theirs = record(Path(args.against).resolve(), tests, tmp / "theirs.jsonl")
     ours, rc_ours = record(ROOT, tests, tmp / "ours.jsonl")

@@ -1,8 +1,8 @@
 """Synthetic exports written to follow each published structure (never real people's data),
 and the mutations of them that put a wrong JSON type in every field.
 
-Used by tests/test_importers.py, tests/test_importers_bad_records.py, benchmarks/import_bench.py
-and tests/stress/badinput_cases.py.
+Used by tests/integrations/importers/test_importers.py and test_importers_bad_records.py,
+benchmarks/import_bench.py and tests/stress/badinput_cases.py.
 """
 
 from __future__ import annotations

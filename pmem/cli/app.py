@@ -5,7 +5,7 @@ COMMANDS names them, module by module, in the order `pmem --help` lists them: a 
 is imported (and typer reads its signatures) only when that command runs, or when help or
 completion lists them all, so `pmem list` does not pay for `pmem sync`
 (docs/decisions/0040-command-start-up.md). A new command goes in its own `<topic>_cmd.py` with a `register(app)`
-function, and its names in COMMANDS (tests/test_cli_lazy_commands.py checks they agree). Errors
+function, and its names in COMMANDS (tests/cli/test_cli_lazy_commands.py checks they agree). Errors
 need no handling in commands: `common.PmemGroup` translates them for every command.
 
 No `from __future__ import annotations` in the command modules: typer reads every command's

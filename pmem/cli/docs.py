@@ -2,7 +2,7 @@
 pmem.cli.site) from the command tree and the code, so they cannot drift.
 
     python -m pmem.cli.docs          # rewrite man/, completions/ and docs/reference/
-    python -m pmem.cli.docs --check  # exit 1 if they are stale (tests/test_docs.py does this)
+    python -m pmem.cli.docs --check  # exit 1 if they are stale (tests/cli/test_docs.py does this)
 """
 
 from __future__ import annotations

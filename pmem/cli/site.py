@@ -1,7 +1,7 @@
 """The generated pages of the docs site (docs/reference/), from the same sources as man/ and
 completions/: the command tree, `Settings`, the public API's docstrings and the ranking constants.
 
-`python -m pmem.cli.docs` writes them with man/ and completions/; tests/test_docs.py fails when
+`python -m pmem.cli.docs` writes them with man/ and completions/; tests/cli/test_docs.py fails when
 one is stale. Every page is plain Markdown, the same on every machine (no paths, no dates).
 """
 

@@ -4,7 +4,7 @@
 They are the SDK's own answers, generated from it and kept in `mcp_early.json` (as man/ is kept):
 
     python -m pmem.integrations.mcp_server --early          # rewrite mcp_early.json from the installed SDK
-    python -m pmem.integrations.mcp_server --early --check  # exit 1 if it is stale (tests/test_mcp_early.py)
+    python -m pmem.integrations.mcp_server --early --check  # exit 1 if stale (tests/integrations/test_mcp_early.py)
 
 The file names the SDK and pydantic versions it came from (pydantic writes the tools' input
 schemas). Under any others the SDK answers everything but `initialize`, and `pmem mcp` generates

@@ -19,7 +19,7 @@ L2-normalised, of "query: " + text or "passage: " + text.
 
 Differences from the wheel's engine: matrices run in float32 (it quantises activations to
 int8), and control pieces (<s>, </s>, ...) are never matched inside a text. Cosine to its
-vectors is >= 0.99 (tests/test_e5.py holds that against the shared reference vectors).
+vectors is >= 0.99 (tests/models/test_e5.py holds that against the shared reference vectors).
 """
 
 from __future__ import annotations

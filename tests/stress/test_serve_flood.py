@@ -4,7 +4,7 @@ flood, gives the stopped server up within seconds (loading the model itself), an
 answers again after SIGCONT.
 
 It was benchmarks/serve_flood.py; its figures are in docs/decisions/0012-serve-flood.md. The
-defects' unit tests (a fake loader, small limits) are in tests/test_serve.py; this one runs the
+defects' unit tests (a fake loader, small limits) are in tests/models/test_serve.py; this one runs the
 real server and models, as a user starts them. Linux only (/proc)."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from pmem.integrations import mcp_server  # noqa
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _initialize(version: str, mid: int | str = 1) -> dict:

@@ -154,7 +154,7 @@ def test_readme_and_ci_install_the_same_way_and_the_last_resort_is_the_one_pmem_
 
     from pmem.models.generate import REBUILD
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text(encoding="utf-8")
     ci = (root / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r'^python -m pip install "\.\[dev,mcp,llm\]"$', ci, re.M)

@@ -21,7 +21,7 @@ from pmem.models import e5 as embed_e5
 from pmem.models.e5 import MAX_WINDOWS, E5Embedder, PieceIndex, spread
 from pmem.store import MemoryStore
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/e5_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared/data/e5_reference.json"
 
 
 # --- a tiny synthetic E5S1 file: the format and the engine's plumbing without the real model ---

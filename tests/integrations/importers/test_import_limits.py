@@ -17,7 +17,7 @@ from export_fixtures import chatgpt_conversation
 
 from pmem.store import MAX_TEXT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from pmem.errors import ModelError
 from pmem.models.embed import Embedder, FakeEmbedder, LlamaEmbedder, load_embedder
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/minilm_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared/data/minilm_reference.json"
 
 
 def _cos(a, b):
@@ -40,7 +40,7 @@ def test_fake_embedder_properties():
 
 def test_fake_is_stable_across_processes():
     code = "from pmem.models.embed import FakeEmbedder; print(FakeEmbedder(8).embed(['hello world'])[0])"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root).stdout
             for _ in range(2)}
     assert len(runs) == 1 and str(FakeEmbedder(8).embed(["hello world"])[0]) in runs.pop()
@@ -53,7 +53,7 @@ def test_load_embedder_fake_specs():
 
 def test_embed_module_does_not_import_llama_cpp():
     code = "import sys, pmem.models.embed; print('llama_cpp' in sys.modules)"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert out.stdout.strip() == "False", out.stderr
 

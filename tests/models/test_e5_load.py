@@ -9,11 +9,12 @@ import struct
 
 import numpy as np
 import pytest
-from test_e5 import write_tiny_e5s1
 
 from pmem.errors import ModelError
 from pmem.models import e5 as embed_e5
 from pmem.models.e5 import E5Embedder
+
+from .test_e5 import write_tiny_e5s1
 
 TEXTS = ["cats\tdog", "кота", "cat " * 9, "x<s>y"]
 

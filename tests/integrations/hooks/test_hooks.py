@@ -14,7 +14,7 @@ import pytest
 from pmem.integrations import clients, context, hooks
 from pmem.store import MemoryStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

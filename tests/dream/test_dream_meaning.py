@@ -22,7 +22,7 @@ from fakes import FakeGenerator
 
 NOW = "2026-01-01T00:00:00Z"
 OLD = "2023-05-08T10:00:00Z"
-PAIRS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "dedup_pairs.json"
+PAIRS = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "dedup_pairs.json"
 
 # One hard negative of each kind: the same frame with one value changed, a negation, another person.
 HARD_NEGATIVES = {

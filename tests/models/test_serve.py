@@ -222,7 +222,7 @@ def minilm_path(tmp_path_factory):
     from pmem.models import provision
 
     env = os.environ.get("PMEM_TEST_MODELS_DIR")
-    models = Path(env) if env else Path(__file__).resolve().parents[1] / ".models-cache"
+    models = Path(env) if env else Path(__file__).resolve().parents[2] / ".models-cache"
     return provision.ensure_model("all-MiniLM-L6-v2", models, progress=False)
 
 

@@ -26,7 +26,7 @@ from pmem.models import serve as srv
 from pmem.store import MemoryStore
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # What the hook's process must not import when the server answers: the model, the database driver
 # and what only the work itself needs.
 HEAVY = ("numpy", "llama_cpp", "pmem.models.embed", "pmem.models.e5", "pmem.models.provision", "pmem.scope", "sqlean",

@@ -19,7 +19,7 @@ from mcp import MCPError, types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"recall", "search", "remember", "update", "pin", "forget"}
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from pmem.integrations import clients, hooks, jsonc
 
-ROOT = Path(__file__).resolve().parents[1]
-HOSTS = Path(__file__).resolve().parent / "data" / "hosts"
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = Path(__file__).resolve().parents[1] / "data" / "hosts"
 SCHEMAS = {"claude-code": "claude-code-settings.schema.json", "codex": "codex-hooks.schema.json",
            "gemini": "gemini-settings.schema.json"}
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from pmem.cli import app as cli_app
 from pmem.cli.common import PmemGroup
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALL = [name for names in cli_app.COMMANDS.values() for name in names]
 
 

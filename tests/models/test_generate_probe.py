@@ -16,7 +16,7 @@ import pytest
 
 from pmem.models import generate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.model
 
 

@@ -22,7 +22,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from pmem.integrations import mcp_early, mcp_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"recall", "search", "remember", "update", "pin", "forget"}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 

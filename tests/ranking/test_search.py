@@ -231,7 +231,7 @@ def test_ranking_with_a_fixed_share_is_the_fusion_of_before(store):
     for i in range(30):
         store.add(f"Note {i}: the cabin {'wifi' if i % 3 else 'heating'} needs {'a password' if i % 2 else 'work'}")
     seq_of = {m.id: seq for seq, m in store.memories_by_seq(range(1, 200)).items()}
-    fixed = replace(DEFAULT_TUNING, adaptive=False)  # the share per query: tests/test_fusion.py
+    fixed = replace(DEFAULT_TUNING, adaptive=False)  # the share per query: tests/ranking/test_fusion.py
     for query in ("cabin wifi password", "Dana deploys", "heating work"):
         hits = search(store, query, limit=20, collapse=False, tuning=fixed)
         assert [seq_of[h.memory.id] for h in hits] == _old_fusion_order(store, query)[:20]

@@ -15,7 +15,7 @@ import pytest
 from pmem.models import embed, provision
 from pmem.models.embed import LlamaEmbedder
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared/data/minilm_reference.json"
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared/data/minilm_reference.json"
 TEXTS = ["who signs off on releases", "Deploys to production need approval from Dana",
          "My flight to Tokyo leaves on October 12 from Berlin", "The dog's vet is at Parkside Animal Clinic.",
          "Anna baked sourdough bread last weekend.", "Taxes must be filed by 31 January."]

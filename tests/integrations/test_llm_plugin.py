@@ -17,7 +17,7 @@ from llm.plugins import pm  # noqa: E402
 
 from pmem.store import MemoryStore  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

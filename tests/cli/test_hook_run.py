@@ -13,7 +13,7 @@ import pytest
 
 from pmem.cli.hook_run import direct
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -1,0 +1,1 @@
+"""Tests of pmem/dream/: planning, applying, costs, languages and the real generation model."""
