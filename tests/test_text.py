@@ -51,4 +51,4 @@ def test_speaker_sentences_carry_the_speaker():
 def test_search_uses_the_same_stop_words():
     import importlib
 
-    assert importlib.import_module("pmem.search").STOP_WORDS is text.STOP_WORDS
+    assert importlib.import_module("pmem.ranking.stages").STOP_WORDS is text.STOP_WORDS

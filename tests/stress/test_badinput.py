@@ -23,14 +23,6 @@ FAMILIES = {
 }
 
 
-# Misses the corpus found that are not fixed yet: each fails its own test, marked xfail(strict), so
-# the family tests stay a gate and a fix shows up as an XPASS (then remove it here).
-KNOWN = {
-    "damaged vector pages: doctor": "doctor ends in 'database disk image is malformed' (exit 1, one error "
-                                    "line) instead of reporting the damaged vector index on stdout",
-}
-
-
 def family_of(name: str) -> str:
     return next((f for f, match in FAMILIES.items() if match(name)), "commands")
 
@@ -39,7 +31,6 @@ def test_every_case_belongs_to_one_family():
     names = [c.name for c in bad.cases()]
     assert len(names) == len(set(names)), "two cases share a name"
     assert {family_of(n) for n in names} == {*FAMILIES, "commands"}
-    assert set(KNOWN) <= set(names), "a known miss names no case"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +43,7 @@ def template(tmp_path_factory):
 @pytest.mark.parametrize("family", ["commands", *FAMILIES])
 def test_bad_input_ends_in_one_line_and_its_exit_code(family, template):
     root, home, canary = template
-    todo = [c for c in bad.cases() if family_of(c.name) == family and c.name not in KNOWN]
+    todo = [c for c in bad.cases() if family_of(c.name) == family]
     # the huge cases time themselves (max_seconds): run them one at a time
     workers = 1 if family == "huge input" else max(2, min(4, os.cpu_count() or 2))
     with ThreadPoolExecutor(workers) as pool:
@@ -60,15 +51,6 @@ def test_bad_input_ends_in_one_line_and_its_exit_code(family, template):
                                 enumerate(todo)))
     missed = [r for r in results if bad.missed(r)]
     assert not missed, f"{len(missed)} of {len(results)} cases missed:\n" + "\n".join(map(describe, missed))
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=why))
-                                  for n, why in KNOWN.items()])
-def test_known_misses(name, template):
-    root, home, canary = template
-    case = next(c for c in bad.cases() if c.name == name)
-    r = bad.run_home(case, home, root, "known", canary)
-    assert not bad.missed(r), describe(r)
 
 
 def describe(r: dict) -> str:
