@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports the
     from .erase import UPKEEP_MIN_FREE
     from .filter import Filter
     from .keywords import KeywordIndex
-    from .memories import MAX_TEXT, MAX_THREAD, MemoryStore
+    from .memories import MemoryStore
+    from .validation import MAX_TEXT, MAX_THREAD
     from .vectors import BULK_EMBED, KNN_MAX, PartitionScan, VectorIndex, deserialize, serialize
 
 # public name -> the submodule that defines it
@@ -23,7 +24,7 @@ _LAZY = {
     "UPKEEP_MIN_FREE": "erase",
     "Filter": "filter",
     "KeywordIndex": "keywords",
-    "MAX_TEXT": "memories", "MAX_THREAD": "memories", "MemoryStore": "memories",
+    "MAX_TEXT": "validation", "MAX_THREAD": "validation", "MemoryStore": "memories",
     **{name: "vectors" for name in ("BULK_EMBED", "KNN_MAX", "PartitionScan", "VectorIndex", "deserialize",
                                     "serialize")},
 }

@@ -25,50 +25,21 @@ from ..records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 from . import erase, migrations
 from .connection import ID, Connection, Progress, token
 from .dreamreads import DreamReads
-from .filter import LIVE_SQL, Filter, check_tiers, estimate, is_live
+from .filter import LIVE_SQL, Filter, estimate, is_live
 from .journal import Journal, memory_dict
 from .keywords import MERGE_PAUSE, MERGE_STEP, KeywordIndex
+from .validation import normalize
 from .vectors import WHOLE_TIERS, VectorIndex
 
 if TYPE_CHECKING:
     from ..models.embed import Embedder
     from ..models.thresholds import Thresholds
 
-MAX_TEXT = 100_000  # characters; longer input belongs in `pmem extract`, which chunks it
-MAX_THREAD = 500  # characters of a thread name
 SIDE_READS_FROM = 10_000  # memories from which search reads its keyword side on a second connection
 _INSERT_SQL = f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({', '.join('?' * len(MEMORY_COLUMNS))})"
 _UPDATE_SQL = f"UPDATE memories SET {', '.join(f'{c} = ?' for c in MEMORY_COLUMNS if c != 'id')} WHERE id = ?"
 _SORTS = {"created": "m.created_at", "updated": "m.updated_at", "accessed": "m.last_accessed_at",
           "id": "m.id", "expires": "m.expires_at"}
-
-
-def _thread_place(thread: Any, pos: Any) -> tuple[str | None, int | None]:
-    """A valid (thread, thread_pos): a thread name is stripped text; no thread, no position."""
-    if thread is None or (isinstance(thread, str) and not thread.strip()):
-        return None, None
-    if not isinstance(thread, str) or "\x00" in thread or len(thread) > MAX_THREAD:
-        raise UsageError(f"a thread name is text of at most {MAX_THREAD} characters")
-    if pos is not None and (not isinstance(pos, int) or isinstance(pos, bool) or pos < 0):
-        raise UsageError("a thread position is a whole number, 0 or more")
-    return thread.strip(), pos
-
-
-def _normalize(m: Memory) -> Memory:
-    text = m.text.strip() if isinstance(m.text, str) else m.text
-    if not text:
-        raise UsageError("a memory needs some text")
-    if "\x00" in text:
-        raise UsageError("memory text contains NUL bytes (binary input?)")
-    if len(text) > MAX_TEXT:
-        raise UsageError(f"memory text is {len(text):,} characters; the limit is {MAX_TEXT:,} "
-                         "(use `pmem extract` for long text)")
-    check_tiers([m.tier])
-    tags = sorted({t.strip() for t in m.tags if t and t.strip()})
-    pinned = m.pinned or m.tier == "core"
-    tier = "core" if pinned else m.tier
-    thread, pos = _thread_place(m.thread, m.thread_pos)
-    return replace(m, text=text, tags=tags, pinned=pinned, tier=tier, thread=thread, thread_pos=pos)
 
 
 # MemoryStore.questions: what may follow a question mark (stored texts are stripped); the marks
@@ -537,7 +508,7 @@ class MemoryStore(DreamReads):
                    meta=dict(meta or {}), created_at=created_at or now, updated_at=now, expires_at=expires_at,
                    valid_from=valid_from, derived_from=list(derived_from), scope=scope, thread=thread,
                    thread_pos=thread_pos)
-        return _normalize(m)
+        return normalize(m)
 
     def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
             **kw) -> tuple[Memory, bool]:
@@ -572,7 +543,7 @@ class MemoryStore(DreamReads):
         Memories are validated first (a machine secret in any raises SecretFound unless
         `allow_secret`) and embedded in batches; then everything is written in one transaction,
         so a failure stores nothing."""
-        items = [_normalize(m) for m in memories]
+        items = [normalize(m) for m in memories]
         if not allow_secret:
             for i, m in enumerate(items, start=1):
                 secretscan.refuse_memory(m, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
@@ -640,7 +611,7 @@ class MemoryStore(DreamReads):
                 after = replace(after, expires_at=expires_at)
             if valid_from is not None:
                 after = replace(after, valid_from=valid_from)
-            return _normalize(after)
+            return normalize(after)
 
         seen = self.get(memory_id)  # read once outside the lock: embed before taking it
         guess = change(seen)
