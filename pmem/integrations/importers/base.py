@@ -157,14 +157,12 @@ class Entry:
 
     def read_text(self) -> str:
         with self.open() as f:
-            data = unzstd(f, self.name) if self.name.endswith(".zst") else f.read()
-        if self.name.endswith(".gz"):
-            import gzip
-
-            try:
-                data = gzip.decompress(data)
-            except OSError:
-                raise UsageError(f"{self.name}: not a gzip file") from None
+            if self.name.endswith(".zst"):
+                data = unzstd(f, self.name, MAX_UNZSTD)
+            elif self.name.endswith(".gz"):
+                data = gunzip(f, self.name, MAX_UNZSTD)
+            else:
+                data = f.read()
         try:
             return data.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -193,8 +191,8 @@ class Entry:
                 self.skip(f"line {n}", "JSON nested too deeply")
 
 
-# A .zst file is decompressed up to this many bytes: a hostile one (a few KB that expand without
-# end) is refused, not read into memory. Codex's own rollouts are far smaller (benchmarks/import_formats.py).
+# A .zst or .gz file is decompressed up to this many bytes: a hostile one (a few KB that expand
+# without end) is refused, not read into memory. Codex's own rollouts are far smaller (benchmarks/import_formats.py).
 MAX_UNZSTD = 256 * 1024 * 1024
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -222,6 +220,24 @@ def unzstd(stream: IO[bytes], name: str, limit: int = MAX_UNZSTD) -> bytes:
                                  "(decompress it yourself if you trust it)")
     except zstandard.ZstdError as exc:
         raise UsageError(f"{name}: not a readable zstd file ({exc})") from None
+    return bytes(out)
+
+
+def gunzip(stream: IO[bytes], name: str, limit: int = MAX_UNZSTD) -> bytes:
+    """A gzip stream's content (OpenMemory's memories.jsonl.gz), at most `limit` bytes, as unzstd."""
+    import gzip
+    import zlib
+
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=stream) as g:
+            while chunk := g.read(1 << 20):
+                out += chunk
+                if len(out) > limit:
+                    raise UsageError(f"{name}: decompresses to more than {limit:,} bytes; pmem reads no more "
+                                     "(decompress it yourself if you trust it)")
+    except (OSError, EOFError, zlib.error):
+        raise UsageError(f"{name}: not a gzip file") from None
     return bytes(out)
 
 

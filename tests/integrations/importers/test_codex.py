@@ -99,7 +99,6 @@ def test_a_zstd_bomb_is_refused_in_one_line(tmp_path, monkeypatch):
     bomb = zstandard.ZstdCompressor(level=19).compress(b" " * (4 * 1024 * 1024))
     assert len(bomb) < 4096
     monkeypatch.setattr("pmem.integrations.importers.base.MAX_UNZSTD", 1024 * 1024)
-    monkeypatch.setattr(unzstd, "__defaults__", (1024 * 1024,))
     path = tmp_path / (ROLLOUT.name + ".zst")
     path.write_bytes(zstandard.ZstdCompressor().compress(ROLLOUT.read_bytes().splitlines(True)[0]) + bomb)
     with pytest.raises(UsageError, match="decompresses to more than 1,048,576 bytes"):
@@ -114,7 +113,7 @@ def test_the_cli_refuses_a_bomb_with_exit_2_and_no_traceback(tmp_path, monkeypat
     from pmem.cli.app import app
 
     monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
-    monkeypatch.setattr(unzstd, "__defaults__", (64 * 1024,))
+    monkeypatch.setattr("pmem.integrations.importers.base.MAX_UNZSTD", 64 * 1024)
     path = tmp_path / (ROLLOUT.name + ".zst")
     path.write_bytes(zstandard.ZstdCompressor().compress(ROLLOUT.read_bytes() + b" " * (1024 * 1024)))
     r = CliRunner().invoke(app, ["import", str(path)])

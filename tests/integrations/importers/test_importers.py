@@ -761,3 +761,21 @@ def test_extract_from_a_chat_export_leaves_a_secret_message_out_and_goes_on(fake
     assert any("Miso" in t for t in stored) and any("Porto" in t for t in stored)
     human = _cli("extract", str(path))
     assert human.exit_code == 0 and "left out 1 messages holding what looks like a machine secret" in human.stderr
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    import gzip
+
+    from pmem.errors import UsageError
+
+    line = json.dumps({"id": "m-1", "content": "Plays the cello", "state": "active", "app": "cursor"}).encode()
+    path = tmp_path / "memories.jsonl.gz"
+    path.write_bytes(gzip.compress(line + b"\n" + b" " * (4 * 1024 * 1024), compresslevel=9))
+    assert path.stat().st_size < 16 * 1024
+    assert texts(load(path)) == ["Plays the cello"]  # within the limit: read
+    monkeypatch.setattr("pmem.integrations.importers.base.MAX_UNZSTD", 1024 * 1024)
+    with pytest.raises(UsageError, match="decompresses to more than 1,048,576 bytes"):
+        load(path)
+    path.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)
+    with pytest.raises(UsageError, match="not a gzip file"):
+        load(path)
