@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "sync"))
 
-from attacker import Net  # noqa: E402
+from attacker import Net, own_files, started  # noqa: E402
 
 from pmem import sync  # noqa: E402
 from pmem.sync import keys, transport  # noqa: E402
@@ -35,19 +35,6 @@ def _net(tmp: Path, kind: str) -> Net:
     from pmem.config import load
 
     return Net(tmp, kind, load())
-
-
-def _started(net: Net) -> Net:
-    net.store("a").add("a's first memory")
-    net.init("a")
-    net.store("b").add("b's first memory")
-    net.join("b")
-    net.sync("a")
-    return net
-
-
-def _own(net: Net, name: str) -> dict[str, bytes]:
-    return {p: b for p, b in net.tree().items() if p.startswith(f"segments/{net.device(name)}/")}
 
 
 def _agree(net: Net, *names: str) -> None:
@@ -84,7 +71,7 @@ def _purged(net: Net, edit_on_b: bool = False) -> tuple[str, dict[str, bytes], d
 
 def purge_deleted_and_text_put_back(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid, before, after = _purged(net)
             a = net.device("a")
@@ -102,7 +89,7 @@ def purge_deleted_and_text_put_back(kind: str) -> Callable[[Path], None]:
 
 def purge_learnt_past_a_gap(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid, before, after = _purged(net)
             a = net.device("a")
@@ -122,7 +109,7 @@ def purge_learnt_past_a_gap(kind: str) -> Callable[[Path], None]:
 
 def forced_back_before_the_purge(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid = net.store("a").add(f"Locker code {SECRET}")[0].id
             net.sync("a")
@@ -149,11 +136,11 @@ def forced_back_before_the_purge(kind: str) -> Callable[[Path], None]:
 
 def deleted_newest_written_again(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             first = net.store("a").add("deleted from the remote")[0].id
             net.sync("a")
-            net.write({max(_own(net, "a")): None})
+            net.write({max(own_files(net, "a")): None})
             net.sync("b")
             later = net.store("a").add("written afterwards")[0].id
             net.sync("a")
@@ -167,11 +154,11 @@ def deleted_newest_written_again(kind: str) -> Callable[[Path], None]:
 
 def every_changeset_of_a_device_deleted(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             net.store("a").add("a's second")
             net.sync("a")
-            net.write({p: None for p in _own(net, "a")})
+            net.write({p: None for p in own_files(net, "a")})
             net.sync("a")
             net.join("c")
             _agree(net, "a", "c")
@@ -183,11 +170,11 @@ def every_changeset_of_a_device_deleted(kind: str) -> Callable[[Path], None]:
 
 def rolled_back_reported_not_taken(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             net.store("a").add("a's second")
             net.sync("a")
-            newest = max(_own(net, "a"))
+            newest = max(own_files(net, "a"))
             net.sync("b")
             net.store("b").add("b vouches")
             net.sync("b")
@@ -205,7 +192,7 @@ def rolled_back_reported_not_taken(kind: str) -> Callable[[Path], None]:
 
 def forced_back_keeps_every_device_s_memories(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             old = net.snapshot()
             for i in range(3):
@@ -228,9 +215,9 @@ def forced_back_keeps_every_device_s_memories(kind: str) -> Callable[[Path], Non
 
 def swapped_between_devices(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
-            a_file, b_file = max(_own(net, "a")), max(_own(net, "b"))
+            a_file, b_file = max(own_files(net, "a")), max(own_files(net, "b"))
             tree = net.tree()
             net.write({a_file: tree[b_file], b_file: tree[a_file]})
             net.everyone()
@@ -244,11 +231,11 @@ def swapped_between_devices(kind: str) -> Callable[[Path], None]:
 
 def cut_short(kind: str, keep: int) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             net.store("a").add("a's second")
             net.sync("a")
-            path = max(_own(net, "a"))
+            path = max(own_files(net, "a"))
             net.write({path: net.tree()[path][:keep]})
             net.everyone()
             net.join("c")
@@ -261,7 +248,7 @@ def cut_short(kind: str, keep: int) -> Callable[[Path], None]:
 
 def older_version_of_a_rewritten_changeset(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid, before, after = _purged(net, edit_on_b=True)
             b = net.device("b")
@@ -279,7 +266,7 @@ def older_version_of_a_rewritten_changeset(kind: str) -> Callable[[Path], None]:
 
 def key_check_deleted(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             net.write({"keycheck": None})
             net.sync("b")
@@ -293,7 +280,7 @@ def key_check_deleted(kind: str) -> Callable[[Path], None]:
 
 def junk_numbered_past_a_device(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             junk = f"segments/{net.device('a')}/{transport.seg_name(99)}"
             net.write({junk: b"pmem-sync 1\n{}\nnot a changeset"})
@@ -311,7 +298,7 @@ def junk_numbered_past_a_device(kind: str) -> Callable[[Path], None]:
 
 def rewrite_fails_once(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid = net.store("a").add(f"My passport number is {SECRET}")[0].id
             net.sync("a")
@@ -343,7 +330,7 @@ def rewrite_fails_once(kind: str) -> Callable[[Path], None]:
 
 def chain_links_every_changeset(kind: str) -> Callable[[Path], None]:
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             for i in range(3):
                 net.store("a").add(f"a's memory {i}")
@@ -351,7 +338,7 @@ def chain_links_every_changeset(kind: str) -> Callable[[Path], None]:
             key = keys.read_key_file(net.key_file)
             a = net.device("a")
             prev = None
-            for path, blob in sorted(_own(net, "a").items()):
+            for path, blob in sorted(own_files(net, "a").items()):
                 payload = keys.open_sealed(key, blob, a, int(path.rsplit("/", 1)[1]), path)
                 assert payload["prev"] == prev, f"{path} does not name its predecessor"
                 prev = sync.digest(payload)
@@ -364,7 +351,7 @@ def killed(kind: str, point: str) -> Callable[[Path], None]:
     """`pmem sync` as a process, killed (kill -9, PMEM_SYNC_CRASH_AT) at `point` on the device
     that receives a purge; the next sync finishes the erasure."""
     def case(tmp: Path) -> None:
-        net = _started(_net(tmp, kind))
+        net = started(_net(tmp, kind))
         try:
             mid = net.store("a").add(f"My passport number is {SECRET}")[0].id
             net.sync("a")
@@ -415,7 +402,7 @@ if __name__ == "__main__":  # run this module's cases alone (sync_hostile.py run
 
     failed = 0
     for name, run in CASES:
-        started = time.monotonic()
+        t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as d:
             try:
                 run(Path(d))
@@ -424,6 +411,6 @@ if __name__ == "__main__":  # run this module's cases alone (sync_hostile.py run
                 verdict, failed = f"FAILED: {exc}", failed + 1
             except Exception as exc:  # noqa: BLE001 - a case that broke is reported, the next runs
                 verdict, failed = f"ERROR: {type(exc).__name__}: {exc}", failed + 1
-        print(f"{time.monotonic() - started:6.1f}s  {name}: {verdict}", flush=True)
+        print(f"{time.monotonic() - t0:6.1f}s  {name}: {verdict}", flush=True)
     print(f"{len(CASES) - failed}/{len(CASES)} held")
     sys.exit(1 if failed else 0)

@@ -169,3 +169,18 @@ class Net:
                 except keys.SyncError:
                     pass  # damaged: opens to nothing
         return "\n".join(out)
+
+
+def started(net: Net) -> Net:
+    """Two devices that synced once: a's first memory and b's, each on both."""
+    net.store("a").add("a's first memory")
+    net.init("a")
+    net.store("b").add("b's first memory")
+    net.join("b")
+    net.sync("a")
+    return net
+
+
+def own_files(net: Net, name: str) -> dict[str, bytes]:
+    """The remote's files of one device's changesets, by path."""
+    return {p: b for p, b in net.tree().items() if p.startswith(f"segments/{net.device(name)}/")}

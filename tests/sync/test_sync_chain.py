@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from attacker import Net
+from attacker import Net, own_files, started
 
 from pmem import sync
 
@@ -20,19 +20,6 @@ def net(tmp_path, fake_config, request):
     n = Net(tmp_path, request.param, fake_config)
     yield n
     n.close()
-
-
-def started(net: Net) -> Net:
-    net.store("a").add("a's first memory")
-    net.init("a")
-    net.store("b").add("b's first memory")
-    net.join("b")
-    net.sync("a")
-    return net
-
-
-def own_files(net: Net, name: str) -> dict[str, bytes]:
-    return {p: b for p, b in net.tree().items() if p.startswith(f"segments/{net.device(name)}/")}
 
 
 @pytest.mark.parametrize("net", KINDS, indirect=True)

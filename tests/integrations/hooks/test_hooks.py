@@ -17,24 +17,6 @@ from pmem.store import MemoryStore
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def project(tmp_path):
-    p = tmp_path / "garden-planner"
-    (p / ".git").mkdir(parents=True)
-    return p
-
-
-@pytest.fixture
-def seeded(fake_config, pmem_home, project):
-    """The default store (under PMEM_HOME) with a few memories, one of them the project's."""
-    with MemoryStore(config=fake_config) as s:
-        s.add("I am vegetarian and allergic to peanuts", pinned=True)
-        s.add("Dinner on Fridays is usually pasta with friends", tags=["food"])
-        s.add("The tomato beds need watering every morning", scope=str(project.resolve()))
-        s.add("The cabin wifi password is hunter2", tags=["home"])
-    return pmem_home
-
-
 def run_cli(args, stdin: str = "", env=None, timeout=60):
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "pmem", *args], check=False, input=stdin, capture_output=True,

@@ -25,22 +25,6 @@ def validate(schema_name: str, data) -> None:
     jsonschema.validators.validator_for(schema)(schema).validate(data)
 
 
-@pytest.fixture
-def project(tmp_path):
-    p = tmp_path / "garden-planner"
-    (p / ".git").mkdir(parents=True)
-    return p
-
-
-@pytest.fixture
-def seeded(fake_config, pmem_home, project):
-    with MemoryStore(config=fake_config) as s:
-        s.add("I am vegetarian and allergic to peanuts", pinned=True)
-        s.add("Dinner on Fridays is usually pasta with friends", tags=["food"])
-        s.add("The tomato beds need watering every morning", scope=str(project.resolve()))
-    return pmem_home
-
-
 def run(client, event, payload, cfg) -> str:
     return hooks.run_hook(client, event, json.dumps(payload), lambda: MemoryStore(config=cfg),
                           make_filter=lambda data: hooks.hook_filter(data))
