@@ -55,7 +55,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS sync_outbox (seq INTEGER PRIMARY KEY, blob BLOB NOT NULL)",
 )
 
-# Tables of the hash chain and the erasure jobs (pmem/sync/__init__.py, "Rollback, deletion and
+# Tables of the hash chain and the erasure jobs (pmem/sync/engine.py, "Rollback, deletion and
 # erasure"); created at the first sync after an upgrade too, so a device that synced before keeps syncing.
 CHAIN_SCHEMA = (
     # this device's own sealed changesets, kept after they are written: the remote is repaired

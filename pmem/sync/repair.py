@@ -1,7 +1,7 @@
 """A device's own changesets on an untrusted remote: the digest a chain links by, the check of a
 changeset's operations, the copies a device keeps of what it sealed and the repair that writes them
 again where the remote lost or changed them, and erasure as a job retried until done (the design and
-its figures: docs/decisions/0055-sync-chain.md). The engine (pmem.sync) calls these at every sync."""
+its figures: docs/decisions/0055-sync-chain.md). The engine (pmem/sync/engine.py) calls these at every sync."""
 
 from __future__ import annotations
 

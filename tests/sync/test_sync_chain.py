@@ -10,6 +10,7 @@ import pytest
 from attacker import Net, own_files, started
 
 from pmem import sync
+from pmem.sync import engine
 
 KINDS = ["folder", pytest.param("git", marks=pytest.mark.skipif(shutil.which("git") is None, reason="needs git"))]
 SECRET = "X1234567"
@@ -169,7 +170,7 @@ def test_past_many_purges_a_changeset_names_the_one_that_lists_them_and_a_reader
         tmp_path, fake_config, monkeypatch):
     from pmem.sync import keys
 
-    monkeypatch.setattr(sync, "PURGED_INLINE", 0)  # as if past 64 purges: the list goes only after it grew
+    monkeypatch.setattr(engine, "PURGED_INLINE", 0)  # as if past 64 purges: the list goes only after it grew
     net = started(Net(tmp_path, "folder", fake_config))
     try:
         doomed = net.store("a").add(f"Locker code {SECRET}")[0].id

@@ -139,7 +139,7 @@ def test_the_crash_hook_is_inert_unless_named(tmp_path):
     """The test-only hook kills nothing when unset or naming no point."""
     env = {k: v for k, v in os.environ.items() if k != "PMEM_SYNC_CRASH_AT"}
     env["PYTHONPATH"] = str(ROOT)
-    code = "from pmem import sync\nsync._crash('applied')\nprint('alive')\n"
+    code = "from pmem.sync import repair\nrepair._crash('applied')\nprint('alive')\n"
     for value in (None, "", "elsewhere"):
         if value is not None:
             env["PMEM_SYNC_CRASH_AT"] = value

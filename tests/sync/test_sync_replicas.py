@@ -12,7 +12,7 @@ import pytest
 from pmem import sync
 from pmem.errors import NotFound, UsageError
 from pmem.store import MemoryStore
-from pmem.sync import keys
+from pmem.sync import engine, keys
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -54,8 +54,8 @@ def test_a_push_that_lost_the_race_is_rebased_and_pushed_again(tmp_path, fake_co
     j = sync.SyncLog(a)
     with a.transaction():  # a writes its changeset, then b wins the race to the remote
         ops, _ = j.export(j.clock())
-        sync._seal_out(j, keys.read_key_file(key), ops)
-    sync._repair(j, clone, keys.read_key_file(key))
+        engine._seal_out(j, keys.read_key_file(key), ops)
+    engine._repair(j, clone, keys.read_key_file(key))
     clone.commit("a's changeset")
     b.add("from b, winning the race")
     sync.run(b)
