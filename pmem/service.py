@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 class MemoryStore(Storage):
-    """The memory database. Open one per process; it is cheap until a model is needed."""
+    """The memory database: its storage (pmem.store.Storage) with the verbs over it. Open one per
+    process; it is cheap until a model is needed."""
 
     # -- the model: embedding before a write, thresholds, reindex (VectorIndex) ------------
 

@@ -1,4 +1,4 @@
-"""MemoryStore (pmem/store/memories.py) against a real SQLite file with sqlite-vec loaded: memory
+"""MemoryStore (pmem/service.py over pmem/store/memories.py) against a real SQLite file with sqlite-vec loaded: memory
 reads and writes, undo, the kept counts, list orders, the side reader (fake embedder for speed)."""
 
 from __future__ import annotations
