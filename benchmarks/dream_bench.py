@@ -29,12 +29,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pmem import dream  # noqa: E402
+from pmem import MemoryStore, dream  # noqa: E402
 from pmem.config import load as load_config  # noqa: E402
 from pmem.recall import estimate_tokens  # noqa: E402
 from pmem.records import TIERS  # noqa: E402
 from pmem.search import search  # noqa: E402
-from pmem.store import Filter, MemoryStore  # noqa: E402
+from pmem.store import Filter  # noqa: E402
 from pmem.text import speaker_sentences  # noqa: E402
 
 import locomo  # noqa: E402
@@ -593,7 +593,7 @@ wall0, cpu0 = time.perf_counter(), time.process_time()
 import pmem
 from pmem import dream
 from pmem.config import load
-from pmem.store import MemoryStore
+from pmem import MemoryStore
 from dream_plan_compare import normalized
 store = MemoryStore(tmp / src.name, config=load())
 wall1, cpu1 = time.perf_counter(), time.process_time()

@@ -66,9 +66,8 @@ def main() -> int:
 
 def one(db: Path, tmp: Path, args) -> dict:
     """One store's figures (see the module's docstring)."""
-    from pmem import dream
+    from pmem import MemoryStore, dream
     from pmem.config import load as load_config
-    from pmem.store import MemoryStore
 
     path = tmp / db.name
     shutil.copy(db, path)

@@ -110,8 +110,9 @@ def searches(args) -> int:
 
     from english_cost import english_copy
 
+    from pmem import MemoryStore
     from pmem.models import e5 as E
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
 
     from scale_corpus import NOW
     from scale_corpus import questions as scale_questions

@@ -33,9 +33,9 @@ from scale_corpus import NOW, questions  # noqa: E402
 def english_copy(db: Path, tmp: Path):
     """A copy of scale.py's store `db` in `tmp`, relabelled as the default model's, every English
     memory given a second vector (its own vector again): (path, config, e5, the store)."""
+    from pmem import MemoryStore
     from pmem.config import load
     from pmem.models.embed import load_embedder
-    from pmem.store import MemoryStore
     from pmem.store import english as en
 
     path = tmp / "store.db"
@@ -61,8 +61,9 @@ def main() -> int:
     os.environ["PMEM_SERVER"] = "never"
     import importlib
 
+    from pmem import MemoryStore
     from pmem.models.embed import load_embedder
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
     from pmem.store import english as en
 
     S = importlib.import_module("pmem.search")

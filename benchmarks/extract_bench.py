@@ -40,10 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pmem import MemoryStore  # noqa: E402
 from pmem import extract as ex  # noqa: E402
 from pmem.config import load as load_config  # noqa: E402
 from pmem.search import search  # noqa: E402
-from pmem.store import Filter, MemoryStore  # noqa: E402
+from pmem.store import Filter  # noqa: E402
 
 
 class RulesOnly:

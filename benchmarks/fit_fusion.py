@@ -521,8 +521,9 @@ def scale(db: Path, count: int, rounds: int) -> dict:
     import statistics
     import time
 
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
 
     from scale_corpus import NOW, questions
 

@@ -190,9 +190,10 @@ def scale(db: Path, count: int, rounds: int, before: int) -> dict:
     import tempfile
     from dataclasses import replace
 
+    from pmem import MemoryStore
     from pmem.config import load
     from pmem.search import DEFAULT_TUNING, search
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
 
     from scale_corpus import NOW, interleaved, questions
 

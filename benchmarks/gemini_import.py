@@ -107,9 +107,9 @@ def main() -> None:
     ap.add_argument("--model", help="PMEM_EMBED_MODEL for this run (default: the environment's, else fake-384)")
     args = ap.parse_args()
     os.environ["PMEM_EMBED_MODEL"] = args.model or os.environ.get("PMEM_EMBED_MODEL", "fake-384")
+    from pmem import MemoryStore
     from pmem.config import load as load_config
     from pmem.integrations.importers import load, run_import
-    from pmem.store import MemoryStore
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PMEM_HOME"] = str(Path(tmp) / "pmem-home")

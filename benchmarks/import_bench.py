@@ -60,9 +60,9 @@ def build(path: Path, conversations: int, messages: int, seed: int = 7) -> int:
 
 
 def via_lib(export: Path, db: Path) -> dict:
+    from pmem import MemoryStore
     from pmem.config import load as load_config
     from pmem.integrations.importers import load, run_import
-    from pmem.store import MemoryStore
 
     out: dict = {}
     with MemoryStore(db, config=load_config()) as store:
@@ -179,12 +179,13 @@ def extract_locomo(conv_id: str, sessions: int, chat: str | None = None) -> dict
     gate's refusals, an audit of every stored fact against its (date-resolved) source sentence, and
     the relative dates resolved."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pmem import MemoryStore
     from pmem.config import load as load_config
     from pmem.dates import resolve_relative
     from pmem.extract import check_grounding
     from pmem.integrations.importers import load, run_import
     from pmem.integrations.importers.facts import extract_conversations
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
 
     import locomo
 

@@ -102,7 +102,7 @@ def build_store(db: Path, n: int, data: Path, env: dict) -> dict:
     code = f"""
 import json, re, sys, time
 from pathlib import Path
-from pmem.store import MemoryStore
+from pmem import MemoryStore
 from pmem.transfer import parse_jsonl
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import latency

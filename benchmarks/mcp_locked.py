@@ -43,7 +43,7 @@ def one(tree: str, tool: str, free: bool = False) -> tuple[float, bool, str, flo
     mid = subprocess.run([sys.executable, "-m", "pmem", "add", "a memory about locked files"], env=env,
                          capture_output=True, text=True, check=True).stdout.strip()
     if free:
-        subprocess.run([sys.executable, "-c", "from pmem.store import MemoryStore\nwith MemoryStore() as s:\n"
+        subprocess.run([sys.executable, "-c", "from pmem import MemoryStore\nwith MemoryStore() as s:\n"
                         " s.insert([s.new_memory(f'note {i} about locked files and trips') for i in range(299)])"],
                        env=env, check=True)
     args = {"remember": {"text": "written while locked"}, "pin": {"id": mid}, "forget": {"id": mid},

@@ -134,8 +134,7 @@ def candidate_lists(store, questions: list[str], n: int = 100, stems: bool = Tru
 
 
 def new_store(tmp: Path, name: str, embedder):
-    from pmem import config
-    from pmem.store import MemoryStore
+    from pmem import MemoryStore, config
 
     return MemoryStore(tmp / f"{name}.db", config=config.load(), embedder=embedder)
 

@@ -83,8 +83,8 @@ def suite(penalty: float, rest: list[str]) -> None:
 
 
 def scale(db: Path, count: int, rounds: int) -> dict:
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import MemoryStore
 
     from scale_corpus import NOW, questions, with_and_without
 

@@ -57,8 +57,8 @@ def snapshot(store, queries: list[str]) -> dict:
 def build(fake: bool, folder: Path):
     import os
 
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import MemoryStore
 
     if fake:
         os.environ["PMEM_EMBED_MODEL"] = "fake-64"

@@ -49,8 +49,8 @@ def store_path(cache: Path, n: int) -> Path:
 def build(cache: Path, n: int) -> None:
     """Build to `n` memories, leaving a copy at every size in SIZES on the way; logs rates."""
     os.environ["PMEM_EMBED_MODEL"] = EMBED
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import MemoryStore
 
     cache.mkdir(parents=True, exist_ok=True)
     work = cache / f"building-{n}.db"
@@ -92,8 +92,7 @@ def opened(cache: Path, n: int, label: str) -> tuple[Path, float | None]:
         return dst, None
     tmp = dst.with_suffix(".copying")
     shutil.copyfile(src, tmp)
-    from pmem import db
-    from pmem.store import MemoryStore
+    from pmem import MemoryStore, db
 
     conn = db.connect(tmp)  # stores built on the scale branch named m005_binary_vectors m003
     conn.execute("UPDATE _pmem_migrations SET name = 'm005_binary_vectors' WHERE name = 'm003_binary_vectors'")
@@ -133,7 +132,8 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
     import pmem
 
     S = importlib.import_module("pmem.search")
-    from pmem.store import Filter, MemoryStore
+    from pmem import MemoryStore
+    from pmem.store import Filter
 
     path, migrate_s = opened(cache, n, label)
     out: dict = {"n": n, "label": label, "pmem": str(Path(pmem.__file__).parent), "db": str(path),
@@ -158,7 +158,7 @@ def measure(cache: Path, n: int, label: str, runs: int, upkeep: bool, dream: boo
         from pmem.store.vectors import VectorIndex as Index
         knn_name = "bounded_knn"
     except ImportError:
-        from pmem.store import MemoryStore as Index
+        from pmem import MemoryStore as Index
         knn_name = "_bounded_knn"
     sharing = PartitionScan.help
     bounded = getattr(Index, knn_name)
@@ -309,7 +309,8 @@ def upkeep_gains(path: Path) -> dict:
 def recall(cache: Path, n: int, label: str, k: int) -> dict:
     """recall@k of the bit-vector path against the exact scan, 16 LoCoMo questions (fake-384)."""
     os.environ["PMEM_EMBED_MODEL"] = EMBED
-    from pmem.store import Filter, MemoryStore
+    from pmem import MemoryStore
+    from pmem.store import Filter
 
     path, _ = opened(cache, n, label)
     store = MemoryStore(path, clock=lambda: NOW)
@@ -373,8 +374,8 @@ def distinct(cache: Path, n: int, model: str = EMBED) -> dict:
     os.environ["PMEM_EMBED_MODEL"] = model
     from scale_recall import dream_plan, pool_vectors  # scale.py's folder is on sys.path
 
+    from pmem import MemoryStore
     from pmem.records import Memory
-    from pmem.store import MemoryStore
 
     path = cache / f"distinct-{n}{'' if model == EMBED else '-' + model}.db"
     out: dict = {"n": n, "model": model, "load_start": os.getloadavg()}
@@ -413,7 +414,7 @@ def rates(cache: Path, sizes: list[int], label: str, batch: int = 1000, rounds: 
     import tempfile
 
     os.environ["PMEM_EMBED_MODEL"] = EMBED
-    from pmem.store import MemoryStore
+    from pmem import MemoryStore
 
     pool = turns()
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -491,8 +492,9 @@ def keywords(cache: Path, n: int, label: str, count: int) -> dict:
     whole query (the small-store path), in the same run on the same store."""
     os.environ["PMEM_EMBED_MODEL"] = EMBED
     os.environ["PMEM_SERVER"] = "off"
+    from pmem import MemoryStore
     from pmem.search import keyword_ranks
-    from pmem.store import EXACT_BELOW, Filter, MemoryStore
+    from pmem.store import EXACT_BELOW, Filter
 
     path, _ = opened(cache, n, label)
     index_of = {}  # (conversation, dia_id) -> index in turns()
@@ -537,8 +539,7 @@ def pairs(cache: Path, n: int, label: str) -> dict:
     """Time dream's pair search (LSH above dream.PAIRS_EXACT_MAX) on the store's vectors."""
     import numpy as np
 
-    from pmem import dream
-    from pmem.store import MemoryStore
+    from pmem import MemoryStore, dream
 
     path, _ = opened(cache, n, label)
     store = MemoryStore(path, clock=lambda: NOW)
@@ -563,7 +564,8 @@ def merge(cache: Path, n: int, label: str, rounds: int = 5) -> dict:
     import importlib
 
     S = importlib.import_module("pmem.search")
-    from pmem.store import Filter, MemoryStore
+    from pmem import MemoryStore
+    from pmem.store import Filter
 
     path, _ = opened(cache, n, label)
     copy = path.with_suffix(".merged")
@@ -629,10 +631,9 @@ def since(cache: Path, n: int, label: str, new: int, full: bool, only: str | Non
     import resource
 
     os.environ["PMEM_EMBED_MODEL"] = model
-    from pmem import dream
+    from pmem import MemoryStore, dream
     from pmem.config import load
     from pmem.records import Memory
-    from pmem.store import MemoryStore
 
     path = cache / f"distinct-{n}{'' if model == EMBED else '-' + model}.db"
     if not path.exists():

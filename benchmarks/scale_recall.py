@@ -81,7 +81,7 @@ def stand_ins(pool_vecs, lengths, n: int):
 def build(path: Path, vecs, model_name: str, pool: list[str] | None = None) -> None:
     """A store of len(vecs) scale memories (rows, vectors, bit index), no keyword index; with
     `pool`, the memories hold their pair texts (for dream), else a placeholder."""
-    from pmem.store import MemoryStore
+    from pmem import MemoryStore
 
     MemoryStore(path, embedder=embedder("fake-384")).close()  # the schema, nothing else
     from pmem import db
@@ -116,8 +116,9 @@ _EXACT: dict = {}
 def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None = None) -> dict:
     from dataclasses import replace
 
+    from pmem import MemoryStore
     from pmem.ranking.profile import DEFAULT
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
     from pmem.store import vectors as store_module  # where the bit path reads its constants
 
     profile = replace(DEFAULT, bit_pool=pool) if pool else DEFAULT
@@ -164,9 +165,8 @@ def recall(path: Path, queries, ks=(10, 100), pool: int = 0, slack: int | None =
 
 def dream_plan(path: Path, model: str) -> dict:
     """A whole `pmem dream` plan (no chat model), timed per kind."""
-    from pmem import dream
+    from pmem import MemoryStore, dream
     from pmem.config import load
-    from pmem.store import MemoryStore
 
     store = MemoryStore(path, config=load().with_values(embed_model=model), clock=lambda: "2026-06-01T00:00:00Z")
     out: dict = {"n": store.counter("vectors")}

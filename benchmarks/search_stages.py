@@ -32,7 +32,7 @@ STAGES = {  # module or class path -> the functions timed, each a stage of searc
     "pmem.search": ("_both_sides", "keyword_ranks", "semantic_ranks", "thread_lift", "asking", "fused"),
     "pmem.store.keywords:KeywordIndex": ("ranks", "neighbours", "holds_rare"),
     "pmem.store.vectors:VectorIndex": ("ranks",),
-    "pmem.store.memories:MemoryStore": ("questions", "memories_by_seq", "thresholds", "query_vector"),
+    "pmem:MemoryStore": ("questions", "memories_by_seq", "thresholds", "query_vector"),
 }
 
 
@@ -63,8 +63,9 @@ def main() -> None:
     ap.add_argument("--db", type=Path, default=Path("/tmp/pmem-scale/scale-100000.db"))
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import Filter, MemoryStore
+    from pmem.store import Filter
 
     spent: dict[str, float] = collections.defaultdict(float)
     wrap_stages(spent)

@@ -33,10 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # `--tree DIR` (a round of --compare): import pmem from another checkout (main's), not this one
 sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1] else str(ROOT))
 
-from pmem import sync  # noqa: E402
+from pmem import MemoryStore, sync  # noqa: E402
 from pmem.config import load  # noqa: E402
 from pmem.records import Memory  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
 
 WORDS = ("the a my our next last new old trip train flight hotel dinner recipe garden coffee bike book film "
          "song class exam project deadline meeting budget sister friend doctor Monday weekend morning summer "

@@ -688,8 +688,8 @@ def cause_real_copy(tmp: Path) -> None:
     folder, (a, b) = _folder(tmp)
     b.store.close()
     shutil.copytree(b.dir, tmp / "copy")
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import MemoryStore
     b.store = MemoryStore(b.dir / "pmem.db", config=load())
     copy = Home(tmp, "copy")
     b.add("by the original")

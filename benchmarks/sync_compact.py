@@ -30,10 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pmem import sync  # noqa: E402
+from pmem import MemoryStore, sync  # noqa: E402
 from pmem.config import load  # noqa: E402
 from pmem.records import Memory  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
 from pmem.sync import auto  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

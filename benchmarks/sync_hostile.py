@@ -49,10 +49,9 @@ os.environ.setdefault("PMEM_EMBED_MODEL", "fake-64")
 os.environ["PMEM_SERVER"] = "never"
 os.environ["PMEM_SYNC_AUTO"] = "off"
 
-from pmem import sync  # noqa: E402
+from pmem import MemoryStore, sync  # noqa: E402
 from pmem.config import load  # noqa: E402
 from pmem.errors import PmemError  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
 from pmem.sync import keys  # noqa: E402
 
 CASE_SECONDS = 120

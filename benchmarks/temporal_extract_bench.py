@@ -22,9 +22,9 @@ os.environ.setdefault("PMEM_MODELS_DIR", str(ROOT / ".models-cache"))
 from extract_bench import RulesOnly, sessions  # noqa: E402
 from import_bench import _answer_forms  # noqa: E402
 
+from pmem import MemoryStore  # noqa: E402
 from pmem import extract as ex  # noqa: E402
 from pmem.config import load as load_config  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
 
 import locomo  # noqa: E402
 

@@ -273,8 +273,8 @@ def scale(db: Path, count: int, rounds: int, thread_size: int) -> dict:
     import sqlite3
     from dataclasses import replace
 
+    from pmem import MemoryStore
     from pmem.config import load
-    from pmem.store import MemoryStore
 
     from scale_corpus import NOW, questions, with_and_without
 

@@ -41,9 +41,9 @@ TAGS = ("work", "home", "travel", "food", "health", "family", "code")
 
 def build(path: Path, n: int) -> None:
     os.environ["PMEM_EMBED_MODEL"] = "fake-64"
+    from pmem import MemoryStore
     from pmem.config import load
     from pmem.records import Memory
-    from pmem.store import MemoryStore
 
     rng = random.Random(n)
     store = MemoryStore(path, config=load(), clock=lambda: NOW)

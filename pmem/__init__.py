@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from .recall import Recalled, estimate_tokens, recall, render
     from .records import TIERS, Event, Hit, Memory, Operation
     from .search import search
-    from .store import Filter, MemoryStore
+    from .service import MemoryStore
+    from .store import Filter
 
 # public name -> (submodule, its name there)
 _LAZY = {
@@ -44,7 +45,7 @@ _LAZY = {
     **{name: ("recall", name) for name in ("Recalled", "estimate_tokens", "recall", "render")},
     **{name: ("records", name) for name in ("TIERS", "Event", "Hit", "Memory", "Operation")},
     "search": ("search", "search"),
-    "Filter": ("store", "Filter"), "MemoryStore": ("store", "MemoryStore"),
+    "Filter": ("store", "Filter"), "MemoryStore": ("service", "MemoryStore"),
 }
 
 __all__ = [

@@ -21,7 +21,7 @@ from . import paths, timeutil
 from .errors import DatabaseError
 
 if TYPE_CHECKING:
-    from .store import MemoryStore
+    from .service import MemoryStore
 
 MAX_TOTAL_BYTES = 2 * 1024 ** 3  # all backups together; the newest is always kept
 _NAME = re.compile(r"^pmem-\d{8}T\d{6}Z(?:-\d+)?(?:-[a-z0-9]+)?\.db$")
@@ -167,7 +167,7 @@ def purge_backups(ids: list[str], *, mode: str = "rewrite", directory: Path | No
     Returns the backups changed or removed."""
     if mode not in ("rewrite", "remove"):
         raise ValueError("mode is rewrite or remove")
-    from .store import MemoryStore
+    from .service import MemoryStore
 
     touched = backups_holding(ids, directory)
     for path in touched:

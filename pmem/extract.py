@@ -38,7 +38,7 @@ from .text import content_stems, content_words, has_digit, split_sentences, stem
 if TYPE_CHECKING:
     from .models.embed import Embedder
     from .models.generate import Generator
-    from .store import MemoryStore
+    from .service import MemoryStore
 
 MAX_INPUT = 2_000_000  # characters; the episodic copy is split into parts of store.MAX_TEXT
 CHUNK_CHARS = 1500  # sentences shown to the model per call (about 400 tokens)

@@ -24,7 +24,8 @@ from .ranking.profile import DEFAULT
 from .records import Memory
 
 if TYPE_CHECKING:
-    from .store import Filter, MemoryStore
+    from .service import MemoryStore
+    from .store import Filter
 
 FORMATS = ("md", "xml", "json", "text")
 NEIGHBOURS = 1  # default recall_neighbours: thread members on each side that come with a recalled one

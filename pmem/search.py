@@ -46,7 +46,7 @@ from .records import Hit
 from .store import Filter, PartitionScan
 
 if TYPE_CHECKING:
-    from .store import MemoryStore
+    from .service import MemoryStore
 
 MODES = ("hybrid", "semantic", "keyword")
 

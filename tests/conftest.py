@@ -56,7 +56,7 @@ def fake_config(pmem_home, monkeypatch):
 
 @pytest.fixture
 def store(fake_config, tmp_path):
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     s = MemoryStore(tmp_path / "test.db", config=fake_config)
     yield s

@@ -107,7 +107,7 @@ def writing_while_embedding(db, config, dim: int = 64):
     import itertools
 
     from pmem.models.embed import FakeEmbedder
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     count = itertools.count()
 

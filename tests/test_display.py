@@ -15,7 +15,7 @@ import pytest
 
 from pmem.display import json_dumps, prompt_safe, restore_hidden, visible
 from pmem.records import Memory
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 # What the attack corpus wrote to terminals: OSC 52 (clipboard), OSC 0 (title), clear screen,
 # cursor position report (the terminal answers on stdin), a C1 CSI, bidi overrides and isolates,

@@ -56,7 +56,7 @@ def test_doctor_says_what_it_does_while_it_reads_the_whole_database(store, monke
 
 def _damaged(path, fake_config, page_of):
     """A real store's file with one page overwritten in place (page_of: the file's pages -> which)."""
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(path, config=fake_config) as s:
         s.insert([Memory(id="", text=f"memory number {i} " * 30) for i in range(300)])
@@ -84,7 +84,8 @@ def test_doctor_reads_a_file_a_store_would_refuse_or_migrate(tmp_path, fake_conf
     import sqlite3
 
     from pmem import doctor
-    from pmem.store import MemoryStore, migrations
+    from pmem.service import MemoryStore
+    from pmem.store import migrations
 
     half = tmp_path / "half.db"
     conn = sqlite3.connect(half)

@@ -8,7 +8,7 @@ import pytest
 
 from pmem import Memory, doctor
 from pmem.models.embed import FakeEmbedder
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.store import english as en
 
 RUSSIAN = "Моя сестра Лена живёт в Порту и работает архитектором."

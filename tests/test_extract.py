@@ -486,7 +486,7 @@ def test_extraction_embeds_before_taking_the_write_lock(fake_config, tmp_path, m
     """issue 10, defect 12: every model call of a run happens outside its write transaction, so
     another process can write while extraction embeds (and a second run, an update, too)."""
     from pmem.models.embed import FakeEmbedder
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     db = tmp_path / "shared.db"
     embedder = writing_while_embedding(db, fake_config)  # another process writes while this one embeds

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pmem.extract import check_grounding, extract
-from pmem.store import Filter, MemoryStore
+from pmem.service import MemoryStore
+from pmem.store import Filter
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -48,8 +48,8 @@ def test_every_public_name_is_its_modules_object():
     assert set(pmem.__all__) <= set(dir(pmem))
     from pmem import Filter, MemoryStore, UsageError
     from pmem.errors import UsageError as Usage
+    from pmem.service import MemoryStore as Store
     from pmem.store import Filter as StoreFilter
-    from pmem.store import MemoryStore as Store
     assert (MemoryStore, Filter, UsageError) == (Store, StoreFilter, Usage)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pmem.errors import AmbiguousId, UsageError
-from pmem.store import SAFE_PREFIX, Filter, MemoryStore
+from pmem.service import MemoryStore
+from pmem.store import SAFE_PREFIX, Filter
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = {"abcd1234": "Dana approves deploys", "abcd5678": "The cabin has no wifi",

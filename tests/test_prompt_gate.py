@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pmem.display import prompt_safe
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from pmem.errors import ModelMismatch
 from pmem.models.embed import FakeEmbedder
 from pmem.search import search
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 class Counting(FakeEmbedder):

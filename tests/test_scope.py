@@ -9,7 +9,8 @@ import pytest
 from pmem import db
 from pmem.errors import UsageError
 from pmem.scope import auto_scope, parse_scope, project_root, read_filter
-from pmem.store import Filter, MemoryStore, migrations
+from pmem.service import MemoryStore
+from pmem.store import Filter, migrations
 
 
 @pytest.fixture

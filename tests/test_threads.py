@@ -14,7 +14,8 @@ from pmem import Memory, dream, estimate_tokens, recall, render, search, transfe
 from pmem.errors import UsageError
 from pmem.records import TIERS
 from pmem.search import Tuning
-from pmem.store import Filter, MemoryStore, migrations
+from pmem.service import MemoryStore
+from pmem.store import Filter, migrations
 
 OLD = "2023-05-08T10:00:00Z"
 NOW = "2026-01-01T00:00:00Z"

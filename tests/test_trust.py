@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 def run_workers(db, code: str, n: int = 4) -> list[str]:
@@ -19,7 +19,7 @@ def run_workers(db, code: str, n: int = 4) -> list[str]:
     `w` its number; returns their stdout. A failure in any of them fails the test."""
     prelude = textwrap.dedent(f"""
         import sys, time
-        from pmem.store import MemoryStore
+        from pmem.service import MemoryStore
         store = MemoryStore({str(db)!r})
         w = int(sys.argv[1])
         sys.stdin.read()  # wait for the start signal, so all processes race
@@ -145,7 +145,7 @@ def test_a_backup_killed_mid_write_leaves_no_backup_and_nothing_readable(store, 
         store.conn = Dies(store.conn)
         backup_database(store, label="dream", directory=Path({str(backups)!r}))
     """
-    prelude = f"from pmem.store import MemoryStore\nstore = MemoryStore({str(db)!r})\n"
+    prelude = f"from pmem.service import MemoryStore\nstore = MemoryStore({str(db)!r})\n"
     p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
                        env={**os.environ, "PMEM_EMBED_MODEL": "fake-64"})
     assert p.returncode == -9
@@ -412,7 +412,7 @@ def test_cli_refuses_secrets_in_one_line_with_exit_2(cli, tmp_path):
 
 def test_cli_forget_purge_asks_erases_and_rewrites_backups(cli, pmem_home):
     from pmem.backup import backup_database, list_backups
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     mid = cli("add", CANARY).stdout.strip()
     keep = cli("add", "a memory that stays").stdout.strip()
@@ -447,7 +447,8 @@ def test_a_purge_killed_after_its_commit_is_finished_by_the_next_open(store, db)
     store.close()
     code = f"""
         import os
-        from pmem.store import MemoryStore, erase
+        from pmem.store import erase
+        from pmem.service import MemoryStore
         erase.finish_purge = lambda db: os.kill(os.getpid(), 9)  # killed before VACUUM
         store = MemoryStore({str(db)!r})
         store.purge([{m.id!r}])
@@ -471,7 +472,7 @@ def test_a_purge_killed_before_its_last_checkpoint_leaves_no_text_in_the_files(s
     store.close()
     code = f"""
         import os
-        from pmem.store import MemoryStore
+        from pmem.service import MemoryStore
         from pmem.store.connection import Connection
         real = Connection.checkpoint
         calls = []

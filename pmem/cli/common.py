@@ -55,7 +55,7 @@ def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
     folder that does not exist is a mistake to report, not a folder to create. pmem's own
     home is created as before."""
     from .. import paths
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
     override = db_override(ctx)
     if read_only and (override or os.environ.get("PMEM_DB")):

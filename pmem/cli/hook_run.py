@@ -108,7 +108,7 @@ def run(client: str, event: str, db: Path | None = None, *, text: str | None = N
             return block
 
         def open_db():
-            from ..store import MemoryStore
+            from ..service import MemoryStore
 
             # a server that did not answer is not asked again for the model: it loads here at once
             return MemoryStore(db, config=cfg.with_values("hook", server="never")

@@ -171,15 +171,19 @@ def api_page() -> str:
                 lines += [f"Subclass of `{base}`.", "", _doc(obj), ""]
                 continue
             lines += [_doc(obj), ""]
-            for attr, member in vars(obj).items():
-                if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
-                    continue
-                if not inspect.getdoc(member):
-                    continue
-                if isinstance(member, property):
-                    lines += [f"### `{name}.{attr}` (property)", "", _doc(member), ""]
-                else:
-                    lines += [f"### `{name}.{attr}{_signature(member)}`", "", _doc(member), ""]
+            seen: set[str] = set()
+            for cls in [c for c in obj.__mro__ if c.__module__.startswith("pmem.")]:  # its own, then inherited
+                members = [(attr, member) for attr, member in vars(cls).items()
+                           if not attr.startswith("_") and attr not in seen and inspect.getdoc(member)
+                           and (inspect.isfunction(member) or isinstance(member, property))]
+                seen.update(vars(cls))
+                if cls is not obj and members:
+                    lines += [f"From `{cls.__module__}.{cls.__qualname__}`:", ""]
+                for attr, member in members:
+                    if isinstance(member, property):
+                        lines += [f"### `{name}.{attr}` (property)", "", _doc(member), ""]
+                    else:
+                        lines += [f"### `{name}.{attr}{_signature(member)}`", "", _doc(member), ""]
         elif callable(obj):
             lines += [f"## `{name}{_signature(obj)}`", "", f"from `{obj.__module__}`", "", _doc(obj), ""]
         else:

@@ -12,7 +12,7 @@ from .marks import _dealt_with
 from .records import APPLY_ORDER, ASKED, ApplyResult, Plan, Progress, Proposal, _Budget, _fingerprint
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 
 @contextmanager

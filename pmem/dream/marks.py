@@ -14,7 +14,7 @@ from .records import ASKED, PAIR_KINDS, ApplyResult, Plan
 DEDUP_RULE = "keys+words/2"
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 
 def _basis(store: "MemoryStore", thresholds: Thresholds) -> str:

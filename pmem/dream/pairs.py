@@ -10,7 +10,7 @@ from ..records import Memory
 from .records import _Budget
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 
 def _vectors(store: "MemoryStore", memories: list[Memory]):

@@ -20,7 +20,7 @@ from .records import Plan, Proposal, _Budget, _fingerprint, _parse, declined_key
 from .sameness import Facets
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 MERGE_MAX = 4           # members of one merge proposal
 COMPRESS_MAX = 12       # members of one summary

@@ -16,7 +16,7 @@ from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors,
 from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Plan, Progress, _Budget, _parse, declined_key
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 
 INCREMENTAL_FROM = PAIRS_EXACT_MAX  # live memories from which a dream compares a slice at a time

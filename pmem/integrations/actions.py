@@ -25,7 +25,8 @@ from ..errors import DatabaseError, UsageError
 
 if TYPE_CHECKING:
     from ..records import Memory
-    from ..store import Filter, MemoryStore
+    from ..service import MemoryStore
+    from ..store import Filter
 
 T = TypeVar("T")
 

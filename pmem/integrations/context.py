@@ -17,7 +17,8 @@ from ..display import prompt_safe
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..store import Filter, MemoryStore
+    from ..service import MemoryStore
+    from ..store import Filter
 
 BEGIN = "<!-- pmem:begin (written by `pmem context --write`; edits between these lines are replaced) -->"
 END = "<!-- pmem:end -->"

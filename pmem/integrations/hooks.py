@@ -67,7 +67,8 @@ from .hook_wire import (  # noqa: F401 - the hook's names, kept here for its cal
 if TYPE_CHECKING:
     from ..config import Settings
     from ..models.serve import Server
-    from ..store import Filter, MemoryStore
+    from ..service import MemoryStore
+    from ..store import Filter
 
 # Gemini CLI fires PreCompress with trigger "auto" before every turn's compression check, whether
 # or not it then compresses (docs/decisions/0033-hooks-hosts.md); only "manual" (/compress)
@@ -416,9 +417,9 @@ def warm_hook() -> None:
     it a server's first hook took 0.1-0.3 s longer than the next (the search's and store's modules,
     the sqlite driver and sqlite-vec: ~0.09 s of it), and under load that was past the hook's own
     wait, so it worked itself."""
-    from .. import scope, search  # noqa: F401
+    from .. import scope, search, service  # noqa: F401
     from ..models import provision  # noqa: F401
-    from ..store import inspection, memories  # noqa: F401 - the store package binds its names on first use
+    from ..store import inspection  # noqa: F401 - the store package binds its names on first use
 
     inspection.vec_version()  # loads the driver and sqlite-vec
 
@@ -477,7 +478,7 @@ def serve_hook(server: Server, req: dict[str, Any], reply: Callable[[dict[str, A
         kept.append(time.time() < deadline - SERVER_MARGIN)
         return kept[-1]
 
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
     server.fit_threads()
     store = MemoryStore(db, config=cfg)  # opened for each hook: see docs/decisions/0038-hook-served-whole.md

@@ -20,7 +20,7 @@ from . import actions
 
 
 def _open_store():
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
     return MemoryStore()
 

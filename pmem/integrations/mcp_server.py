@@ -595,7 +595,7 @@ def run(scope: str | None = "auto", *, cwd: str | None = None, db: str | None = 
     if not sdk_available():
         raise MissingExtra(INSTALL_HINT)
     from ..scope import parse_scope, read_filter
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
     cwd = cwd or os.getcwd()
     project = parse_scope(scope, cwd)

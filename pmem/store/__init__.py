@@ -1,7 +1,8 @@
 """The store: the only code that runs SQL, one noun per file over one connection.
 
 connection.py (transactions, settings, ids, rows) < filter.py (Filter) < journal.py, keywords.py,
-vectors.py (the indexes) < erase.py, migrations.py < memories.py (MemoryStore); inspection.py
+vectors.py (the indexes) < erase.py, migrations.py < memories.py (Storage; the verbs over it are
+pmem.service.MemoryStore's, and the store never imports the service); inspection.py
 (what `pmem doctor` asks of a file a store may not open) and glance.py (autosync's read-only look,
 after every write command) stand beside them. The names other modules import are bound here on
 first use (PEP 562), so that importing one small part (glance.py) does not load the rest; a
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports the
     from .erase import UPKEEP_MIN_FREE
     from .filter import Filter
     from .keywords import KeywordIndex
-    from .memories import MemoryStore
+    from .memories import Storage, Verbs
     from .validation import MAX_TEXT, MAX_THREAD
     from .vectors import BULK_EMBED, KNN_MAX, PartitionScan, VectorIndex, deserialize, serialize
 
@@ -24,13 +25,13 @@ _LAZY = {
     "UPKEEP_MIN_FREE": "erase",
     "Filter": "filter",
     "KeywordIndex": "keywords",
-    "MAX_TEXT": "validation", "MAX_THREAD": "validation", "MemoryStore": "memories",
+    "MAX_TEXT": "validation", "MAX_THREAD": "validation", "Storage": "memories", "Verbs": "memories",
     **{name: "vectors" for name in ("BULK_EMBED", "KNN_MAX", "PartitionScan", "VectorIndex", "deserialize",
                                     "serialize")},
 }
 
 __all__ = ["BULK_EMBED", "EXACT_BELOW", "KNN_MAX", "MAX_TEXT", "MAX_THREAD", "SAFE_PREFIX", "UPKEEP_MIN_FREE",
-           "Filter", "KeywordIndex", "MemoryStore", "PartitionScan", "Progress", "VectorIndex", "deserialize",
+           "Filter", "KeywordIndex", "PartitionScan", "Progress", "Storage", "VectorIndex", "Verbs", "deserialize",
            "serialize"]
 
 

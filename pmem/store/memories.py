@@ -1,10 +1,12 @@
-"""MemoryStore: every read and write of memories, each write an undoable event.
+"""Storage: the memories' rows, their indexes and their events over one connection.
 
+It opens one connection and hands it to its parts: `vectors` (a VectorIndex), `keywords` (a
+KeywordIndex) and `journal`; it reads memories, and it is the one place that writes a memory row
+and tells the indexes and the journal (`_insert`, `_insert_many`, `_write`, `_delete`, `_revert`).
 Writes happen inside `operation()`: one transaction, one row in `operations`, one event per
-changed memory with its state before and after. `undo()` replays the last operation's events
-backwards. The store opens one connection and hands it to its parts: `vectors` (a VectorIndex),
-`keywords` (a KeywordIndex) and `journal`; this is the one place that writes a memory row and
-tells them. Models are loaded only when a vector is needed.
+changed memory with its state before and after. What may be written, when and how, is the
+service's (pmem.service.MemoryStore, the class users open): the verbs, undo, secret and duplicate
+checks, and embedding before a write. Models are loaded only when a vector is needed.
 """
 
 from __future__ import annotations
@@ -14,26 +16,24 @@ import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
-from .. import paths, secretscan, timeutil
+from .. import paths, timeutil
 from ..config import Config
 from ..config import load as load_config
 from ..errors import DatabaseError, NotFound, UsageError
 from ..ranking.profile import DEFAULT
 from ..records import MEMORY_COLUMNS, TIERS, Event, Memory, Operation
 from . import erase, migrations
-from .connection import ID, Connection, Progress, token
+from .connection import Connection, Progress, token
 from .dreamreads import DreamReads
 from .filter import LIVE_SQL, Filter, estimate, is_live
 from .journal import Journal, memory_dict
 from .keywords import MERGE_PAUSE, MERGE_STEP, KeywordIndex
-from .validation import normalize
 from .vectors import WHOLE_TIERS, VectorIndex
 
 if TYPE_CHECKING:
     from ..models.embed import Embedder
-    from ..models.thresholds import Thresholds
 
 SIDE_READS_FROM = 10_000  # memories from which search reads its keyword side on a second connection
 _INSERT_SQL = f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({', '.join('?' * len(MEMORY_COLUMNS))})"
@@ -42,13 +42,17 @@ _SORTS = {"created": "m.created_at", "updated": "m.updated_at", "accessed": "m.l
           "id": "m.id", "expires": "m.expires_at"}
 
 
-# MemoryStore.questions: what may follow a question mark (stored texts are stripped); the marks
+# Storage.questions: what may follow a question mark (stored texts are stripped); the marks
 # themselves are the ranking profile's (pmem.ranking.profile: question_marks)
 _CLOSING = " \t\r\n\"')]}»\u201d\u2019"
 
 
-class MemoryStore(DreamReads):
-    """The memory database. Open one per process; it is cheap until a model is needed."""
+S = TypeVar("S", bound="Storage")
+
+
+class Storage(DreamReads):
+    """The memory database's storage: rows, indexes, events, transactions, raw ranks. Open
+    pmem.service.MemoryStore, which is this with the verbs; it is cheap until a model is needed."""
 
     def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
                  embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None):
@@ -58,7 +62,7 @@ class MemoryStore(DreamReads):
         self.vectors = VectorIndex(self.db, self._config, embedder)
         self.keywords = KeywordIndex(self.db)
         self.journal = Journal(self.db)
-        self._side: MemoryStore | None = None  # a second connection for reads on another thread
+        self._side: Storage | None = None  # a second connection for reads on another thread
         self._side_lock = threading.Lock()
         try:
             migrations.migrate(self.conn)
@@ -120,14 +124,14 @@ class MemoryStore(DreamReads):
                 self._side = None
         self.db.close()
 
-    def __enter__(self) -> "MemoryStore":
+    def __enter__(self: S) -> S:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     @contextmanager
-    def side_reader(self) -> Iterator[MemoryStore | None]:
+    def side_reader(self: S) -> Iterator[S | None]:
         """A second store on the same file, for reads on another thread while this one works
         (search ranks its keyword side there while this connection ranks by meaning). None where
         that could not see what this connection sees or would not pay: in a transaction, in
@@ -139,12 +143,12 @@ class MemoryStore(DreamReads):
         try:
             if self._side is None and estimate(self.db, Filter.everything()) >= SIDE_READS_FROM:
                 try:
-                    self._side = MemoryStore(self.path, config=self.config, clock=self.clock)
+                    self._side = type(self)(self.path, config=self.config, clock=self.clock)
                 except self.db.forgiven:
                     pass  # busy, out of file handles...: this search stays on one connection
             if self._side is not None:  # it ranks as this store does, now
                 self._side.clock, self._side.exact_below = self.clock, self.exact_below
-            yield self._side
+            yield self._side  # type: ignore[misc]  # type(self) opened it
         finally:
             self._side_lock.release()
 
@@ -184,57 +188,9 @@ class MemoryStore(DreamReads):
         """A count kept by triggers: 'vectors', 'events', 'operations', 'tag:NAME', 'mem:...'."""
         return self.db.counter(key)
 
-    # -- the model (VectorIndex) -------------------------------------------------------------
-
-    @property
-    def embedder(self) -> "Embedder":
-        """The embedding model, loaded on first use (VectorIndex.embedder)."""
-        return self.vectors.embedder
-
-    def embed_model_name(self) -> str:
-        return self.vectors.model_name()
-
     def vector_model(self) -> tuple[str | None, int | None]:
         """The model and dimension the stored vectors come from (None before the first)."""
         return self.vectors.model()
-
-    def check_model(self) -> None:
-        self.vectors.check_model()
-
-    def thresholds(self) -> "Thresholds":
-        """The cosine thresholds of the stored vectors' model (VectorIndex.thresholds)."""
-        return self.vectors.thresholds()
-
-    def embed(self, texts: list[str], progress: Progress | None = None, batch: int = 64,
-              query: bool = False) -> list[bytes]:
-        """Vectors of memories' texts, or (query=True) of search queries (VectorIndex.embed)."""
-        return self.vectors.embed(texts, progress, batch, query)
-
-    def query_vector(self, text: str) -> bytes:
-        """The query embedding of `text` as little-endian float32 bytes. Raises ModelError."""
-        return self.vectors.embed([text], query=True)[0]
-
-    def prepared_vectors(self, texts: Iterable[str]):
-        """Embed `texts` now and answer `embed()` from them until the block ends (VectorIndex.prepared)."""
-        return self.vectors.prepared(texts)
-
-    def bulk_embedding(self, count: int):
-        """Embed in this process, not in `pmem serve`, while a write of `count` texts goes on in
-        batches (VectorIndex.bulk)."""
-        return self.vectors.bulk(count)
-
-    def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
-        """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
-        return self.vectors.reindex(progress, batch)
-
-    def fill_missing(self, progress: Progress | None = None, batch: int = 64) -> int:
-        """Only what is missing: English memories' second vectors (EnglishVectors.fill); the stored
-        vectors stay as they are. Returns how many were filled."""
-        return self.vectors.english.fill(progress, batch)
-
-    def reindex_progress(self) -> tuple[str, int, int] | None:
-        """(target model, memories staged, memories) of an interrupted reindex, else None."""
-        return self.vectors.reindex_progress()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -495,79 +451,6 @@ class MemoryStore(DreamReads):
         self.journal.record(before.id, action, before, after, old_vec)
         return after
 
-    def new_memory(self, text: str, *, tags: Iterable[str] = (), tier: str = "archival", pinned: bool = False,
-                   source: str | None = None, meta: dict | None = None, created_at: str | None = None,
-                   expires_at: str | None = None, valid_from: str | None = None,
-                   derived_from: Iterable[str] = (), memory_id: str | None = None,
-                   scope: str | None = None, thread: str | None = None,
-                   thread_pos: int | None = None) -> Memory:
-        """A validated Memory that is not stored yet (see `insert`). With a `thread` and no
-        `thread_pos`, storing it appends it to the thread."""
-        now = self.clock()
-        m = Memory(id=memory_id or "", text=text, tier=tier, pinned=pinned, tags=list(tags), source=source,
-                   meta=dict(meta or {}), created_at=created_at or now, updated_at=now, expires_at=expires_at,
-                   valid_from=valid_from, derived_from=list(derived_from), scope=scope, thread=thread,
-                   thread_pos=thread_pos)
-        return normalize(m)
-
-    def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
-            **kw) -> tuple[Memory, bool]:
-        """Store one memory. Returns (memory, created); an exact duplicate of an active memory
-        is not stored twice unless asked: the existing one comes back with created=False.
-
-        Text holding a machine secret (an API key, a private key...) raises SecretFound unless
-        `allow_secret`."""
-        m = self.new_memory(text, **kw)
-        if not allow_secret:
-            secretscan.refuse_memory(m)  # every field it stores: the text, tags, source, meta
-        if not allow_duplicate:
-            existing = self.find_exact(m.text)
-            if existing is not None:
-                return existing, False
-        blob = self.embed([m.text])[0]
-        with self.operation("add", m.text[:80]):
-            if not allow_duplicate:  # again under the write lock: a concurrent add may have stored it
-                existing = self.find_exact(m.text)
-                if existing is not None:
-                    return existing, False
-            self.vectors.ensure_table()
-            m = replace(m, id=self._new_id(), thread_pos=self._place(m, {}))
-            self._insert(m, blob)
-        return m, True
-
-    def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
-               progress: Progress | None = None, keep_ids: bool = True,
-               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]:
-        """Store many memories as one operation (one `undo` takes them all back).
-
-        Memories are validated first (a machine secret in any raises SecretFound unless
-        `allow_secret`) and embedded in batches; then everything is written in one transaction,
-        so a failure stores nothing."""
-        items = [normalize(m) for m in memories]
-        if not allow_secret:
-            for i, m in enumerate(items, start=1):
-                secretscan.refuse_memory(m, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
-        if vectors is not None and len(vectors) != len(items):
-            raise ValueError("one vector per memory")
-        blobs = list(vectors) if vectors is not None else (
-            self.embed([m.text for m in items], progress=progress) if items else [])
-        out: list[Memory] = []
-        with self.operation(kind, summary or f"{len(items)} memories"):
-            if items:
-                self.vectors.ensure_table()
-            stored = self.existing_ids(m.id for m in items if m.id) if keep_ids else set()
-            taken: set[str] = set()
-            ends: dict[str, int] = {}
-            for m in items:
-                mid = m.id
-                if not (keep_ids and mid and ID.match(mid) and mid not in taken and mid not in stored):
-                    mid = self._new_id(taken)
-                taken.add(mid)
-                out.append(replace(m, id=mid, created_at=m.created_at or self.clock(),
-                                   updated_at=m.updated_at or self.clock(), thread_pos=self._place(m, ends)))
-            self._insert_many(out, blobs, action=kind if kind in ("import", "extract") else "add")
-        return out
-
     def _insert_many(self, items: Sequence[Memory], blobs: Sequence[bytes], action: str) -> None:
         """`_insert` for many, one statement per table: rows, then vectors, then events. A
         statement between two row inserts triples each insert's cost (its FTS5 and count
@@ -580,66 +463,13 @@ class MemoryStore(DreamReads):
                                if blob is not None])
         self.journal.record_new(items, action)
 
-    def edit(self, memory_id: str, *, text: str | None = None, tags: Iterable[str] | None = None,
-             add_tags: Iterable[str] = (), remove_tags: Iterable[str] = (), tier: str | None = None,
-             meta: dict | None = None, source: str | None = None, expires_at: str | None | bool = False,
-             valid_from: str | None = None, action: str | None = None, allow_secret: bool = False,
-             update_meta: dict | None = None) -> Memory:
-        """Change a memory; a text change re-embeds it (the old vector is kept for undo).
-        `meta` replaces the metadata, `update_meta` sets some keys in it. A new text holding a
-        machine secret raises SecretFound unless `allow_secret`.
-
-        The changes apply to the row as it is inside the write transaction, so concurrent edits
-        (two processes adding tags) both land and each event's `before` is exact."""
-        add_tags, remove_tags = list(add_tags), set(remove_tags)
-        tags = None if tags is None else list(tags)
-
-        def change(before: Memory) -> Memory:
-            new_tags = list(before.tags if tags is None else tags)
-            after = replace(before, tags=[t for t in new_tags if t not in remove_tags] + add_tags)
-            if text is not None:
-                after = replace(after, text=text)
-            if tier is not None:
-                after = replace(after, tier=tier, pinned=tier == "core")
-            if meta is not None:
-                after = replace(after, meta=meta)
-            if update_meta:
-                after = replace(after, meta={**after.meta, **update_meta})
-            if source is not None:
-                after = replace(after, source=source)
-            if expires_at is not False:
-                after = replace(after, expires_at=expires_at)
-            if valid_from is not None:
-                after = replace(after, valid_from=valid_from)
-            return normalize(after)
-
-        seen = self.get(memory_id)  # read once outside the lock: embed before taking it
-        guess = change(seen)
-        if not allow_secret:  # what the edit brings in, in any field (a secret kept on purpose stays)
-            secretscan.refuse_memory(guess, before=seen)
-        if memory_dict(guess) == memory_dict(seen):
-            return seen
-        vectors: dict[str, bytes] = {}
-        if guess.text != seen.text:
-            vectors[guess.text] = self.embed([guess.text])[0]
-        if action is None:
-            changed = {k for k, v in memory_dict(guess).items() if memory_dict(seen)[k] != v}
-            name = "retag" if changed <= {"tags"} else "edit"
-        else:
-            name = action
-        with self.operation(name, f"{name} {seen.id}"):
-            before = self._fresh(seen.id)
-            after = change(before)
-            if memory_dict(after) == memory_dict(before):
-                return before
-            after = replace(after, updated_at=self.clock())
-            blob = None
-            if after.text != before.text:  # embedding under the lock only if the text moved meanwhile
-                blob = vectors.get(after.text) or self.embed([after.text])[0]
-            if action is None:
-                changed = {k for k, v in memory_dict(after).items() if memory_dict(before)[k] != v}
-                name = "retag" if changed <= {"tags", "updated_at"} else "edit"
-            return self._write(before, after, name, blob)
+    def _delete(self, m: Memory, action: str) -> None:
+        """Remove a memory's row and vector; the event keeps both, so undo restores it."""
+        seq = self.db.seq(m.id)
+        vec = self.vectors.get(seq)
+        self.vectors.delete(seq)
+        self.conn.execute("DELETE FROM memories WHERE seq = ?", (seq,))
+        self.journal.record(m.id, action, m, None, vec)
 
     def _fresh(self, full_id: str) -> Memory:
         """The row as it is now; call inside the write transaction, then change that."""
@@ -648,105 +478,7 @@ class MemoryStore(DreamReads):
             raise NotFound(f"no memory with id {full_id!r}")
         return rows[0]
 
-    def _update(self, memory_id: str, action: str, change: Callable[[Memory], Memory]) -> Memory:
-        """Apply `change` to the fresh row inside the operation's write transaction."""
-        full = self.resolve(memory_id)
-        with self.operation(action, f"{action} {full}"):
-            before = self._fresh(full)
-            after = change(before)
-            if memory_dict(after) == memory_dict(before):
-                return before
-            return self._write(before, replace(after, updated_at=self.clock()), action)
-
-    def set_fields(self, memory_id: str, action: str, **changes) -> Memory:
-        """Change fields of a memory as one recorded `action` (pin, forget, dream's dedup...)."""
-        return self._update(memory_id, action, lambda m: replace(m, **changes))
-
-    def pin(self, memory_id: str) -> Memory:
-        """Make a memory core: always recalled first. A memory that is not active (forgotten,
-        merged, superseded, expired) raises UsageError: pinned, it would still never be recalled."""
-        def change(m: Memory) -> Memory:
-            status = m.status(self.clock())
-            if status != "active":
-                later = m.merged_into or m.superseded_by
-                raise UsageError(f"memory {m.id} is {status}: " + (
-                    f"pin {later}, which replaced it" if later and status in ("merged", "superseded")
-                    else f"restore it first (pmem restore {m.id})" if status in ("forgotten", "expired")
-                    else "it is no longer current"))
-            return replace(m, pinned=True, tier="core")
-
-        return self._update(memory_id, "pin", change)
-
-    def unpin(self, memory_id: str) -> Memory:
-        """Unpin a memory (a core memory becomes archival); one undoable event. Returns the memory
-        after the change. Raises NotFound / AmbiguousId."""
-        return self._update(memory_id, "unpin", lambda m: replace(
-            m, pinned=False, tier="archival" if m.tier == "core" else m.tier))
-
-    def expire(self, memory_id: str, at: str | None = None) -> Memory:
-        """Set when a memory expires (`at`, an ISO timestamp; now by default); one undoable event.
-        Returns the memory after the change. Raises NotFound / AmbiguousId."""
-        return self.set_fields(memory_id, "expire", expires_at=at or self.clock())
-
-    def forget(self, memory_id: str) -> Memory:
-        """Forget a memory (soft delete: hidden everywhere, `restore` or `undo` brings it back;
-        `purge` erases it). Returns the memory after the change. Raises NotFound / AmbiguousId."""
-        now = self.clock()
-        return self._update(memory_id, "forget", lambda m: m if m.forgotten_at else replace(m, forgotten_at=now))
-
-    def delete(self, memory_id: str, action: str = "delete") -> Memory:
-        """Remove a memory's row and vector (dream --purge). The event keeps both, so undo restores it."""
-        full = self.resolve(memory_id)
-        with self.operation(action, f"{action} {full}"):
-            m = self._fresh(full)
-            seq = self.db.seq(m.id)
-            vec = self.vectors.get(seq)
-            self.vectors.delete(seq)
-            self.conn.execute("DELETE FROM memories WHERE seq = ?", (seq,))
-            self.journal.record(m.id, action, m, None, vec)
-        return m
-
-    def restore(self, memory_id: str) -> Memory:
-        """Bring back a forgotten, expired or merged memory."""
-        now = self.clock()
-        return self._update(memory_id, "restore", lambda m: replace(
-            m, forgotten_at=None, merged_into=None, expires_at=None if m.is_expired(now) else m.expires_at))
-
-    def supersede(self, old_id: str, new_id: str, at: str | None = None) -> Memory:
-        """Mark `old_id` as no longer true from `at`, replaced by `new_id`. It stays findable with --as-of."""
-        old_full, new_full = self.resolve(old_id), self.resolve(new_id)
-        if old_full == new_full:
-            raise UsageError("a memory cannot supersede itself")
-        with self.operation("supersede", f"{new_full} supersedes {old_full}"):
-            old, new = self._fresh(old_full), self._fresh(new_full)
-            # Two current versions of one fact would be a fork: only a live head is replaced.
-            for m in (old, new):
-                if (m.superseded_by and m.superseded_by != new.id) or m.forgotten_at or m.merged_into:
-                    raise UsageError(f"memory {m.id} is not current (superseded, merged or forgotten): "
-                                     f"see `pmem why {m.id}`")
-            at = at or new.valid_from or new.created_at
-            if new.valid_from is None:
-                self._write(new, replace(new, valid_from=at, updated_at=self.clock()), "supersede")
-            return self._write(old, replace(old, valid_to=at, superseded_by=new.id, updated_at=self.clock()),
-                               "supersede")
-
-
     # -- erasure and upkeep (erase.py) ------------------------------------------------------
-
-    def purge(self, ids: Iterable[str]) -> dict[str, Any]:
-        """Erase memories for good: their text and vector leave every table.
-
-        The rows go from `memories`, the FTS index (merged, so no segment keeps the words) and
-        the vector tables (the vector is zeroed before its row is deleted); every event about
-        them keeps only its action and time, and the summaries of operations that quoted the
-        text are replaced. `secure_delete` zeroes the freed space, VACUUM rewrites the file from
-        the live rows and a WAL checkpoint (TRUNCATE) empties the -wal; `checkpointed` is False
-        when another process held a read open so the -wal could not be emptied (run it again
-        when pmem is idle). A purge killed after its commit leaves a `purge_pending` setting, and
-        the next MemoryStore opened on the file finishes the rewrite. `undo` skips a purge.
-        Memories derived from these (extracted facts, merges) are separate memories, listed under
-        `derived`, and backups are separate files (pmem.backup.purge_backups)."""
-        return erase.purge(self.db, self.journal, self.vectors, self.keywords, ids)
 
     def upkeep(self, min_free: float = erase.UPKEEP_MIN_FREE, progress: Progress | None = None) -> dict[str, Any]:
         """Merge the keyword index into one segment (KeywordIndex.merge), then give back free
@@ -802,28 +534,9 @@ class MemoryStore(DreamReads):
         """Those of `ids` that a memory or an event of this database still names."""
         return self.journal.ids_in_history(ids)
 
-    def undo(self, op_id: str | None = None) -> Operation:
-        """Revert the last operation not yet undone (or `op_id`, if it is that one), exactly.
-
-        The operation is chosen and claimed inside the write transaction, so two concurrent
-        undos revert two operations (or the second finds nothing), never one twice."""
-        with self.transaction():
-            op = self.journal.last_undoable()
-            if op is None:
-                raise NotFound("nothing to undo")
-            if op_id is not None and op.id != op_id:
-                raise UsageError(f"operation {op_id} is not the latest; undo goes back one operation at a time")
-            rows = self.journal.undo_events(op.id)
-            self._revert(rows)
-            return self.journal.finish_undo(op, rows)
-
-    def _revert(self, rows: Sequence[tuple]) -> None:
-        """Put back each event's `before` state, newest first (Journal.undo_events' rows)."""
-        # Old events kept no vector: re-embed those texts (rare; the lock is held meanwhile).
-        needs_vec = [json.loads(r[4]) for r in rows if r[4] and r[7] is None and r[5]
-                     and json.loads(r[4])["text"] != json.loads(r[5])["text"]]
-        blobs = dict(zip([d["text"] for d in needs_vec], self.embed([d["text"] for d in needs_vec]))) \
-            if needs_vec else {}
+    def _revert(self, rows: Sequence[tuple], blobs: dict[str, bytes]) -> None:
+        """Put back each event's `before` state, newest first (Journal.undo_events' rows); `blobs`:
+        the vectors, by text, of the states whose events kept none (the service embeds them)."""
         for r in rows:
             mid, before_json, before_vec = r[2], r[4], r[7]
             exists = self.conn.execute("SELECT seq FROM memories WHERE id = ?", (mid,)).fetchone()
@@ -881,3 +594,42 @@ class MemoryStore(DreamReads):
                            "AND n > 0 ORDER BY n DESC, key LIMIT 20").fetchall()),
             "languages": self.keywords.languages(),
         }
+
+
+class Verbs(Protocol):
+    """What the store's replication (SyncLog) is handed: the storage with the verbs of the service
+    over it (pmem.service.MemoryStore). Other devices' changes are applied through the verbs, as a
+    command's are, and the store never imports the service."""
+
+    clock: Callable[[], str]
+
+    @property
+    def conn(self) -> Any: ...
+
+    def transaction(self) -> Any: ...
+
+    def operation(self, kind: str, summary: str = "", op_id: str | None = None) -> Any: ...
+
+    def get(self, memory_id: str) -> Memory: ...
+
+    def get_many(self, ids: Iterable[str]) -> list[Memory]: ...
+
+    def existing_ids(self, ids: Iterable[str]) -> set[str]: ...
+
+    def iter_all(self, batch: int = 1000) -> Iterator[Memory]: ...
+
+    def add(self, text: str, *, allow_duplicate: bool = False, allow_secret: bool = False,
+            **kw: Any) -> tuple[Memory, bool]: ...
+
+    def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
+               progress: Progress | None = None, keep_ids: bool = True,
+               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]: ...
+
+    def edit(self, memory_id: str, *, text: str | None = None, action: str | None = None,
+             allow_secret: bool = False) -> Memory: ...
+
+    def set_fields(self, memory_id: str, action: str, **changes: Any) -> Memory: ...
+
+    def delete(self, memory_id: str, action: str = "delete") -> Memory: ...
+
+    def purge(self, ids: Iterable[str]) -> dict[str, Any]: ...

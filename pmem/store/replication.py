@@ -24,7 +24,7 @@ from ..hlc import Clock, ms, undo_key
 from ..records import MEMORY_COLUMNS, Memory
 
 if TYPE_CHECKING:
-    from .memories import MemoryStore
+    from .memories import Verbs
 
 # What travels: every column a change to a memory can set. Access counts are local reads, not
 # changes; `_exists` is the memory itself (a create sets it, an undone create clears it).
@@ -113,7 +113,7 @@ _LOCAL_FIELDS = ("id", "access_count", "last_accessed_at")
 class SyncLog:
     """Sync's state and bookkeeping over one store's connection."""
 
-    def __init__(self, store: "MemoryStore"):
+    def __init__(self, store: "Verbs"):
         self.store = store
         self.conn = store.conn
 

@@ -30,7 +30,7 @@ def _record(db_path: str | os.PathLike, outcome: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     """The background sync itself, once the wait is over: one `pmem sync`, its outcome kept."""
     from ..errors import PmemError
-    from ..store import MemoryStore
+    from ..service import MemoryStore
     from ..timeutil import now_iso
     from . import run
 

@@ -67,7 +67,7 @@ from .repair import (  # noqa: F401 - the engine's steps, named here for its cal
 from .transport import PUSH_TRIES, SEGMENTS, Folder, Git, looks_like_git
 
 if TYPE_CHECKING:
-    from ..store import MemoryStore
+    from ..service import MemoryStore
 
 __all__ = ["SyncLog", "SyncError", "WrongKey", "init", "join", "run", "status", "compact", "retire", "rejoin",
            "export_key", "sync_dir"]

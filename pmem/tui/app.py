@@ -39,7 +39,8 @@ from ..records import Memory
 from ..scope import auto_scope, read_filter
 from ..search import MODES
 from ..search import search as library_search
-from ..store import Filter, MemoryStore
+from ..service import MemoryStore
+from ..store import Filter
 from . import render
 from .paging import StorePager
 from .widgets import DetailPane, LiteralInput, MemoryList

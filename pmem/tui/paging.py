@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..records import Memory
-from ..store import Filter, MemoryStore
+from ..service import MemoryStore
+from ..store import Filter
 
 
 class StorePager:

@@ -304,7 +304,7 @@ def test_extract_file_checks_match_stdin(tmp_path, monkeypatch):
 def test_search_collapses_a_fact_with_its_source_unless_asked():
     src = ok("add", "Caroline: I went to the pottery class on Sunday", "--json")
     src_id = json.loads(src.stdout)["id"]
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore() as store:
         store.add("Caroline went to the pottery class on Sunday", derived_from=[src_id])

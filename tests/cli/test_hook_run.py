@@ -40,7 +40,7 @@ def _imported(stderr: str) -> set[str]:
 
 
 def test_a_plain_hook_imports_no_typer_and_gives_the_memories(fake_config, pmem_home, tmp_path):
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(config=fake_config) as store:
         store.add("The cabin wifi password is hunter2")

@@ -19,7 +19,8 @@ from pmem import dream
 from pmem.errors import UsageError
 from pmem.records import TIERS
 from pmem.search import search
-from pmem.store import Filter, MemoryStore
+from pmem.service import MemoryStore
+from pmem.store import Filter
 
 from fakes import FakeGenerator, writing_while_embedding
 
@@ -373,7 +374,7 @@ def test_kill_9_mid_apply_leaves_whole_proposals(store, tmp_path):
         import sys, time
         from pmem import dream
         from pmem.config import load
-        from pmem.store import MemoryStore
+        from pmem.service import MemoryStore
         s = MemoryStore({str(tmp_path / 'test.db')!r}, config=load())
         plan = dream.plan(s, only={{"dedup"}}, now={NOW!r}, generator=False)
         def progress(done, total):
@@ -474,7 +475,7 @@ def test_ctrl_c_during_upkeep_keeps_what_the_dream_applied_and_says_so(store, mo
     from typer.testing import CliRunner
 
     from pmem.cli.app import app
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     rich_store(store)
     monkeypatch.setenv("PMEM_DB", str(store.path))

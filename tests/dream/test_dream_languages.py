@@ -18,7 +18,7 @@ from pmem.dream import sameness
 from pmem.dream.planners import ACROSS_NEAREST, Planning
 from pmem.dream.records import Plan, _Budget
 from pmem.models.thresholds import E5_SMALL, MINILM
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 NOW = "2026-01-01T00:00:00Z"
 RULE = sameness.Rule(auto=0.94, review=0.94, lexical=0.3, bilingual=0.925, bilingual_floor=0.88)

@@ -15,7 +15,8 @@ import pytest
 from pmem import dream
 from pmem.dream import sameness
 from pmem.extract import why
-from pmem.store import Filter, MemoryStore
+from pmem.service import MemoryStore
+from pmem.store import Filter
 from pmem.transfer import export_jsonl
 
 from fakes import FakeGenerator

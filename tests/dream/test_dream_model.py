@@ -7,7 +7,7 @@ import pytest
 
 from pmem import dream
 from pmem.extract import check_grounding
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 pytestmark = pytest.mark.model
 NOW = "2026-01-01T00:00:00Z"

@@ -294,7 +294,7 @@ def test_print_config_env_makes_an_sdk_client_open_the_same_store(tmp_path, fake
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     db = tmp_path / "work" / "notes.db"
     db.parent.mkdir()

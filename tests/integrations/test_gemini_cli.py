@@ -56,7 +56,7 @@ def _hooks(log: Path, event: str) -> list[tuple[dict, str]]:
 
 def test_gemini_cli_runs_pmems_hooks_and_its_chat_imports_once(fake_config, store, tmp_path):
     from pmem import paths
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     home, project, log, bin_dir = (tmp_path / n for n in ("home", "cabin", "hook-log", "bin"))
     for d in (home, project, log, bin_dir):

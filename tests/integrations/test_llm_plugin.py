@@ -15,7 +15,7 @@ llm = pytest.importorskip("llm", reason='llm is an extra: pip install ".[llm]"')
 
 from llm.plugins import pm  # noqa: E402
 
-from pmem.store import MemoryStore  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

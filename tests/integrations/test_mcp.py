@@ -101,7 +101,8 @@ def test_every_tool_round_trip(pmem_home, project, tmp_path):
     assert "scope" not in out["personal"]["memory"]  # without project: true, a memory is global
 
     # Every change is in the database as an undoable event, with history kept.
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     with MemoryStore(pmem_home / "pmem.db") as store:
         old = store.get(mem["id"])
@@ -183,7 +184,7 @@ def test_a_locked_database_answers_within_the_hook_bound(pmem_home, project, fak
     within the hook's bound (about 4 s) with an error that says so, where it took 21.8 s; a read
     answers at once; after the lock, the same call succeeds; a lock shorter than the bound is waited out."""
     from pmem import db
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     db_path = pmem_home / "pmem.db"
     with MemoryStore(db_path, config=fake_config) as store:
@@ -296,7 +297,7 @@ def test_remember_with_extract_keeps_the_source(pmem_home, project):
     assert not r.is_error, _text(r)
     data = json.loads(_text(r))
     assert data["extracted"] is True and data["source_ids"]
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db") as store:
         source = store.get(data["source_ids"][0])
@@ -310,7 +311,7 @@ def test_remember_with_extract_keeps_the_source(pmem_home, project):
 
 
 def _seed(home: Path, config, ids: dict[str, str]) -> None:
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(home / "pmem.db", config=config) as store:
         store.insert([store.new_memory(text, memory_id=mid) for mid, text in ids.items()])
@@ -334,7 +335,8 @@ def test_ids_from_an_agent_need_four_characters(pmem_home, project, fake_config)
     assert ambiguous.is_error and "abcd1234" in _text(ambiguous) and "abcd5678" in _text(ambiguous)
     assert not whole.is_error and json.loads(_text(whole))["pinned"] == "ef"
     assert not enough.is_error and json.loads(_text(enough))["forgotten"] == "b1234567"
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
         forgotten = [m.id for m in store.list_memories(Filter.everything()) if m.forgotten]
@@ -359,7 +361,8 @@ def test_update_follows_the_current_version_and_a_retry_stores_nothing(pmem_home
     assert retry["updated"] is False and retry["memory"]["id"] == blue["memory"]["id"]
     assert red["updated"] is True and red["supersedes"] == blue["memory"]["id"] and green in red["note"]
     assert [r["text"] for r in found["results"]] == ["My favourite colour is red"]
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
         assert len(store.list_memories(Filter.everything())) == 3  # green, blue, red: the retry stored nothing
@@ -373,7 +376,8 @@ def test_concurrent_updates_of_one_memory_never_fork_it(pmem_home, fake_config):
     """Two agents correct the same memory at the same moment (each with its own connection): the
     chain is re-read under the write lock, so one correction follows the other."""
     from pmem.integrations import actions
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     path = pmem_home / "pmem.db"
     with MemoryStore(path, config=fake_config) as store:
@@ -424,7 +428,7 @@ def test_remember_of_stored_text_applies_pin_and_tags(pmem_home, project, fake_c
     assert again["memory"]["tier"] == "core" and set(again["memory"]["tags"]) == {"food", "coffee"}
     assert "pinned" in again["note"] and "tagged" in again["note"]
     assert "oat milk" in recalled  # core now: recalled whatever the topic
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
         assert [e.action for e, _ in store.history(mid)] == ["add", "retag", "pin"]
@@ -449,7 +453,8 @@ def test_a_forgotten_memory_cannot_be_pinned_or_updated(pmem_home, project, fake
     for r in (pin, update):
         assert r.is_error and "forgotten" in _text(r) and f"pmem restore {mid}" in _text(r), _text(r)
     assert "phone number" not in recalled
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
         assert [m.id for m in store.list_memories(Filter.everything())] == [mid]  # no new memory
@@ -462,7 +467,7 @@ def test_recall_says_what_is_true_when_nothing_matches(pmem_home, project, fake_
         return _text(await s.call_tool("recall", {"topic": "dinner"}))
 
     assert "(nothing stored yet)" in _session(_params(pmem_home, project), empty)
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     with MemoryStore(pmem_home / "pmem.db", config=fake_config) as store:
         store.add("A conversation we had", tier="episodic")  # stored, but not what recall offers
@@ -491,7 +496,8 @@ def test_remember_with_extract_in_the_project_keeps_facts_there(pmem_home, proje
     r = _session(params, body, client="cursor")
     assert not r.is_error, _text(r)
     data = json.loads(_text(r))
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     with MemoryStore(pmem_home / "pmem.db") as store:
         ids = data["source_ids"] + [f["id"] for f in data["facts"] if f["id"]]
@@ -508,7 +514,7 @@ def test_writing_tools_start_the_background_sync_and_reading_ones_do_not(pmem_ho
     from pmem.config import load
     from pmem.integrations import actions
     from pmem.integrations.mcp_server import Backend
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-64")
     kicked: list = []

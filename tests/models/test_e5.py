@@ -19,7 +19,7 @@ import pytest
 from pmem.errors import ModelError, ModelMismatch
 from pmem.models import e5 as embed_e5
 from pmem.models.e5 import MAX_WINDOWS, E5Embedder, PieceIndex, spread
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared/data/e5_reference.json"
 

@@ -314,7 +314,8 @@ def test_doctor_reports_the_server(server):
 
 
 def test_bulk_embedding_runs_in_the_calling_process(server, fake_config, tmp_path, monkeypatch):
-    from pmem.store import BULK_EMBED, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import BULK_EMBED
 
     remote = srv.connect_embedder(tmp_path / "m.gguf")
     local = FakeEmbedder(32)
@@ -336,7 +337,8 @@ def test_an_import_in_batches_runs_its_last_small_batch_in_the_calling_process_t
     batch embed here like the rest (the server answers only the import's own status calls)."""
     from pmem import Memory
     from pmem.integrations.importers.registry import run_import
-    from pmem.store import BULK_EMBED, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import BULK_EMBED
 
     remote = srv.connect_embedder(tmp_path / "m.gguf")
     calls: list[int] = []
@@ -357,7 +359,8 @@ def test_an_import_in_batches_runs_its_last_small_batch_in_the_calling_process_t
 def test_a_reindex_of_a_large_store_embeds_every_batch_in_the_calling_process(server, fake_config, tmp_path,
                                                                               monkeypatch):
     from pmem import Memory
-    from pmem.store import BULK_EMBED, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import BULK_EMBED
 
     remote = srv.connect_embedder(tmp_path / "m.gguf")
     calls: list[int] = []
@@ -718,7 +721,8 @@ def test_the_local_fallback_also_gets_the_query_flag(short_home, tmp_path):
 
 
 def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp_path, monkeypatch):
-    from pmem.store import MemoryStore, deserialize
+    from pmem.service import MemoryStore
+    from pmem.store import deserialize
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(60))
@@ -778,7 +782,8 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
 
     from pmem.models import provision
     from pmem.models.embed import load_model_file
-    from pmem.store import MemoryStore, deserialize
+    from pmem.service import MemoryStore
+    from pmem.store import deserialize
 
     path = provision.ensure_model("multilingual-e5-small", progress=False)
     s = srv.Server(threads=1, loader=load_model_file)

@@ -15,7 +15,7 @@ from pmem.models.embed import FakeEmbedder, SymmetricEmbedder
 from pmem.models.provision import embed_model_for, memories_as_queries, stored_model
 from pmem.models.thresholds import E5_SMALL, E5_SYMMETRIC, for_model
 from pmem.search import search
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 class QueryAware(FakeEmbedder):

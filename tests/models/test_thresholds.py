@@ -13,7 +13,7 @@ from pmem.models import thresholds
 from pmem.models.embed import FakeEmbedder
 from pmem.models.thresholds import E5_SMALL, MINILM, effective, for_model
 from pmem.recall import recall
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 from fakes import FakeGenerator
 

@@ -225,7 +225,7 @@ MEMORIES = [
 
 @pytest.fixture
 def real_store(tmp_path, monkeypatch):
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     monkeypatch.setenv("PMEM_THREADS", "1")
     s = MemoryStore(tmp_path / "real.db")  # the default model: multilingual-e5-small

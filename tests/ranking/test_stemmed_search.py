@@ -15,11 +15,9 @@ from conftest import schema_before  # noqa: E402
 from pmem import Memory, search  # noqa: E402
 from pmem.cli.app import app  # noqa: E402
 from pmem.search import fts_query  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
 from pmem.stemming import index_language, index_stems  # noqa: E402
-from pmem.store import (
-    MemoryStore,  # noqa: E402
-    migrations,  # noqa: E402
-)
+from pmem.store import migrations  # noqa: E402
 
 runner = CliRunner()
 

@@ -16,7 +16,8 @@ import pytest
 from pmem import Memory, search
 from pmem.models.embed import FakeEmbedder, LlamaEmbedder
 from pmem.search import semantic_ranks
-from pmem.store import Filter, MemoryStore
+from pmem.service import MemoryStore
+from pmem.store import Filter
 from pmem.store import english as en
 
 DANA = "Deploys to production need approval from Dana"

@@ -1,4 +1,4 @@
-"""MemoryStore (pmem/store/memories.py) against a real SQLite file with sqlite-vec loaded: memory
+"""MemoryStore (pmem/service.py over pmem/store/memories.py) against a real SQLite file with sqlite-vec loaded: memory
 reads and writes, undo, the kept counts, list orders, the side reader (fake embedder for speed)."""
 
 from __future__ import annotations
@@ -382,7 +382,7 @@ def test_hybrid_search_reads_its_keyword_side_on_a_second_connection(store, monk
 
 
 def test_side_reader_is_none_where_it_cannot_serve(store, fake_config, monkeypatch):
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 1)
     store.add("one memory")

@@ -91,7 +91,7 @@ def _old_store(path, fake_config, n: int):
 
 
 def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monkeypatch):
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     path = tmp_path / "old.db"
     _old_store(path, fake_config, 150)
@@ -123,7 +123,7 @@ def test_a_store_of_the_previous_schema_is_migrated(fake_config, tmp_path, monke
 def test_a_store_with_one_bit_codes_is_migrated_to_two(fake_config, tmp_path, monkeypatch):
     """m008: a bit index of sign bits (as pmem wrote it before) is rebuilt with two bits per
     dimension; searching through it then answers as the exact scan does where the pool covers."""
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     path = tmp_path / "m007.db"
     store = MemoryStore(path, config=fake_config)

@@ -161,7 +161,7 @@ def test_bit_codes_hold_two_levels_per_dimension(store):
 def test_bit_codes_follow_thresholds_another_process_rebuilt(store, fake_config):
     """A long-lived process (the TUI, the MCP server) writes and queries codes with the thresholds
     in the database now, not those it read first."""
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
     rng = fill(store, 300)
     store.add("a first write reads the thresholds")
     other = MemoryStore(store.path, config=fake_config)
@@ -233,7 +233,8 @@ def test_partitions_are_shared_with_a_helper_and_each_read_once(store, fake_conf
     connection; together the two read every partition once, as one thread alone would."""
     import threading
 
-    from pmem.store import MemoryStore, PartitionScan
+    from pmem.service import MemoryStore
+    from pmem.store import PartitionScan
 
     rng = fill(store, 900, seed=8)
     query = serialize([rng.gauss(0, 1) for _ in range(store.embedder.dim)])

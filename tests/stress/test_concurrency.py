@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.stress, pytest.mark.slow]
 WORKER = r"""
 import json, random, sys, time
 from pmem.errors import NotFound
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 db, shared, pins = sys.argv[1], sys.argv[5], sys.argv[6].split(",")
 w, ops, seed = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -109,7 +109,8 @@ def run(tmp: Path, writers: int, ops: int, seed: int, embed_model: str) -> dict:
     """Start the writers together on one store in `tmp`; what the database says afterwards."""
     env = {**os.environ, "PMEM_EMBED_MODEL": embed_model,
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    from pmem.store import Filter, MemoryStore
+    from pmem.service import MemoryStore
+    from pmem.store import Filter
 
     db = Path(tmp) / "pmem.db"
     store = MemoryStore(db)

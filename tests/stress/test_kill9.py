@@ -51,7 +51,7 @@ NOW = "2026-01-01T00:00:00Z"
 CHILD = r"""
 import json, re, sys, time
 from pathlib import Path
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 op, db, data = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 store = MemoryStore(db)
@@ -94,7 +94,7 @@ print("done", flush=True)
 
 def build_base(tmp: Path, n: int) -> Path:
     from pmem.records import Memory
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     base = tmp / "base.db"
     store = MemoryStore(base)
@@ -128,7 +128,7 @@ def build_base(tmp: Path, n: int) -> Path:
 
 def check(db: Path, op: str, data: Path) -> dict:
     from pmem.backup import list_backups
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     problems: dict[str, list[str]] = {"corrupt": [], "half": []}
     store = MemoryStore(db)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pmem import sync
 from pmem.config import Settings
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.sync import keys
 
 

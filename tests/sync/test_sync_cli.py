@@ -293,7 +293,7 @@ def test_kill_9_in_the_middle_of_a_sync_leaves_nothing_half_applied(tmp_path, fa
 
     from pmem import sync
     from pmem.records import Memory
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     folder, key = tmp_path / "Sync", tmp_path / "k"
     a = Device(tmp_path, "ka", key)

@@ -13,7 +13,7 @@ import pytest
 from test_sync_cli import Device, devices, everyone, remote  # noqa: F401 - fixtures
 
 from pmem import sync
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.sync import keys
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")

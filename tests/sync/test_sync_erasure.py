@@ -58,7 +58,7 @@ def killed_at_purge(d: Device, *args: str) -> int:
     the sync's transaction committed the tombstone): the store's purge is replaced, in that
     process only, by SIGKILL. Returns the exit status."""
     code = ("import os, signal, sys\n"
-            "from pmem.store import MemoryStore\n"
+            "from pmem.service import MemoryStore\n"
             "MemoryStore.purge = lambda self, ids: os.kill(os.getpid(), signal.SIGKILL)\n"
             "from pmem.cli import main\n"
             f"main({list(args)!r})\n")

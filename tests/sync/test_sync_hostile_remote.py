@@ -18,7 +18,7 @@ import pytest
 
 from pmem import sync
 from pmem.errors import UsageError
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.sync import keys
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="sync over git needs the git command")
@@ -202,7 +202,7 @@ def test_an_oversized_changeset_is_refused_before_it_is_read(tmp_path, pair):
         f.write(keys.MAGIC)
         f.truncate(300 * 1024 * 1024)
     code = ("import resource, sys\nfrom pmem import sync\nfrom pmem.config import load\n"
-            "from pmem.store import MemoryStore\n"
+            "from pmem.service import MemoryStore\n"
             f"s = MemoryStore({str(tmp_path / 'b' / 'pmem.db')!r}, config=load())\n"
             "try:\n    sync.run(s)\nexcept sync.SyncError as e:\n    print('refused:', e)\n"
             # VmHWM: this process's own peak; ru_maxrss keeps the forking parent's (a big pytest) across exec

@@ -11,7 +11,7 @@ import pytest
 
 from pmem import sync
 from pmem.errors import NotFound, UsageError
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.sync import engine, keys
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -8,7 +8,7 @@ import json
 
 from pmem import sync
 from pmem.records import Memory
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 from pmem.store import vectors as store_vectors
 
 

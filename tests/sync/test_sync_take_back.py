@@ -7,7 +7,7 @@ import pytest
 
 from pmem import sync
 from pmem.errors import NotFound
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 @pytest.fixture

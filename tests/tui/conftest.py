@@ -42,7 +42,7 @@ def seed_tui_store(store) -> None:
 @pytest.fixture
 def tstore(fake_config, tmp_path):
     """The seeded store the TUI tests use, its clock fixed at fakes.TUI_NOW."""
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     from fakes import TUI_NOW
 

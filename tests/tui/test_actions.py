@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from pmem.store import MemoryStore  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
 
 from .pilot import actions, make, press_on, retag, running, screen_text, select, settle  # noqa: E402
 from fakes import TUI_NOW as NOW  # noqa: E402

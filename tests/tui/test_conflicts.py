@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("textual")
 
 from pmem import sync  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
 
 from .pilot import make, running, screen_text, settle  # noqa: E402
 

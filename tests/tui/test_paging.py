@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("textual")
 
 from pmem.records import Memory  # noqa: E402
-from pmem.store import Filter, MemoryStore  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
+from pmem.store import Filter  # noqa: E402
 
 from .pilot import make, running, screen_text  # noqa: E402
 from fakes import TUI_NOW as NOW  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("textual")
 
 from pmem.records import Memory  # noqa: E402
-from pmem.store import MemoryStore  # noqa: E402
+from pmem.service import MemoryStore  # noqa: E402
 
 from .pilot import SIZE, make, running, screen_text, settle  # noqa: E402
 from fakes import TUI_NOW as NOW  # noqa: E402

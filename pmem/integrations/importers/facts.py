@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ...records import TIERS, Memory
 
 if TYPE_CHECKING:
-    from ...store import MemoryStore
+    from ...service import MemoryStore
 
 Progress = Callable[[int, int], None]
 

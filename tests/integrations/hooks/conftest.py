@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 @pytest.fixture

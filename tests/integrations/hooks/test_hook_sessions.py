@@ -7,7 +7,7 @@ import os
 import time
 
 from pmem.integrations import hooks
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 
 def _aged(name: str, days: float):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pmem.integrations import clients, context, hooks
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -23,7 +23,7 @@ import pytest
 from pmem.display import prompt_safe
 from pmem.integrations import hook_wire, hooks
 from pmem.models import serve as srv
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
 ROOT = Path(__file__).resolve().parents[3]

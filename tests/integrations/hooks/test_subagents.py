@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pmem.integrations import clients, hooks
-from pmem.store import MemoryStore
+from pmem.service import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTS = ROOT / "tests" / "data" / "hosts"

@@ -34,7 +34,7 @@ def cli(monkeypatch, pmem_home):
 @pytest.fixture
 def embedded(monkeypatch):
     """The texts the store embeds, in order (the model work a refusal must come before)."""
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     seen: list[str] = []
     real = MemoryStore.embed

@@ -430,7 +430,7 @@ def test_cli_import_reimport_undo(fake_embedder, tmp_path):
 
 def test_ctrl_c_in_the_closing_merge_keeps_the_import_and_its_summary(fake_embedder, tmp_path, monkeypatch):
     from pmem.integrations.importers import registry
-    from pmem.store import MemoryStore
+    from pmem.service import MemoryStore
 
     monkeypatch.setattr(registry, "MERGE_AFTER", 5)
     merges: list[int] = []
