@@ -204,7 +204,7 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
     distance = dict(sem)  # each memory's own: what a Hit reports, and its absolute score
     # 3: thread lift
     if sem and profile.thread_lift > 0.0:
-        sem = thread_lift(sem, store.keywords.neighbours([seq for seq, _ in sem]), profile.thread_lift)
+        sem = thread_lift(sem, store.keywords.candidate_neighbours([seq for seq, _ in sem]), profile.thread_lift)
     lifted = dict(sem) if explain else {}
     floor = store.thresholds().score_floor if sem else 0.0
     # 4: question penalty
