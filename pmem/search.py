@@ -129,8 +129,9 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, profile: 
     `dense_stages`. On a large store the keyword side runs on the store's side reader in another
     thread while this one embeds the query and ranks by meaning; once done, that thread reads
     bit-index partitions of the semantic side too (PartitionScan), so both end together
-    (docs/decisions/0026-scale-sixth-round.md); this one then runs the dense stages while the keyword side may still
-    rank (docs/decisions/0058-search-at-scale.md). A semantic search has that thread read partitions from the start."""
+    (docs/decisions/0026-scale-sixth-round.md). This one then runs the dense stages while the
+    keyword side may still rank (docs/decisions/0058-search-at-scale.md). A semantic search has
+    that thread read partitions from the start."""
     with store.side_reader() as side:
         if side is None:
             kw = keyword_ranks(store, query, flt, n, profile.context_weight, profile) if words else []
@@ -227,7 +228,6 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         raise UsageError("empty query")
     profile = tuning if tuning is not None else profile_for(store, mode)
     n = max(limit, profile.candidates)
-    # 1-2: the candidates of each side
     # 1-4: the candidates of each side, the dense ones after the thread lift and the question penalty
     if mode == "hybrid":
         kw, dense = _both_sides(store, query, flt, n, profile, explain=explain)
