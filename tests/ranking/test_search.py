@@ -285,8 +285,9 @@ def test_the_dense_stages_run_while_the_keyword_side_ranks(store, monkeypatch):
     import importlib
     import threading
 
-    from filled import fill
     from pmem.store import memories as store_memories
+
+    from filled import fill
 
     s = importlib.import_module("pmem.search")
     fill(store, 300)
