@@ -21,7 +21,7 @@ in a query (NEAR(, AND, *, quotes) is searched for, never interpreted.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import UsageError
 from .ranking import explain as explaining
@@ -92,17 +92,50 @@ def semantic_ranks(store: "MemoryStore", query: str, flt: Filter, n: int,
     return english.rescore(query, near, second, profile)[:n]
 
 
+class Dense(NamedTuple):
+    """The dense candidates after stages 3-4 (`dense_stages`), and what they did."""
+
+    sem: list[tuple[int, float]]  # (seq, distance) after the thread lift and the question penalty
+    distance: dict[int, float]  # each memory's own: what a Hit reports, and its absolute score
+    lifted: dict[int, float]  # the distances after the lift (for explain; empty without it)
+    floor: float  # the model's score floor (0.0 without dense candidates)
+    step: float  # how far a question moved
+    questions: set[int]  # the candidates that are questions
+
+
+def dense_stages(store: "MemoryStore", sem: list[tuple[int, float]], profile: Profile,
+                 explain: bool = False) -> Dense:
+    """Stages 3-4 on the dense candidates `sem` (semantic_ranks): the thread lift and the question
+    penalty. They read only those candidates, so search runs them while the keyword side may
+    still be ranking (_both_sides)."""
+    distance = dict(sem)
+    # 3: thread lift
+    if sem and profile.thread_lift > 0.0:
+        sem = thread_lift(sem, store.keywords.candidate_neighbours([seq for seq, _ in sem]), profile.thread_lift)
+    lifted = dict(sem) if explain else {}
+    floor = store.thresholds().score_floor if sem else 0.0
+    # 4: question penalty
+    step = profile.question_penalty * (1.0 - floor)
+    questions: set[int] = set()
+    if sem and profile.question_penalty > 0.0:
+        questions = store.questions([seq for seq, _ in sem], profile.question_marks)
+        sem = asking(sem, questions, step)
+    return Dense(sem, distance, lifted, floor, step, questions)
+
+
 def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, profile: Profile,
-                words: bool = True) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """keyword_ranks (unless not `words`: a semantic search) and semantic_ranks. On a large store
-    the keyword side runs on the store's side reader in another thread while this one embeds the
-    query and ranks by meaning; once done, that thread reads bit-index partitions of the
-    semantic side too (PartitionScan), so both end together (docs/decisions/0026-scale-sixth-round.md). A semantic
-    search has that thread read partitions from the start."""
+                words: bool = True, explain: bool = False) -> tuple[list[tuple[int, float]], Dense]:
+    """keyword_ranks (unless not `words`: a semantic search) and semantic_ranks, the latter through
+    `dense_stages`. On a large store the keyword side runs on the store's side reader in another
+    thread while this one embeds the query and ranks by meaning; once done, that thread reads
+    bit-index partitions of the semantic side too (PartitionScan), so both end together
+    (docs/decisions/0026-scale-sixth-round.md). This one then runs the dense stages while the
+    keyword side may still rank (docs/decisions/0058-search-at-scale.md). A semantic search has
+    that thread read partitions from the start."""
     with store.side_reader() as side:
         if side is None:
             kw = keyword_ranks(store, query, flt, n, profile.context_weight, profile) if words else []
-            return kw, semantic_ranks(store, query, flt, n, profile=profile)
+            return kw, dense_stages(store, semantic_ranks(store, query, flt, n, profile=profile), profile, explain)
         out: dict[str, Any] = {}
         scan = PartitionScan()
 
@@ -118,6 +151,8 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, profile: 
         worker.start()
         try:
             sem = semantic_ranks(store, query, flt, n, scan=scan, profile=profile)
+            scan.close()
+            dense = dense_stages(store, sem, profile, explain)  # on this store's connection: `side` is the worker's
         finally:
             try:
                 scan.close()
@@ -125,7 +160,7 @@ def _both_sides(store: "MemoryStore", query: str, flt: Filter, n: int, profile: 
                 _join(worker)
         if "error" in out:
             raise out["error"]
-        return out["kw"], sem
+        return out["kw"], dense
 
 
 def _join(worker: threading.Thread) -> None:
@@ -193,26 +228,15 @@ def search(store: "MemoryStore", query: str, flt: Filter | None = None, *, limit
         raise UsageError("empty query")
     profile = tuning if tuning is not None else profile_for(store, mode)
     n = max(limit, profile.candidates)
-    # 1-2: the candidates of each side
+    # 1-4: the candidates of each side, the dense ones after the thread lift and the question penalty
     if mode == "hybrid":
-        kw, sem = _both_sides(store, query, flt, n, profile)
+        kw, dense = _both_sides(store, query, flt, n, profile, explain=explain)
     elif mode == "keyword":
-        kw, sem = keyword_ranks(store, query, flt, n, profile.context_weight, profile), []
+        kw = keyword_ranks(store, query, flt, n, profile.context_weight, profile)
+        dense = dense_stages(store, [], profile)
     else:
-        kw, sem = _both_sides(store, query, flt, n, profile, words=False)
-
-    distance = dict(sem)  # each memory's own: what a Hit reports, and its absolute score
-    # 3: thread lift
-    if sem and profile.thread_lift > 0.0:
-        sem = thread_lift(sem, store.keywords.neighbours([seq for seq, _ in sem]), profile.thread_lift)
-    lifted = dict(sem) if explain else {}
-    floor = store.thresholds().score_floor if sem else 0.0
-    # 4: question penalty
-    step = profile.question_penalty * (1.0 - floor)
-    questions: set[int] = set()
-    if sem and profile.question_penalty > 0.0:
-        questions = store.questions([seq for seq, _ in sem], profile.question_marks)
-        sem = asking(sem, questions, step)
+        kw, dense = _both_sides(store, query, flt, n, profile, words=False, explain=explain)
+    sem, distance, lifted, floor, step, questions = dense
     kw_rank = {seq: i for i, (seq, _) in enumerate(kw, start=1)}
     sem_rank = {seq: i for i, (seq, _) in enumerate(sem, start=1)}
     bm25 = dict(kw)

@@ -137,7 +137,7 @@ def dense_first(scores: dict[Any, float], best: Any, tuning: Profile = DEFAULT,
 def thread_lift(sem: list[tuple[int, float]], neighbours: dict[int, list[int]],
                 lift: float = DEFAULT.thread_lift) -> list[tuple[int, float]]:
     """The dense side's (seq, distance) with each memory's distance d moved to
-    d - lift * (d - d_n), d_n its nearest neighbour's (`neighbours`: KeywordIndex.neighbours) among
+    d - lift * (d - d_n), d_n its nearest neighbour's (`neighbours`: KeywordIndex.candidate_neighbours) among
     these candidates where that is nearer; best first again, equal distances by seq as the ranks
     break them. A memory with no neighbour there keeps d. No vector is read: a neighbour nearer
     than a candidate is a candidate itself (but past e5's pool, or outside the filter)."""

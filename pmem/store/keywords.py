@@ -255,6 +255,28 @@ class KeywordIndex:
             (json.dumps(list(seqs)),)).fetchall()
         return {seq: near for seq, near in ((seq, json.loads(near)) for seq, near in rows) if near}
 
+    def candidate_neighbours(self, seqs: Sequence[int]) -> dict[int, list[int]]:
+        """`neighbours(seqs)` with each list cut to `seqs` themselves: all the thread lift uses (a
+        neighbour that is no candidate lends no distance). One read finds the live threaded
+        candidates; only those sharing their thread with another have their windows read (at
+        100,000 in threads of 20 the 125 candidates' windows cost 0.9 ms a search, and few
+        candidates share a thread: docs/decisions/0058-search-at-scale.md)."""
+        if not seqs:
+            return {}
+        rows = self.db.execute(
+            f"SELECT c.seq, c.thread FROM json_each(?) p JOIN memories c ON c.seq = p.value "
+            f"WHERE c.thread IS NOT NULL AND {LIVE_SQL.format(a='c')}",
+            (json.dumps(list(dict.fromkeys(seqs))),)).fetchall()
+        threads: dict[str, list[int]] = {}
+        for seq, thread in rows:
+            threads.setdefault(thread, []).append(seq)
+        shared = [seq for members in threads.values() if len(members) > 1 for seq in members]
+        if not shared:
+            return {}
+        kept = set(shared)  # a neighbour among the candidates is a live member of the same thread
+        found = ((seq, [n for n in near if n in kept]) for seq, near in self.neighbours(shared).items())
+        return {seq: near for seq, near in found if near}
+
     def starting_with(self, words: list[str]) -> str:
         """An FTS5 expression for texts that begin with these words (with the index's stemming)."""
         return "text : " + '^"' + " ".join(w.replace('"', '""') for w in words) + '"'

@@ -276,3 +276,42 @@ def test_cli_min_score_and_json_fields(fake_config, monkeypatch):
     assert [h["id"] for h in strict] == [h["id"] for h in hits if h["score"] >= cut] and len(strict) < len(hits)
     bad = runner.invoke(app, ["search", "cabin", "--min-score", "2"])
     assert bad.exit_code == 2 and "--min-score" in bad.output
+
+
+def test_the_dense_stages_run_while_the_keyword_side_ranks(store, monkeypatch):
+    """With a side reader the searching thread runs the thread lift and the question penalty
+    (dense_stages) before it waits for the keyword side: a keyword side that waits for them
+    still ends, and the hits are those of one connection."""
+    import importlib
+    import threading
+
+    from pmem.store import memories as store_memories
+
+    from filled import fill
+
+    s = importlib.import_module("pmem.search")
+    fill(store, 300)
+    queries = ("topic 5 word3", "note 17", "about word6")
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 10**9)
+    alone = [[(h.memory.id, h.rank_score) for h in search(store, q, limit=10)] for q in queries]
+    monkeypatch.setattr(store_memories, "SIDE_READS_FROM", 100)
+    ran, waited = threading.Event(), []
+    real_dense, real_keyword = s.dense_stages, s.keyword_ranks
+
+    def dense(*args, **kwargs):
+        out = real_dense(*args, **kwargs)
+        ran.set()
+        return out
+
+    def keyword(*args, **kwargs):
+        waited.append(ran.wait(5))
+        return real_keyword(*args, **kwargs)
+
+    monkeypatch.setattr(s, "dense_stages", dense)
+    monkeypatch.setattr(s, "keyword_ranks", keyword)
+    both = []
+    for q in queries:
+        ran.clear()
+        both.append([(h.memory.id, h.rank_score) for h in search(store, q, limit=10)])
+    assert waited == [True] * len(queries)
+    assert both == alone

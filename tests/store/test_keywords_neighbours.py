@@ -35,3 +35,36 @@ def test_other_threads_and_no_candidates(store):
     assert store.keywords.neighbours([]) == {}
     store.keywords.set_window(0, 0)
     assert store.keywords.neighbours(s) == {}
+
+
+def test_candidate_neighbours_are_the_neighbours_among_the_candidates(store):
+    """What the thread lift reads: for any set of candidates, each one's window cut to the
+    candidates themselves, as neighbours() and a filter give, forgotten members stepped over."""
+    import random
+
+    rng = random.Random(7)
+    made = []
+    for t in range(6):
+        made += store.insert([Memory(id="", text=f"thread {t} turn {i}", thread=f"t{t}") for i in range(9)])
+    made += store.insert([Memory(id="", text=f"a note {i}") for i in range(5)])
+    s = seqs(store, made)
+    store.forget(made[4].id)
+    store.forget(made[20].id)
+    for size in (0, 1, 2, 5, 12, 30, len(s)):
+        for _ in range(5):
+            picked = rng.sample(s, size)
+            kept = set(picked)
+            whole = {seq: [n for n in near if n in kept] for seq, near in store.keywords.neighbours(picked).items()}
+            assert store.keywords.candidate_neighbours(picked) == {seq: near for seq, near in whole.items() if near}
+
+
+def test_candidates_alone_in_their_thread_read_no_window(store, monkeypatch):
+    turns = store.insert([Memory(id="", text=f"turn {i}", thread=f"chat {i % 3}") for i in range(9)])
+    s = seqs(store, turns)
+    read: list[list[int]] = []
+    real = store.keywords.neighbours
+    monkeypatch.setattr(store.keywords, "neighbours", lambda seqs: read.append(list(seqs)) or real(seqs))
+    assert store.keywords.candidate_neighbours([s[0], s[1], s[2]]) == {}  # three threads, one candidate each
+    assert read == []
+    assert store.keywords.candidate_neighbours([s[0], s[3], s[1]]) == {s[0]: [s[3]], s[3]: [s[0]]}
+    assert sorted(read[0]) == sorted([s[0], s[3]])
