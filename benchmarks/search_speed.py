@@ -52,7 +52,7 @@ def child(db: Path, passes: int, sides: bool) -> dict:
     from scale_corpus import NOW
 
     S = importlib.import_module("pmem.search")
-    from pmem.store import Filter, MemoryStore
+    from pmem import Filter, MemoryStore
 
     qs = questions()
     side: list[float] = []  # CPU seconds of each run of search's keyword-side thread
