@@ -132,7 +132,7 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
     from ..models.generate import load_generator
 
     try:
-        return load_generator(settings=store.config), None
+        return load_generator(settings=store.config, cache=store.vectors.models), None
     except PmemError as exc:
         return None, str(exc)
 

@@ -32,6 +32,7 @@ from .validation import normalize
 from .vectors import WHOLE_TIERS, VectorIndex
 
 if TYPE_CHECKING:
+    from ..models.cache import ModelCache
     from ..models.embed import Embedder
     from ..models.thresholds import Thresholds
 
@@ -48,14 +49,18 @@ _CLOSING = " \t\r\n\"')]}»\u201d\u2019"
 
 
 class MemoryStore(DreamReads):
-    """The memory database. Open one per process; it is cheap until a model is needed."""
+    """The memory database. Open one per process; it is cheap until a model is needed.
+
+    `models`: where the models it loads are kept (pmem.models.cache.ModelCache; default: the
+    process's own, shared by every store of the process)."""
 
     def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
-                 embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None):
+                 embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None,
+                 models: "ModelCache | None" = None):
         self.path = paths.db_path(path)
         self._config = config if config is not None else load_config()
         self.db = Connection(self.path, clock or timeutil.now_iso)
-        self.vectors = VectorIndex(self.db, self._config, embedder)
+        self.vectors = VectorIndex(self.db, self._config, embedder, models)
         self.keywords = KeywordIndex(self.db)
         self.journal = Journal(self.db)
         self._side: MemoryStore | None = None  # a second connection for reads on another thread
@@ -139,7 +144,8 @@ class MemoryStore(DreamReads):
         try:
             if self._side is None and estimate(self.db, Filter.everything()) >= SIDE_READS_FROM:
                 try:
-                    self._side = MemoryStore(self.path, config=self.config, clock=self.clock)
+                    self._side = MemoryStore(self.path, config=self.config, clock=self.clock,
+                                             models=self.vectors.models)
                 except self.db.forgiven:
                     pass  # busy, out of file handles...: this search stays on one connection
             if self._side is not None:  # it ranks as this store does, now

@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 from pmem.cli.app import app
 from pmem.config import Settings
 from pmem.errors import ModelError, UsageError
+from pmem.models import cache as model_cache
 from pmem.models import serve as srv
+from pmem.models.cache import ModelCache
 from pmem.models.embed import FakeEmbedder, load_embedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
@@ -172,8 +174,7 @@ def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting
     monkeypatch.setattr(srv, "connect", lambda *a, **k: calls.append(a))
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
-    assert load_embedder("some-model", server=setting).dim == 16
+    assert load_embedder("some-model", server=setting, cache=ModelCache()).dim == 16
     assert calls == [] and srv.spawned_here == []
     with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
         load_embedder("some-model", server="sometimes")  # config's own message: one validation
@@ -381,8 +382,8 @@ def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_pat
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
-    assert load_embedder("some-model", server=setting, idle_minutes=1.5).dim == 16  # this command: its own
+    assert load_embedder("some-model", server=setting, idle_minutes=1.5,
+                         cache=ModelCache()).dim == 16  # this command: its own
     assert len(started) == 1
     argv, log = started[0]
     assert argv[0] == "serve" and argv[-len(idle) or len(argv):] == idle and log == short_home / "serve.log"
@@ -483,13 +484,13 @@ def test_search_falls_back_to_the_local_model_when_the_server_is_stopped(server_
     model.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(32))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # a command's process: nothing loaded yet
     proc = server_process()
     r = runner.invoke(app, ["add", "The wifi password at the cabin is hunter2"])
     assert r.exit_code == 0, r.output
     assert srv.status()["requests"] >= 2  # the add went through the server
     os.kill(proc.pid, signal.SIGSTOP)
-    monkeypatch.setattr("pmem.models.embed._cache", {})  # the next command starts with nothing loaded
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # the next command starts with nothing loaded
     t0 = time.monotonic()
     r = runner.invoke(app, ["search", "cabin wifi", "--json"])
     assert time.monotonic() - t0 < srv.reply_timeout() + 3
@@ -722,9 +723,8 @@ def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(60))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
     cfg = Settings(embed_model=str(model), server="auto")
-    with MemoryStore(tmp_path / "q.db", config=cfg) as store:
+    with MemoryStore(tmp_path / "q.db", config=cfg, models=ModelCache()) as store:
         assert isinstance(store.embedder, srv.RemoteEmbedder)
         _close([deserialize(store.query_vector("parking"))], QueryFake().embed(["parking"], query=True))
         _close([deserialize(store.embed(["parking"])[0])], QueryFake().embed(["parking"]))
@@ -787,11 +787,11 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:
-        monkeypatch.setattr("pmem.models.embed._cache", {})
         local = load_model_file(path, threads=1)
         texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
         with MemoryStore(short_home / "e5.db", config=Settings(embed_model="multilingual-e5-small",
-                                                               server="auto", threads=1)) as store:
+                                                               server="auto", threads=1),
+                         models=ModelCache()) as store:
             assert isinstance(store.embedder, srv.RemoteEmbedder) and store.embedder.query_aware
             for query in (True, False):
                 served = np.array([deserialize(b) for b in store.embed(texts, query=query)])
