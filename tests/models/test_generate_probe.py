@@ -111,14 +111,20 @@ def test_a_healthy_model_passes_and_is_asked_once(own_models, chat_model, monkey
                            16) is not None
 
 
-def test_a_rebuilt_llama_cpp_is_asked_again(own_models, chat_model, monkeypatch):
+def test_a_rebuilt_llama_cpp_is_asked_again(own_models, chat_model, monkeypatch, tmp_path):
     asked = []
     monkeypatch.setattr(generate, "probe", lambda path, threads=0: asked.append(path) or (True, None))
+    build = tmp_path / "site" / "llama_cpp"  # an install of llama-cpp-python of this test's own, never imported
+    (build / "lib").mkdir(parents=True)
+    (build / "__init__.py").write_text("")
+    lib = build / "lib" / "libllama.so"
+    lib.write_bytes(b"build 1")
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     generate.check_runs(chat_model, cache=ModelCache())
     generate.check_runs(chat_model, cache=ModelCache())  # a second process reads the verdict from the file
     assert len(asked) == 1
-    real = generate._build_key
-    monkeypatch.setattr(generate, "_build_key", lambda path: real(path) + "|libllama.so:1:2")
+    lib.write_bytes(b"build 2, rebuilt")
     generate.check_runs(chat_model, cache=ModelCache())
     assert len(asked) == 2
     assert len(json.loads((own_models / ".runs-here.json").read_text())) == 1  # one verdict per model file
