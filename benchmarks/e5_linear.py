@@ -4,9 +4,9 @@
     python benchmarks/e5_linear.py --rounds 5 --lengths 16 64 128 256 512
     python benchmarks/e5_linear.py --db /tmp/pmem-scale/scale-100000.db --rounds 3   # whole searches at scale
 
-pmem.models.e5._linear multiplies a pass of up to `_FEW_ROWS` tokens as (W @ x.T).T and a longer
+pmem.models.e5.linear multiplies a pass of up to `FEW_ROWS` tokens as (W @ x.T).T and a longer
 one as x @ W.T. This times e5's forward pass (CPU time of this process, one BLAS thread as a query
-runs) both ways in one process: blocks of every question (`_FEW_ROWS` = 0, then the shipped value,
+runs) both ways in one process: blocks of every question (`FEW_ROWS` = 0, then the shipped value,
 alternating, --rounds times each), and passes of --lengths tokens, so the threshold can be read
 off where the two orders cross. Medians; the vectors of both orders are compared too.
 
@@ -59,20 +59,20 @@ def main() -> int:
 
     e5 = load_embedder(en.MAIN, server="never").inner
     e5.use_threads(1)
-    shipped = E._FEW_ROWS
+    shipped = E.FEW_ROWS
     qs = questions(args.questions)
     seqs = [e5.windows(e5.tokenize(q, True)) for q in qs]
     out: dict = {"questions": len(qs), "tokens (median)": statistics.median(len(s[0]) for s in seqs),
-                 "_FEW_ROWS": shipped}
+                 "FEW_ROWS": shipped}
     vectors = {}
     for rows in (0, shipped):
-        E._FEW_ROWS = rows
+        E.FEW_ROWS = rows
         vectors[rows] = e5.embed_array(qs, query=True)
     out["cosine of the two orders' vectors, min"] = round(float(np.min(np.sum(vectors[0] * vectors[shipped], 1))), 7)
     times: dict[int, list[list[float]]] = {0: [[] for _ in qs], shipped: [[] for _ in qs]}
     for _ in range(args.rounds):
         for rows in (0, shipped):
-            E._FEW_ROWS = rows
+            E.FEW_ROWS = rows
             for i, s in enumerate(seqs):
                 c = time.process_time()
                 e5._forward(s)
@@ -88,7 +88,7 @@ def main() -> int:
         seq = [[e5.tokenizer.bos, *rng.integers(1000, 100000, n - 2).tolist(), e5.tokenizer.eos]]
         cell = {}
         for rows in (0, n):  # x @ W.T, then W @ x.T for this length
-            E._FEW_ROWS = rows
+            E.FEW_ROWS = rows
             e5._forward(seq)
             ts = []
             for _ in range(max(3, 2 * args.rounds)):
@@ -98,7 +98,7 @@ def main() -> int:
             cell["W @ x.T" if rows else "x @ W.T"] = round(statistics.median(ts) * 1000, 1)
         lengths[n] = cell
     out["one pass of N tokens, ms"] = lengths
-    E._FEW_ROWS = shipped
+    E.FEW_ROWS = shipped
     out["load average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=1))
     return 0
@@ -118,7 +118,7 @@ def searches(args) -> int:
     from scale_corpus import questions as scale_questions
 
     S = importlib.import_module("pmem.search")  # the module (pmem.search is also a function's name)
-    shipped = E._FEW_ROWS
+    shipped = E.FEW_ROWS
     with tempfile.TemporaryDirectory() as tmp:
         path, cfg, e5, on = english_copy(args.db, Path(tmp))
         off = MemoryStore(path, config=cfg.with_values(embed_english="none"), embedder=e5, clock=lambda: NOW)
@@ -128,13 +128,13 @@ def searches(args) -> int:
         for round_ in range(1 + args.rounds):
             for q in qs:
                 for rows, label, store in cells:
-                    E._FEW_ROWS = rows
+                    E.FEW_ROWS = rows
                     t = time.perf_counter()
                     S.search(store, q, Filter(), limit=10)
                     if round_:
                         name = f"{'W @ x.T' if rows else 'x @ W.T'}, embed_english = {label}"
                         times.setdefault(name, []).append(time.perf_counter() - t)
-        E._FEW_ROWS = shipped
+        E.FEW_ROWS = shipped
         out = {"memories": on.count(), "questions": len(qs), "e5 threads": e5.inner.threads,
                "hybrid search, ms (median)": {k: round(statistics.median(v) * 1000, 2) for k, v in times.items()},
                "load average": [round(x, 2) for x in os.getloadavg()]}

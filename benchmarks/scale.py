@@ -549,7 +549,7 @@ def pairs(cache: Path, n: int, label: str) -> dict:
     out: dict = {"n": len(blobs), "load_start": os.getloadavg()}
     for threshold in (0.92, 0.85):
         t = time.process_time()
-        found = dream._pairs(vecs, threshold)
+        found = dream.close_pairs(vecs, threshold)
         out[str(threshold)] = {"pairs": len(found), "cpu_s": round(time.process_time() - t, 1)}
     return out
 

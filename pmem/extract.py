@@ -525,7 +525,7 @@ def extract(store: "MemoryStore", text: str, *, generator: "Generator | None" = 
         if generator is None:
             from .models.generate import load_generator
 
-            generator = load_generator(settings=store.config)
+            generator = load_generator(settings=store.config, cache=store.vectors.models)
             model = generator.name
         proposed, shown, invalid = propose(turns, generator, progress)
     except (ModelError, ExtractionError) as exc:

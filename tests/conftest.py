@@ -4,6 +4,7 @@ Test doubles live in fakes.py; test modules import from these two and never from
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -134,10 +135,24 @@ def model_thresholds(monkeypatch):
 
     from pmem.models import profiles
 
-    monkeypatch.setattr(profiles, "_REGISTRY", dict(profiles._registry()))
+    with registered_for_the_test(profiles):
+        def register(name, thresholds):
+            own = profiles.unregistered(name)
+            profiles.register(replace(own, thresholds=thresholds, measured=own.measured | {"thresholds"}))
 
-    def register(name, thresholds):
-        own = profiles.unregistered(name)
-        profiles.register(replace(own, thresholds=thresholds, measured=own.measured | {"thresholds"}))
+        yield register
 
-    return register
+
+@contextlib.contextmanager
+def registered_for_the_test(profiles):
+    """What is registered inside is taken back after, and what it replaced is registered again."""
+    before = profiles.profiles()
+    try:
+        yield
+    finally:
+        for profile in profiles.profiles():
+            if profile not in before:
+                profiles.unregister(profile)
+        for profile in before:
+            if profiles.lookup(profile.name) is not profile:
+                profiles.register(profile)

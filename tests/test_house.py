@@ -153,3 +153,88 @@ def test_the_sql_scan_sees_what_it_must():
     assert calls("db.query(sql)") == [True]
     assert calls("main.query('#keys-slot')") == [False]
     assert calls("socket.connect(addr)") == [False]
+
+
+# Tests reach pmem's private names (module._helper, obj._attr, "pmem.x._y") at most this often: a
+# test goes through a seam (a public function, parameter, setting or constant; the CLI or the store)
+# so that the code behind it may change. The reaches left are listed by test_private_reaches_stay_few.
+PRIVATE_REACHES_MAX = 15
+
+
+def _pmem_private_names() -> set[str]:
+    """Every single-underscore name pmem defines: functions, classes, assignments, attributes."""
+    import ast
+
+    names = set()
+    for path in (ROOT / "pmem").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and len(name) > 1
+
+
+def private_reaches(source: str, where: str, pmem_names: set[str]) -> list[str]:
+    """Where `source` reaches a private name of pmem: an attribute (`embed._cache`, `store._side`;
+    not `self._x`, a test double's own), a dotted string ("pmem.models.embed._cache"), an import
+    (`from pmem.cli.docs import _tree`), or a name handed to setattr/getattr/monkeypatch.setattr
+    (`setattr(embed, "_cache", {})`). Names pmem
+    does not define (textual's, ctypes' `_fields_`) are not pmem's to offer a seam for."""
+    import ast
+    import re
+
+    dotted = re.compile(r"^pmem(?:\.\w+)+$")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr in pmem_names:
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+                found.append((node.lineno, f"{where}:{node.lineno}: {ast.unparse(node)}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and dotted.match(node.value) \
+                and any(_private(part) and part in pmem_names for part in node.value.split(".")):
+            found.append((node.lineno, f"{where}:{node.lineno}: {node.value!r}"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pmem"):
+            found.extend((node.lineno, f"{where}:{node.lineno}: from {node.module} import {alias.name}")
+                         for alias in node.names if _private(alias.name) and alias.name in pmem_names)
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and _private(node.args[1].value) \
+                and node.args[1].value in pmem_names:
+            found.append((node.lineno, f"{where}:{node.lineno}: {ast.unparse(node.func)}(..., {node.args[1].value!r})"))
+    return [reach for _, reach in sorted(found)]
+
+
+def test_private_reaches_stay_few():
+    """Run this file with -s to see the reaches (python -m pytest tests/test_house.py -k private -s)."""
+    names = _pmem_private_names()
+    found = [reach for path in sorted((ROOT / "tests").rglob("*.py"))
+             for reach in private_reaches(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)), names)]
+    print("\n".join(found))
+    assert len(found) <= PRIVATE_REACHES_MAX, f"{len(found)} reaches of private names:\n" + "\n".join(found)
+
+
+def test_the_private_reach_count_sees_each_kind():
+    names = {"_cache", "_load", "_x"}
+    source = """if True:
+        embed._cache = {}
+        monkeypatch.setattr("pmem.models.embed._cache", {})
+        monkeypatch.setattr(embed, "_load", None)
+        self._x
+        embed._unknown
+        embed.__name__
+        from pmem.models.embed import _x, load_embedder
+        "pmem.models.embed.load_embedder"
+        "pmem.version.__version__"
+        "a docstring that names pmem.models.embed._cache in passing"
+    """
+    assert private_reaches(source, "t.py", names) == [
+        "t.py:2: embed._cache", "t.py:3: 'pmem.models.embed._cache'", "t.py:4: monkeypatch.setattr(..., '_load')",
+        "t.py:8: from pmem.models.embed import _x"]

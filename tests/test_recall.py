@@ -126,7 +126,8 @@ def test_packing_many_core_memories_renders_only_what_may_fit(store, monkeypatch
         want = recall_module.Recalled(query=None, budget=budget)
         for m in core:  # the reference: render the whole block for every candidate
             want.core.append(m)
-            if recall_module._cost(render(want, measure)) > budget:
+            block = render(want, measure)  # measured as recall measures: estimate_tokens line by line
+            if sum(recall_module.estimate_tokens(line + "\n") for line in block.split("\n")) > budget:
                 want.core.pop()
         renders: list[int] = []
         real = recall_module.render

@@ -62,7 +62,8 @@ def run_extract(text: str, *, tags: List[str], at: Optional[str], source: Option
     reviewer = _Reviewer() if review else None
     try:
         with open_store() as store:
-            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode)
+            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode,
+                                         cache=store.vectors.models)
                          if model else None)
             with out.Progress("extracting") as progress:
                 result = extract(store, text, generator=generator, tags=tags, at=at, source=source,
@@ -108,7 +109,8 @@ def run_extract_export(records, *, tags: List[str], dry_run: bool, review: bool,
     results: list = []
     try:
         with open_store() as store:
-            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode)
+            generator = (load_generator(model, threads=store.config.threads, mode=store.config.extract_mode,
+                                         cache=store.vectors.models)
                          if model else None)
             with out.Progress("extracting") as progress:
                 summary = extract_conversations(store, records, generator=generator, progress=progress,

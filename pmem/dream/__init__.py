@@ -64,12 +64,12 @@ from .pairs import (
     LSH_LOW,
     PAIRS_EXACT_MAX,
     PARTNER_BLOCK,
-    _hits,
-    _neighbours,
-    _pairs,
-    _pairs_exact,
-    _pairs_lsh,
-    _vectors,
+    close_pairs,
+    close_pairs_exact,
+    close_pairs_lsh,
+    mask_hits,
+    neighbours,
+    vectors_of,
 )
 from .planners import (
     COMPRESS_KEEP,
@@ -84,7 +84,7 @@ from .planners import (
     load_generator_quietly,
     subject_value,
 )
-from .planning import COMPARED_FIELDS, INCREMENTAL_FROM, READ_MAX, SLICE, _Planner, plan
+from .planning import COMPARED_FIELDS, INCREMENTAL_FROM, READ_MAX, SLICE, SlicePlanner, plan
 from .records import (
     APPLY_ORDER,
     ASKED,
@@ -93,13 +93,13 @@ from .records import (
     PAIR_KINDS,
     PROPOSAL_KINDS,
     ApplyResult,
+    Budget,
     Plan,
     Progress,
     Proposal,
-    _Budget,
 )
 
-# The library's names; the private ones after them are what tests and benchmarks reach (a test that
+# The library's names; the parts after them are what tests and benchmarks call (a test that
 # changes a constant patches the part that reads it: pmem.dream.planning.SLICE, not this copy).
 __all__ = [
     "APPLY_ORDER", "ASKED", "PROPOSAL_KINDS", "COMPARED_FIELDS", "COMPRESS_KEEP", "COMPRESS_MAX", "COMPRESS_TOPIC",
@@ -108,5 +108,7 @@ __all__ = [
     "PARTNER_BLOCK", "PLANNERS", "READ_MAX", "SLICE", "SUPERSEDE_COSINE", "ApplyResult", "Plan",
     "Planning", "Progress", "Proposal", "apply", "extractive_summary", "grounded", "load_generator_quietly",
     "plan", "subject_value",
-    "_Budget", "_Planner", "_basis", "_hits", "_neighbours", "_pairs", "_pairs_exact", "_pairs_lsh", "_vectors",
+    "Budget", "SlicePlanner", "_basis", "close_pairs", "close_pairs_exact", "close_pairs_lsh", "mask_hits",
+    "neighbours",
+    "vectors_of",
 ]

@@ -9,7 +9,7 @@ from .. import secretscan
 from ..errors import PmemError
 from ..records import Memory
 from .marks import _dealt_with
-from .records import APPLY_ORDER, ASKED, ApplyResult, Plan, Progress, Proposal, _Budget, _fingerprint
+from .records import APPLY_ORDER, ASKED, ApplyResult, Budget, Plan, Progress, Proposal, _fingerprint
 
 if TYPE_CHECKING:
     from ..service import MemoryStore
@@ -102,7 +102,7 @@ def apply(store: "MemoryStore", plan: Plan, *, accept: set[str] | None = None, p
     undoable operation. A proposal whose members changed since the plan is skipped."""
     import secrets
 
-    budget = _Budget(max_seconds)
+    budget = Budget(max_seconds)
     result = ApplyResult()
     chosen = [p for p in plan.proposals if (p.id in accept if accept is not None else p.kind not in ASKED)]
     chosen.sort(key=lambda p: APPLY_ORDER.index(p.kind))

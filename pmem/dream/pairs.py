@@ -1,5 +1,5 @@
 """Finding the close pairs: every pair compared in blocks, random-hyperplane LSH on a large set,
-and on a large store a slice's neighbours among all stored vectors (_neighbours)."""
+and on a large store a slice's neighbours among all stored vectors (neighbours)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..records import Memory
-from .records import _Budget
+from .records import Budget
 
 if TYPE_CHECKING:
     from ..service import MemoryStore
 
 
-def _vectors(store: "MemoryStore", memories: list[Memory]):
+def vectors_of(store: "MemoryStore", memories: list[Memory]):
     """Unit vectors (numpy float32 rows) for `memories`, in order; rows of zeros where missing."""
     import numpy as np
 
@@ -32,14 +32,14 @@ def _vectors(store: "MemoryStore", memories: list[Memory]):
 PAIRS_EXACT_MAX = 20_000  # memories above which pairs are found by LSH instead of comparing all
 
 
-def _pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
+def close_pairs(vecs, threshold: float) -> list[tuple[int, int, float]]:
     """(i, j, cosine) with i < j and cosine >= threshold, best first."""
     if len(vecs) > PAIRS_EXACT_MAX:
-        return _pairs_lsh(vecs, threshold)
-    return _pairs_exact(vecs, threshold)
+        return close_pairs_lsh(vecs, threshold)
+    return close_pairs_exact(vecs, threshold)
 
 
-def _hits(mask):
+def mask_hits(mask):
     """(rows, columns) of the True cells of a 2-d boolean array, in row order: np.nonzero's
     answer, from a 1-d search that is ~14 times faster on a large, mostly False mask."""
     import numpy as np
@@ -47,14 +47,14 @@ def _hits(mask):
     return np.divmod(np.flatnonzero(mask), mask.shape[1])
 
 
-def _pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
+def close_pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
     """Every pair compared, in blocks to bound memory."""
     n = len(vecs)
     out: list[tuple[int, int, float]] = []
     block = max(1, min(1024, 2**26 // max(n, 1)))  # rows per product: at most ~256 MB of float32
     for start in range(0, n, block):
         sims = vecs[start:start + block] @ vecs[start:].T  # the upper triangle only
-        rows, cols = _hits(sims >= threshold)
+        rows, cols = mask_hits(sims >= threshold)
         for r, c in zip(rows.tolist(), cols.tolist()):
             if c > r:
                 out.append((start + r, start + c, float(sims[r, c])))
@@ -62,12 +62,13 @@ def _pairs_exact(vecs, threshold: float) -> list[tuple[int, int, float]]:
     return out
 
 
-LSH_LOW = 2000  # vectors nearest the centre, compared with every vector exactly (see _pairs_lsh)
-LSH_LAST: dict[str, Any] = {}  # how the last _pairs_lsh went: space, bits, tables, pairs compared
+LSH_LOW = 2000  # vectors nearest the centre, compared with every vector exactly (see close_pairs_lsh)
+LSH_LAST: dict[str, Any] = {}  # how the last close_pairs_lsh went: space, bits, tables, pairs compared
 
 
-def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = None) -> list[tuple[int, int, float]]:
-    """_pairs without comparing all pairs (100,000 memories: 5e9): random-hyperplane LSH, seeded.
+def close_pairs_lsh(vecs, threshold: float, miss: float = 0.001,
+                    space: str | None = None) -> list[tuple[int, int, float]]:
+    """close_pairs without comparing all pairs (100,000 memories: 5e9): random-hyperplane LSH, seeded.
 
     Two vectors at angle a share a b-bit bucket of one table with probability (1 - a/pi)^b;
     enough tables are used that a pair at the threshold is missed with probability `miss`
@@ -122,7 +123,7 @@ def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = 
     LSH_LAST.update(space="centred" if use_centre else "raw", bits=bits, tables=tables, compared=0)
     if cost >= n * n / 2 and space is None:
         LSH_LAST.update(space="all pairs", compared=n * (n - 1) // 2)
-        return _pairs_exact(vecs, threshold)  # LSH would compare more than all pairs
+        return close_pairs_exact(vecs, threshold)  # LSH would compare more than all pairs
     hashed = centred if use_centre else vecs
     weights = 1 << np.arange(bits)
     found: dict[tuple[int, int], float] = {}
@@ -139,7 +140,7 @@ def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = 
             rows_idx = low[start:start + step]
             sims = vecs[rows_idx] @ vecs.T
             LSH_LAST["compared"] += sims.size
-            rows, cols = _hits(sims >= threshold)
+            rows, cols = mask_hits(sims >= threshold)
             keep(rows, cols, sims, rows_idx, np.arange(n))
     for _ in range(tables):
         codes = ((hashed @ rng.standard_normal((dim, bits)).astype(np.float32)) > 0) @ weights
@@ -150,7 +151,7 @@ def _pairs_lsh(vecs, threshold: float, miss: float = 0.001, space: str | None = 
                 continue
             sims = vecs[group] @ vecs[group].T
             LSH_LAST["compared"] += len(group) * (len(group) - 1) // 2
-            rows, cols = _hits(np.triu(sims >= threshold, 1))
+            rows, cols = mask_hits(np.triu(sims >= threshold, 1))
             keep(rows, cols, sims, group, group)
     out = [(i, j, s) for (i, j), s in found.items()]
     out.sort(key=lambda p: (-round(p[2], 6), p[0], p[1]))
@@ -179,8 +180,8 @@ def _union_find(n: int, edges: Iterable[tuple[int, int]]) -> list[list[int]]:
 PARTNER_BLOCK = 16384  # stored vectors per block when looking for what resembles a slice
 
 
-def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
-                budget: _Budget | None = None):
+def neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float, upto: int | None = None,
+                budget: Budget | None = None):
     """Arrays (row of a memory of `chunk`, row of a stored memory, cosine), in the order of the
     first, for every stored vector (of rows up to `upto`) at cosine >= `threshold` to a vector
     of `chunk` (row number -> memory); a pair of two memories of `chunk` once, and no memory
@@ -190,7 +191,7 @@ def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float
 
     _, dim = store.vector_model()
     seqs = np.array(sorted(chunk), dtype=np.int64)
-    new = _vectors(store, [chunk[int(q)] for q in seqs])
+    new = vectors_of(store, [chunk[int(q)] for q in seqs])
     kept = np.flatnonzero(np.any(new != 0, axis=1))
     new, seqs = new[kept], seqs[kept]
     parts: list[tuple[Any, Any, Any]] = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))]
@@ -213,7 +214,7 @@ def _neighbours(store: "MemoryStore", chunk: dict[int, Memory], threshold: float
             shape = (len(part), len(block))
             sims = np.matmul(part, block.T, out=product[:shape[0] * shape[1]].reshape(shape))
             hit = np.greater_equal(sims, threshold - 1e-6, out=mask[:shape[0] * shape[1]].reshape(shape))
-            x, y = _hits(hit)
+            x, y = mask_hits(hit)
             mine, theirs = seqs[start + x], rows[y]
             once = (theirs < mine) | ~in_chunk[y]  # two of the chunk: the later with the earlier
             parts.append((mine[once], theirs[once], sims[x[once], y[once]]))

@@ -15,8 +15,8 @@ from ..models.thresholds import MINILM, Thresholds
 from ..records import Memory
 from ..text import WORD, content_stems, numbers, speaker_sentences
 from . import sameness
-from .pairs import _pairs
-from .records import Plan, Proposal, _Budget, _fingerprint, _parse, declined_key
+from .pairs import close_pairs
+from .records import Budget, Plan, Proposal, _fingerprint, _parse, declined_key
 from .sameness import Facets
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
     from ..models.generate import load_generator
 
     try:
-        return load_generator(settings=store.config), None
+        return load_generator(settings=store.config, cache=store.vectors.models), None
     except PmemError as exc:
         return None, str(exc)
 
@@ -140,7 +140,7 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
 @dataclass
 class Planning:
     """What every planner reads and writes: one per set of memories a plan reads (the store, or
-    on a large one a slice and what it resembles; _Planner).
+    on a large one a slice and what it resembles; SlicePlanner).
 
     Planners run in APPLY_ORDER; each appends its proposals to `result` and adds the memories it
     takes out of the active set to `claimed`, so that a later kind never proposes them again."""
@@ -149,7 +149,7 @@ class Planning:
     result: Plan
     kinds: list[str]
     now: str
-    budget: _Budget
+    budget: Budget
     expired: list[Memory]  # usable memories past expires_at, sorted by (expires_at, id)
     active: list[Memory]  # usable, not expired, not superseded
     vecs: Any  # unit vectors of `active` (numpy rows), or None when no kind needs them
@@ -159,7 +159,7 @@ class Planning:
     generator: Any  # None: load the configured chat model when needed; False: no model
     thresholds: Thresholds = MINILM  # the cosines of the vectors' model, with the user's settings
     # arrays (i, j, cosine), i < j rows of `active`: the pairs to compare, best first, when a
-    # slice's scan found them (_neighbours); None: every pair of `active` is compared
+    # slice's scan found them (neighbours); None: every pair of `active` is compared
     near: Any = None
     facets: dict[str, Facets] = field(default_factory=dict)  # memory id -> sameness.facets (FacetsOf)
     word_vectors: "WordVectors | None" = None  # single words under the vectors' model, for dedup
@@ -174,7 +174,7 @@ class Planning:
         """(i, j, cosine) of the pairs among `rows` of `active` at `threshold` or closer, best first."""
         if self.near is None:  # every row: the vectors as they are, not a copy
             vecs = self.vecs if len(rows) == len(self.active) else self.vecs[rows]
-            return [(rows[x], rows[y], s) for x, y, s in _pairs(vecs, threshold)]
+            return [(rows[x], rows[y], s) for x, y, s in close_pairs(vecs, threshold)]
         import numpy as np
 
         i, j, cos = self.near

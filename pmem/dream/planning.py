@@ -11,9 +11,9 @@ from ..errors import UsageError
 from ..models.thresholds import Thresholds
 from ..records import Memory
 from .marks import _basis
-from .pairs import PAIRS_EXACT_MAX, _neighbours, _vectors
+from .pairs import PAIRS_EXACT_MAX, neighbours, vectors_of
 from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors, _Stems, subject_value
-from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Plan, Progress, _Budget, _parse, declined_key
+from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Budget, Plan, Progress, _parse, declined_key
 
 if TYPE_CHECKING:
     from ..service import MemoryStore
@@ -32,12 +32,12 @@ COMPARED_FIELDS = ("text", "tier", "pinned", "merged_into", "forgotten_at", "sup
 
 
 
-class _Planner:
+class SlicePlanner:
     """One plan's planners over one set of memories at a time (Planning), sharing what they
     claim, the memories read, and the chat model once loaded: a small store is one set, a
     large one a slice at a time."""
 
-    def __init__(self, store: "MemoryStore", result: Plan, kinds: list[str], now: str, budget: _Budget,
+    def __init__(self, store: "MemoryStore", result: Plan, kinds: list[str], now: str, budget: Budget,
                  generator: Any, thresholds: Thresholds, included: set[str]):
         self.store, self.result, self.kinds, self.now, self.budget = store, result, kinds, now, budget
         self.generator, self.thresholds, self.included = generator, thresholds, included
@@ -57,7 +57,7 @@ class _Planner:
     def run(self, memories: Iterable[Memory], which: Iterable[str],
             near: tuple[dict[int, str], Any] | None = None) -> None:
         """The planners of `which` (those of this plan's kinds, in APPLY_ORDER) over `memories`;
-        `near`: (row number -> id, the arrays of pairs of row numbers to compare: _neighbours),
+        `near`: (row number -> id, the arrays of pairs of row numbers to compare: neighbours),
         or None to compare every pair."""
         which = [k for k in APPLY_ORDER if k in which and k in self.kinds]
         now, claimed = self.now, self.claimed
@@ -70,7 +70,7 @@ class _Planner:
         needs_vectors = any(k in which for k in _NEEDS_VECTORS)
         ctx = Planning(
             store=self.store, result=self.result, kinds=self.kinds, now=now, budget=self.budget,
-            expired=expired, active=active, vecs=_vectors(self.store, active) if needs_vectors and active else None,
+            expired=expired, active=active, vecs=vectors_of(self.store, active) if needs_vectors and active else None,
             index={m.id: i for i, m in enumerate(active)}, words=_Stems(active), facets=FacetsOf(active),
             word_vectors=self.word_vectors, texts=self.texts,
             claimed=claimed, generator=self.generator, thresholds=self.thresholds)
@@ -96,7 +96,7 @@ class _Planner:
             self.generator = ctx.generator if ctx.generator is not None else False
 
 
-def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress | None) -> None:
+def _compare_large(planner: SlicePlanner, live: int, full: bool, progress: Progress | None) -> None:
     """The pair kinds on a large store, a slice at a time, each slice with the memories it
     resembles (within the lowest threshold of the pair kinds) and old facts of the same subject,
     so that a plan holds a slice rather than the store:
@@ -125,7 +125,7 @@ def _compare_large(planner: _Planner, live: int, full: bool, progress: Progress 
         """Plan the pairs of `chunk` (row number -> memory) with each other and with the stored
         memories of rows up to `upto`, in pieces that read at most READ_MAX memories (a piece
         of the chunk and what resembles it); False when the time limit cut it short."""
-        near = _neighbours(store, chunk, lowest, upto, budget)
+        near = neighbours(store, chunk, lowest, upto, budget)
         if near is None:
             result.complete = False
             result.notes.append("time limit reached while comparing memories")
@@ -257,7 +257,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     unknown = set(only or ()) - set(KINDS)
     if unknown:
         raise UsageError(f"unknown dream kind {sorted(unknown)[0]!r}: use {', '.join(KINDS)}")
-    budget = _Budget(max_seconds)
+    budget = Budget(max_seconds)
     cfg = store.config
     now = now or store.clock()
     included = {store.resolve(i) for i in include}
@@ -272,7 +272,7 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
     result.mark, result.basis, result.undone = store.event_mark(), _basis(store, thresholds), store.undone_count()
     if not full:
         result.declined = _still_declined(store, (store.dream_mark() or {}).get("declined"))
-    planner = _Planner(store, result, kinds, now, budget, generator, thresholds, included)
+    planner = SlicePlanner(store, result, kinds, now, budget, generator, thresholds, included)
     live = store.count(Filter.live())
     if live < INCREMENTAL_FROM:
         planner.run(store.list_memories(Filter.everything(), sort="id", limit=None), kinds)

@@ -144,7 +144,9 @@ def _parse(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-class _Budget:
+class Budget:
+    """A dream's time limit (--max-seconds; None: none): over() once it has passed."""
+
     def __init__(self, max_seconds: float | None):
         self.start = time.monotonic()
         self.deadline = None if max_seconds is None else self.start + max_seconds

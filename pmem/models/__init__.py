@@ -1,7 +1,8 @@
 """The model layer: which embedding and chat models pmem runs, how it fetches and loads them, and
 the optional `pmem serve` process that keeps them loaded.
 
-    embed          the embedders (the choice of one, the per-process cache, the server's client)
+    embed          the embedders (the choice of one, the server's client)
+    cache          ModelCache: what a process has loaded, passed to the loaders (one default per process)
     e5             pmem's own numpy engine for multilingual-e5-small
     generate       the chat models (llama.cpp) that extract and dream use
     loading        llama.cpp's loading glue: threads, buffer types, load errors

@@ -94,15 +94,15 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return y
 
 
-# Rows up to which `_linear` multiplies as W @ x.T: OpenBLAS runs a few rows against a weight
+# Rows up to which `linear` multiplies as W @ x.T: OpenBLAS runs a few rows against a weight
 # matrix ~1.5-2x faster that way round than as x @ W.T (a query's 8-30 tokens), and slower past
 # ~512 rows (docs/decisions/0051-e5-weight-left.md).
-_FEW_ROWS = 256
+FEW_ROWS = 256
 
 
-def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """x @ w.T + b for activations x [rows, in] and a weight w [out, in]."""
-    y = (w @ x.T).T if x.shape[0] <= _FEW_ROWS else x @ w.T
+    y = (w @ x.T).T if x.shape[0] <= FEW_ROWS else x @ w.T
     y += b
     return y
 
@@ -625,7 +625,7 @@ class E5Embedder:
         x = _layer_norm(x, *self._emb_ln, self.eps)
         scale = np.float32(1 / math.sqrt(hd))
         for w in self._layer_weights():
-            qkv = _linear(x, *w["qkv"])
+            qkv = linear(x, *w["qkv"])
             ctx = np.empty_like(x)
             for a, b in zip(bounds[:-1], bounds[1:]):
                 n = b - a
@@ -637,11 +637,11 @@ class E5Embedder:
                 np.exp(att, out=att)
                 att /= att.sum(axis=-1, keepdims=True)
                 ctx[a:b] = (att @ v).transpose(1, 0, 2).reshape(n, H)
-            out = _linear(ctx, *w["ao"])
+            out = linear(ctx, *w["ao"])
             out += x
             x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
-            mid = _gelu(_linear(x, *w["fi"]))
-            out = _linear(mid, *w["fo"])
+            mid = _gelu(linear(x, *w["fi"]))
+            out = linear(mid, *w["fo"])
             out += x
             x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]

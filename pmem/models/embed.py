@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from ..errors import ModelError
+from .cache import ModelCache, given
 
 
 @runtime_checkable
@@ -281,18 +282,6 @@ class SymmetricEmbedder:
 
 # --- choosing one -------------------------------------------------------------------------
 
-_cache: dict[tuple[str, int], Embedder] = {}
-_cache_lock = threading.Lock()  # the dicts here; never held while a model loads
-_key_locks: dict[tuple[str, int], threading.RLock] = {}
-
-
-def _loading(key: tuple[str, int]) -> "threading.RLock":
-    """The lock that one model's load holds: MiniLM loading on a thread must not keep e5 (loaded,
-    or loading) from this thread (docs/decisions/0019-second-vector-cost.md)."""
-    with _cache_lock:
-        return _key_locks.setdefault(key, threading.RLock())
-
-
 _FAKE = re.compile(r"^fake(?:-(\d+))?$")
 
 
@@ -312,23 +301,24 @@ def load_model_file(path: Path | str, threads: int = 0) -> Embedder:
     return LlamaEmbedder(path, threads=threads)
 
 
-def _local(key: tuple[str, int]) -> Embedder:
+def _local(key: tuple[str, int], cache: ModelCache) -> Embedder:
     """The model of `key` (resolved path, threads) loaded in this process, once."""
-    with _loading(key):
-        if key not in _cache:
-            _cache[key] = load_model_file(key[0], threads=key[1])
-        return _cache[key]
+    with cache.loading(key):
+        if key not in cache.embedders:
+            cache.embedders[key] = load_model_file(key[0], threads=key[1])
+        return cache.embedders[key]
 
 
-def load_model_file_once(path: Path | str, threads: int = 0) -> Embedder:
-    """`load_model_file`, once per process: the loader of `pmem serve`, so that a store it opens
-    for a hook (load_embedder with server="never" and the server's threads) embeds with the very
-    model it serves, not a second copy."""
-    return _local((str(Path(path).resolve()), threads))
+def load_model_file_once(path: Path | str, threads: int = 0, *, cache: ModelCache | None = None) -> Embedder:
+    """`load_model_file`, once per `cache` (default: the process's): the loader of `pmem serve`, so
+    that a store it opens for a hook (load_embedder with server="never" and the server's threads)
+    embeds with the very model it serves, not a second copy."""
+    return _local((str(Path(path).resolve()), threads), given(cache))
 
 
 def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int = 0,
-                  server: str = "never", idle_minutes: float = 15.0) -> Embedder:
+                  server: str = "never", idle_minutes: float = 15.0, *,
+                  cache: ModelCache | None = None) -> Embedder:
     """"fake" / "fake-N" for tests; otherwise a known model name or a GGUF path (one per process).
 
     server="auto": when `pmem serve` is running, the model stays in that process and only texts
@@ -338,7 +328,8 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
     "never" (the default here: a library caller opts in): always load the model here. A server
     that does not answer within serve.first_wait() is not waited for: the model loads here.
     A scheme that embeds memories as queries (provision.memories_as_queries) wraps the model of
-    its file in a SymmetricEmbedder; the model itself is loaded, or served, once for both."""
+    its file in a SymmetricEmbedder; the model itself is loaded, or served, once for both.
+    What is loaded is kept in `cache` (pmem.models.cache; default: the process's own)."""
     match = _FAKE.match(spec.strip())
     if match:
         return FakeEmbedder(int(match.group(1) or 64))
@@ -347,61 +338,61 @@ def load_embedder(spec: str, models_dir: Path | str | None = None, threads: int 
 
     server = check_choice("server", server)
 
+    cache = given(cache)
     path = resolve_model(spec, "embed", models_dir)
-    inner = _load_path(path, threads, server, idle_minutes)
+    inner = _load_path(path, threads, server, idle_minutes, cache)
     if not memories_as_queries(spec):
         return inner
     from .provision import known_models
 
     name = next(n for n in known_models() if n.lower() == spec.strip().lower())
-    with _cache_lock:
+    with cache.lock:
         key = (name, id(inner))
-        if key not in _symmetric:
-            _symmetric[key] = SymmetricEmbedder(inner, name)
-        return _symmetric[key]
+        if key not in cache.symmetric:
+            cache.symmetric[key] = SymmetricEmbedder(inner, name)
+        return cache.symmetric[key]
 
 
-_symmetric: dict[tuple[str, int], SymmetricEmbedder] = {}
-_started: dict[str, float] = {}  # socket -> when this process last launched a server for it (monotonic)
 STARTING_S = 60.0  # a server launched this long ago may still be loading its models
 
 
-def _first_start(sock: str) -> bool:
+def _first_start(sock: str, cache: ModelCache) -> bool:
     """Whether to launch a server for `sock` now: not when this process launched one within
     STARTING_S (e5 and MiniLM load on two threads at once in a cold English search, each finding
     no server; two servers were launched for one home)."""
     import time
 
-    with _cache_lock:
+    with cache.lock:
         now = time.monotonic()
-        if now - _started.get(sock, -STARTING_S) < STARTING_S:
+        if now - cache.started.get(sock, -STARTING_S) < STARTING_S:
             return False
-        _started[sock] = now
+        cache.started[sock] = now
         return True
 
 
-def _load_path(path: Path, threads: int, server: str, idle_minutes: float) -> Embedder:
-    """The model file at `path`, loaded here once per process, or served (load_embedder)."""
+def _load_path(path: Path, threads: int, server: str, idle_minutes: float, cache: ModelCache) -> Embedder:
+    """The model file at `path`, loaded here once per cache, or served (load_embedder)."""
     key = (str(Path(path).resolve()), threads)
-    with _loading(key):
-        if key in _cache:
-            return _cache[key]
+    loaded = cache.embedders
+    with cache.loading(key):
+        if key in loaded:
+            return loaded[key]
         if server == "never":
-            _cache[key] = load_model_file(key[0], threads=key[1])
-            return _cache[key]
+            loaded[key] = load_model_file(key[0], threads=key[1])
+            return loaded[key]
         from . import serve
 
         # The client gets its local fallback injected (pmem.models.serve never imports this module):
         # when the server stops answering, the model loads here, exactly as with server="never".
-        found, how = serve.connect(Path(key[0]), threads, fallback=lambda: _local(key),
+        found, how = serve.connect(Path(key[0]), threads, fallback=lambda: _local(key, cache),
                                    local=lambda: load_model_file(key[0], threads=key[1]))
         if how == "server":
             return found
-        if how in ("none", "other") and _first_start(str(serve.socket_path())):
+        if how in ("none", "other") and _first_start(str(serve.socket_path()), cache):
             import sys
 
             word = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isalpha() else ""  # search, add, mcp, hook
             by = f"pmem {word}".strip()
             serve.start_in_background(None if server == "always" else idle_minutes, by=by)
-        _cache[key] = found if how == "local" else load_model_file(key[0], threads=key[1])
-        return _cache[key]
+        loaded[key] = found if how == "local" else load_model_file(key[0], threads=key[1])
+        return loaded[key]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import ExtractionError, ModelError
+from .cache import ModelCache, given
 from .loading import default_threads
 
 if TYPE_CHECKING:
@@ -113,12 +114,9 @@ class LlamaGenerator(JsonGenerator):
             self._llm = None
 
 
-_cache: dict[str, LlamaGenerator] = {}
-_cache_lock = threading.Lock()
-
-
 def load_generator(spec: str | None = None, models_dir: Path | str | None = None, threads: int | None = None,
-                   mode: str | None = None, *, settings: "Settings | None" = None) -> Generator:
+                   mode: str | None = None, *, settings: "Settings | None" = None,
+                   cache: ModelCache | None = None) -> Generator:
     """A chat model (one instance per GGUF file and process).
 
     Args:
@@ -130,6 +128,7 @@ def load_generator(spec: str | None = None, models_dir: Path | str | None = None
             size (STRONG_PARAMS). Every fact still goes through the grounding gate either way.
         settings: where the defaults come from (a store passes `store.config`); without it, the
             built-in defaults. The config file is never read here.
+        cache: where the loaded model is kept (pmem.models.cache; default: the process's own).
 
     Returns:
         The Generator. Raises UsageError for an unknown mode, ModelError when the model cannot be
@@ -144,11 +143,12 @@ def load_generator(spec: str | None = None, models_dir: Path | str | None = None
     mode = check_choice("extract_mode", mode if mode is not None else settings.extract_mode)
     path = resolve_model(spec, "chat", models_dir)
     key = str(Path(path).resolve())
-    with _cache_lock:
-        if key not in _cache:
-            check_runs(path, threads=threads)  # a native crash here would end this process: ask a child first
-            _cache[key] = LlamaGenerator(path, threads=threads)
-        gen = _cache[key]
+    cache = given(cache)
+    with cache.generator_lock:
+        if key not in cache.generators:
+            check_runs(path, threads=threads, cache=cache)  # a native crash would end this process: a child first
+            cache.generators[key] = LlamaGenerator(path, threads=threads)
+        gen = cache.generators[key]
     gen.strong = gen.chooses = (gen.params >= STRONG_PARAMS) if mode == "auto" else (mode == "rewrite")
     return gen
 
@@ -170,8 +170,6 @@ REBUILD = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FM
 PROBE_TIMEOUT = 180.0  # seconds: a 135M model answers in 1-2 s; a 7B one on a busy CPU can take a minute
 PROBE_SIGNAL_ENV = "PMEM_TEST_PROBE_SIGNAL"  # tests: the child kills itself with this signal after loading
 _CHECKS_FILE = ".runs-here.json"  # in the models directory, beside the files it vouches for
-_checked: dict[str, str | None] = {}  # key -> signal name or None (runs), in this process
-_checked_lock = threading.Lock()
 
 _CHILD = """
 import os, signal, sys
@@ -267,11 +265,12 @@ def _write_checks(file: Path, data: dict) -> None:
         pass  # a cache: the next process asks a child again
 
 
-def check_runs(path: Path | str, threads: int = 0, *, fresh: bool = False) -> bool:
+def check_runs(path: Path | str, threads: int = 0, *, fresh: bool = False, cache: ModelCache | None = None) -> bool:
     """ModelCrash (one line: which model, which signal, the command that fixes it) when llama.cpp
     dies running the chat model at `path` on this machine. Asks a child process the first time for
     a model file and llama.cpp build (`fresh`: every time, for `pmem doctor`). Returns True when
-    it ran, False when that is unknown (no llama-cpp-python, a load error, no answer in time)."""
+    it ran, False when that is unknown (no llama-cpp-python, a load error, no answer in time).
+    The verdict is kept in `cache` (default: the process's own) and in a file beside the model."""
     from .. import paths
 
     path = Path(path).expanduser()
@@ -279,21 +278,23 @@ def check_runs(path: Path | str, threads: int = 0, *, fresh: bool = False) -> bo
     if key is None:
         return False
     file = paths.models_dir() / _CHECKS_FILE
-    with _checked_lock:
-        if not fresh and key not in _checked:
+    cache = given(cache)
+    verdicts = cache.verdicts
+    with cache.verdict_lock:
+        if not fresh and key not in verdicts:
             entry = _read_checks(file).get(key)
             if isinstance(entry, dict) and "signal" in entry:
-                _checked[key] = entry["signal"] if isinstance(entry["signal"], str) else None
-        if fresh or key not in _checked:
+                verdicts[key] = entry["signal"] if isinstance(entry["signal"], str) else None
+        if fresh or key not in verdicts:
             conclusive, died = probe(path, threads)
             if not conclusive:
                 return False
-            _checked[key] = died
+            verdicts[key] = died
             data = _read_checks(file)
             data = {k: v for k, v in data.items() if k.split("|", 1)[0] != key.split("|", 1)[0]}  # one per file
             data[key] = {"signal": died}
             _write_checks(file, data)
-        died = _checked[key]
+        died = verdicts[key]
     if died is not None:
         raise ModelCrash(crash_message(path.name, died))
     return True

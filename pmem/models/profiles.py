@@ -193,6 +193,13 @@ def register(profile: EmbeddingProfile, aliases: Iterable[str] = ()) -> None:
         _REGISTRY[key.strip().lower()] = profile
 
 
+def unregister(profile: EmbeddingProfile) -> None:
+    """Take `profile` back, under its name and every alias (pluggy's unregister, for a profile)."""
+    registry = _registry()
+    for key in [k for k, p in registry.items() if p is profile]:
+        del registry[key]
+
+
 def _registry() -> dict[str, EmbeddingProfile]:
     while _REGISTERING:
         _REGISTERING.pop(0)(register)

@@ -32,6 +32,7 @@ from ..ranking.profile import DEFAULT, Profile
 from .connection import Connection, Progress
 
 if TYPE_CHECKING:
+    from ..models.cache import ModelCache
     from ..models.embed import Embedder
     from ..models.provision import Reporting
 
@@ -96,9 +97,11 @@ def is_english(text: str) -> bool:
 
 
 class Owner(Protocol):
-    """What the second vectors read of the main index (VectorIndex): its settings and model."""
+    """What the second vectors read of the main index (VectorIndex): its settings, its model and
+    where models are kept."""
 
     config: Config
+    models: "ModelCache | None"
 
     def model(self) -> tuple[str | None, int | None]: ...
 
@@ -141,7 +144,8 @@ class EnglishVectors:
                 try:
                     self.embedder = load_embedder(str(model_file()), threads=self.config.threads,
                                                   server=self.config.server,
-                                                  idle_minutes=self.config.server_idle_minutes)
+                                                  idle_minutes=self.config.server_idle_minutes,
+                                                  cache=self._owner.models)
                 except ModelError as exc:
                     self._fail(f"{exc}; searching English memories by {MAIN} alone (embed_english = none "
                                "turns the second model off)")

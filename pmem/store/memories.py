@@ -33,6 +33,7 @@ from .keywords import MERGE_PAUSE, MERGE_STEP, KeywordIndex
 from .vectors import WHOLE_TIERS, VectorIndex
 
 if TYPE_CHECKING:
+    from ..models.cache import ModelCache
     from ..models.embed import Embedder
 
 SIDE_READS_FROM = 10_000  # memories from which search reads its keyword side on a second connection
@@ -52,14 +53,18 @@ S = TypeVar("S", bound="Storage")
 
 class Storage(DreamReads):
     """The memory database's storage: rows, indexes, events, transactions, raw ranks. Open
-    pmem.service.MemoryStore, which is this with the verbs; it is cheap until a model is needed."""
+    pmem.service.MemoryStore, which is this with the verbs; it is cheap until a model is needed.
+
+    `models`: where the models it loads are kept (pmem.models.cache.ModelCache; default: the
+    process's own, shared by every store of the process)."""
 
     def __init__(self, path: str | Path | None = None, *, config: Config | None = None,
-                 embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None):
+                 embedder: "Embedder | None" = None, clock: Callable[[], str] | None = None,
+                 models: "ModelCache | None" = None):
         self.path = paths.db_path(path)
         self._config = config if config is not None else load_config()
         self.db = Connection(self.path, clock or timeutil.now_iso)
-        self.vectors = VectorIndex(self.db, self._config, embedder)
+        self.vectors = VectorIndex(self.db, self._config, embedder, models)
         self.keywords = KeywordIndex(self.db)
         self.journal = Journal(self.db)
         self._side: Storage | None = None  # a second connection for reads on another thread
@@ -143,7 +148,8 @@ class Storage(DreamReads):
         try:
             if self._side is None and estimate(self.db, Filter.everything()) >= SIDE_READS_FROM:
                 try:
-                    self._side = type(self)(self.path, config=self.config, clock=self.clock)
+                    self._side = type(self)(self.path, config=self.config, clock=self.clock,
+                                            models=self.vectors.models)
                 except self.db.forgiven:
                     pass  # busy, out of file handles...: this search stays on one connection
             if self._side is not None:  # it ranks as this store does, now

@@ -21,6 +21,7 @@ from .english import EnglishVectors
 from .filter import Filter, date_window, estimate, is_live
 
 if TYPE_CHECKING:
+    from ..models.cache import ModelCache
     from ..models.embed import Embedder
     from ..models.thresholds import Thresholds
 
@@ -197,8 +198,10 @@ class PartitionScan:
 class VectorIndex:
     """The vectors of one store's memories, and the model that makes them."""
 
-    def __init__(self, db: Connection, config: Config, embedder: "Embedder | None" = None):
+    def __init__(self, db: Connection, config: Config, embedder: "Embedder | None" = None,
+                 models: "ModelCache | None" = None):
         self.db = db
+        self.models = models  # where load_embedder keeps the models it loads (None: the process's own)
         self.config = config
         self._embedder = embedder
         self._embedder_given = embedder is not None
@@ -228,7 +231,7 @@ class VectorIndex:
 
             self._embedder = load_embedder(self.model_name(), threads=self.config.threads,
                                            server=self.config.server,
-                                           idle_minutes=self.config.server_idle_minutes)
+                                           idle_minutes=self.config.server_idle_minutes, cache=self.models)
         return self._embedder
 
     def model_name(self) -> str:

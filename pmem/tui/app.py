@@ -748,9 +748,10 @@ class PmemApp(App[None]):
 
         try:
             with self.background() as store:
-                # cached for the process; a running `pmem serve` answers at once (the store's own way)
+                # kept where the store keeps its models; a running `pmem serve` answers at once
                 load_embedder(store.embed_model_name(), threads=store.config.threads,
-                              server=store.config.server, idle_minutes=store.config.server_idle_minutes)
+                              server=store.config.server, idle_minutes=store.config.server_idle_minutes,
+                              cache=store.vectors.models)
                 store.check_model()
         except PmemError as exc:
             self.call_from_thread(self._model_failed, str(exc))

@@ -207,9 +207,9 @@ def test_path_stats_config_doctor(pmem_home):
 
 
 def test_every_command_has_help_with_an_example():
-    from pmem.cli.docs import _all, _tree
+    from pmem.cli.docs import command_tree, every_command
 
-    for node in _all(_tree()):
+    for node in every_command(command_tree()):
         if node.children:
             continue
         r = pmem(*node.path[1:], "--help")

@@ -25,10 +25,11 @@ def _eager() -> typer.Typer:
     """The app as it was built before: every command module registered at each start."""
     import importlib
 
-    app = typer.Typer(name="pmem", cls=PmemGroup, help=cli_app.make_app().info.help, add_completion=False,
+    lazy = cli_app.make_app()
+    app = typer.Typer(name="pmem", cls=PmemGroup, help=lazy.info.help, add_completion=False,
                       no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                       context_settings={"help_option_names": ["-h", "--help"]})
-    app.callback()(cli_app._main)
+    app.callback()(lazy.registered_callback.callback)  # the same --db and --version
     for module in cli_app.COMMANDS:
         importlib.import_module(f"pmem.cli.{module}").register(app)
     return app

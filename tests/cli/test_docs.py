@@ -13,12 +13,12 @@ def test_generated_docs_are_current():
 
 def test_man_page_documents_every_command():
     text = (docs.ROOT / "man/pmem.1").read_text(encoding="utf-8")
-    for node in list(docs._all(docs._tree()))[1:]:
-        assert ".SS " + docs._roff(f"pmem {' '.join(node.path[1:])}") in text  # roff escapes '-'
+    for node in list(docs.every_command(docs.command_tree()))[1:]:
+        assert ".SS " + f"pmem {' '.join(node.path[1:])}".replace("-", "\\-") in text  # roff escapes '-'
 
 
 def test_completions_name_every_command():
-    tree = docs._tree()
+    tree = docs.command_tree()
     bash = (docs.ROOT / "completions/pmem.bash").read_text()
     fish = (docs.ROOT / "completions/pmem.fish").read_text()
     zsh = (docs.ROOT / "completions/_pmem").read_text()
@@ -33,7 +33,7 @@ def test_site_reference_names_every_command():
     """docs/reference/cli.md (the site's command page) has a section for every command and
     subcommand, and the site's navigation includes it."""
     text = (docs.ROOT / "docs/reference/cli.md").read_text(encoding="utf-8")
-    for node in list(docs._all(docs._tree()))[1:]:
+    for node in list(docs.every_command(docs.command_tree()))[1:]:
         name = " ".join(node.path)
         assert f"`{name}` {{#{'-'.join(node.path)}}}" in text, name
     assert "reference/cli.md" in (docs.ROOT / "mkdocs.yml").read_text(encoding="utf-8")

@@ -16,7 +16,7 @@ import pytest
 from pmem import dream
 from pmem.dream import sameness
 from pmem.dream.planners import ACROSS_NEAREST, Planning
-from pmem.dream.records import Plan, _Budget
+from pmem.dream.records import Budget, Plan
 from pmem.models.thresholds import E5_SMALL, MINILM
 from pmem.service import MemoryStore
 
@@ -124,7 +124,7 @@ def test_pairs_across_languages_keep_each_texts_nearest_in_the_other_languages_o
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     langs = ["de"] * 2 + ["en"] * 10
     ctx = Planning(store=None, result=Plan(created_at=NOW, kinds=["dedup"]), kinds=["dedup"],  # type: ignore[arg-type]
-                   now=NOW, budget=_Budget(None), expired=[], active=[None] * 12, vecs=vecs,  # type: ignore[list-item]
+                   now=NOW, budget=Budget(None), expired=[], active=[None] * 12, vecs=vecs,  # type: ignore[list-item]
                    index={}, words={}, claimed=set(), generator=False)
     pairs = ctx.pairs_across(list(range(12)), langs, 0.5)
     assert all(langs[i] != langs[j] for i, j, _ in pairs)

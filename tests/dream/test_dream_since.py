@@ -161,19 +161,19 @@ def test_a_small_store_always_compares_everything(store, large, monkeypatch):
 
 
 def test_neighbours_are_every_stored_vector_at_the_threshold(store, large, monkeypatch):
-    """_neighbours reads the vectors a block at a time: the same pairs as comparing each stored
+    """neighbours reads the vectors a block at a time: the same pairs as comparing each stored
     vector (up to `upto`) with each of the chunk's, two of the chunk once, none with itself."""
     monkeypatch.setattr(dream.pairs, "PARTNER_BLOCK", 7)
     everyone = store.list_memories(Filter.live(), limit=None)
     seq = store.storage_order(m.id for m in everyone)
-    vec = {seq[m.id]: v for m, v in zip(everyone, dream._vectors(store, everyone))}
+    vec = {seq[m.id]: v for m, v in zip(everyone, dream.vectors_of(store, everyone))}
     chunk = {seq[m.id]: m for m in large["background"][:5] + [large["old"][0]]}
     sizes = {}
     for threshold in (0.3, 0.5, 0.9):
         for upto in (None, max(chunk) - 1):
             want = {(a, b) for a in chunk for b in vec if (upto is None or b <= upto)
                     and (b < a or b not in chunk) and float(vec[a] @ vec[b]) >= threshold - 1e-6}
-            got = list(zip(*(column.tolist() for column in dream._neighbours(store, chunk, threshold, upto))))
+            got = list(zip(*(column.tolist() for column in dream.neighbours(store, chunk, threshold, upto))))
             assert {(a, b) for a, b, _ in got} == want and len(got) == len(want)
             assert all(abs(cos - float(vec[a] @ vec[b])) < 1e-5 for a, b, cos in got)
             sizes[(threshold, upto)] = len(want)
@@ -383,8 +383,8 @@ def test_a_first_dream_of_a_large_store_goes_a_slice_at_a_time_and_finds_what_a_
     if read_max:  # a slice planned in pieces that read at most 6 memories (with their subjects' facts)
         monkeypatch.setattr(dream.planning, "READ_MAX", read_max)
     sizes = []  # memories each run of the planners read
-    run = dream._Planner.run
-    monkeypatch.setattr(dream._Planner, "run", lambda self, ms, *a, **k: sizes.append(len(ms := list(ms)))
+    run = dream.SlicePlanner.run
+    monkeypatch.setattr(dream.SlicePlanner, "run", lambda self, ms, *a, **k: sizes.append(len(ms := list(ms)))
                         or run(self, ms, *a, **k))
     seen = []
     plan = dream.plan(store, now=NOW, generator=False, progress=lambda done, total: seen.append((done, total)))
@@ -408,7 +408,7 @@ def test_a_time_limit_stops_between_slices_and_the_next_dream_goes_on(store, sli
     live_after = store.live_after
     monkeypatch.setattr(store, "live_after", lambda seq, limit: windows.append(seq) or live_after(seq, limit))
     over = {"after": 7}  # the budget runs out in the 7th slice (when it looks for what resembles it)
-    monkeypatch.setattr(dream._Budget, "over", lambda self: len(windows) >= over["after"])
+    monkeypatch.setattr(dream.Budget, "over", lambda self: len(windows) >= over["after"])
     cut = dream.plan(store, now=NOW, generator=False, max_seconds=60)
     assert not cut.complete and cut.left == 84 - 6 * 8 and cut.through == windows[6]
     assert "36 memories not compared yet" in " ".join(cut.notes)
@@ -434,7 +434,7 @@ def test_between_nights_what_changed_is_scanned_only_against_what_was_compared(s
     live_after = store.live_after
     monkeypatch.setattr(store, "live_after", lambda seq, limit: windows.append(seq) or live_after(seq, limit))
     over = {"after": 4}  # three slices of 8
-    monkeypatch.setattr(dream._Budget, "over", lambda self: len(windows) >= over["after"])
+    monkeypatch.setattr(dream.Budget, "over", lambda self: len(windows) >= over["after"])
     dream.apply(store, dream.plan(store, now=NOW, generator=False, max_seconds=60), accept=set(), backup=False)
     through = store.dream_mark()["through"]
     early, late = sliced["dup"]
@@ -443,8 +443,8 @@ def test_between_nights_what_changed_is_scanned_only_against_what_was_compared(s
     assert order[inside.id] <= through < order[early.id]
     store.edit(inside.id, text=early.text + "?")  # now a near-duplicate of `early`
     scans = []
-    neighbours = dream._neighbours
-    monkeypatch.setattr(dream.planning, "_neighbours", lambda st, chunk, threshold, upto=None, budget=None:
+    neighbours = dream.neighbours
+    monkeypatch.setattr(dream.planning, "neighbours", lambda st, chunk, threshold, upto=None, budget=None:
                         scans.append((sorted(chunk), upto)) or neighbours(st, chunk, threshold, upto, budget))
     over["after"] = 10 ** 9
     nxt = dream.plan(store, now=NOW, generator=False)
@@ -474,13 +474,13 @@ def test_the_cli_says_how_many_memories_are_left_to_compare(store, sliced, monke
     from pmem.cli.app import app
 
     monkeypatch.setenv("PMEM_DB", str(store.path))
-    monkeypatch.setattr(dream._Budget, "over", lambda self: False)  # never
+    monkeypatch.setattr(dream.Budget, "over", lambda self: False)  # never
     r = CliRunner().invoke(app, ["dream", "--json", "--no-model"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["complete"] and data["not_compared"] == 0
     calls = []
-    monkeypatch.setattr(dream._Budget, "over", lambda self: calls.append(1) or len(calls) > 3)
+    monkeypatch.setattr(dream.Budget, "over", lambda self: calls.append(1) or len(calls) > 3)
     r = CliRunner().invoke(app, ["dream", "--no-model", "--max-seconds", "5"])
     assert r.exit_code == 0, r.output
     assert "memories not compared yet" in r.stderr and "run again to continue" in r.stderr
@@ -496,7 +496,7 @@ def test_what_changed_and_the_time_limit_left_is_compared_next_time(store, slice
     twins = [add(store, f"{m.text}!") for m in sliced["notes"][:5]]  # five near-duplicates, two a slice
     calls = []
     with monkeypatch.context() as m:  # out of time when comparing the second two
-        m.setattr(dream._Budget, "over", lambda self: calls.append(1) or len(calls) > 1)
+        m.setattr(dream.Budget, "over", lambda self: calls.append(1) or len(calls) > 1)
         cut = dream.plan(store, now=NOW, generator=False, max_seconds=1)
     assert not cut.complete and cut.resume and cut.changed == 5
     assert "time limit reached while comparing memories" in cut.notes
@@ -520,7 +520,7 @@ def test_proposals_the_time_limit_left_unapplied_come_back_in_the_next_dream(sto
     plan = dream.plan(store, now=NOW, generator=False)
     assert len(plan.proposals) >= 2
     with monkeypatch.context() as m:
-        m.setattr(dream._Budget, "over", lambda self: self.deadline is not None)  # out of time at once
+        m.setattr(dream.Budget, "over", lambda self: self.deadline is not None)  # out of time at once
         result = dream.apply(store, plan, backup=False, max_seconds=1)
     assert not result.complete and not result.applied
     assert mark(store) == plan.mark  # what was planned is not planned again from the start

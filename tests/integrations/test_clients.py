@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 from pmem.integrations import clients, hooks, jsonc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,9 +282,7 @@ def test_print_config_carries_the_store_location(client, tmp_path):
         pairs = [words[i + 1] for i, w in enumerate(words[:name]) if w == "--env"]  # options before the name
         got = dict(p.split("=", 1) for p in pairs)
     elif client == "codex":
-        from pmem.config import _toml
-
-        got = _toml().loads(r.stdout)["mcp_servers"]["pmem"]["env"]
+        got = tomllib.loads(r.stdout)["mcp_servers"]["pmem"]["env"]
     else:
         data = json.loads(r.stdout)
         got = data["servers" if client == "vscode" else "mcpServers"]["pmem"]["env"]

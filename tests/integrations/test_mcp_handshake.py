@@ -3,7 +3,6 @@ loads no model for the handshake or the tool list."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import selectors
@@ -27,22 +26,9 @@ def _initialize(version: str, mid: int | str = 1) -> dict:
             "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 
 
-class _Captured:
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-
 def _sdk_reply(message: dict) -> dict:
     """What the SDK's own server (pmem's tools on it) answers to `message`, in this process."""
-    backend = mcp_server.Backend(lambda: None)
-    server = mcp_server.build_server(backend)
-    out = _Captured()
-    line = json.dumps(message).encode() + b"\n"
-    mcp_server._run(server, mcp_server._Lines([line], io.BytesIO()), mcp_server._Out(out, None))  # type: ignore[arg-type]
-    return json.loads(out.data.decode().splitlines()[0])
+    return json.loads(mcp_server.sdk_session([message])[0])
 
 
 @pytest.mark.parametrize("version", mcp_server.EARLY_VERSIONS)

@@ -28,8 +28,10 @@ def test_a_load_from_the_cache_neither_checks_nor_parses_the_vocabulary(tmp_path
     monkeypatch.setattr(embed_e5, "_check_vocabulary", lambda *a: pytest.fail("checked again"))
     monkeypatch.setattr(embed_e5, "_read_norm", lambda *a: pytest.fail("parsed again"))
     second = E5Embedder(path, threads=1)
-    assert second.tokenizer._norm == first.tokenizer._norm == {0x09: " "}
-    assert second.tokenizer._longest == first.tokenizer._longest
+    for text in TEXTS:  # the normalisation (a tab is a space) and the pieces the cache brought back
+        assert second.tokenizer.normalize(text) == first.tokenizer.normalize(text)
+        assert second.tokenizer.pieces(text) == first.tokenizer.pieces(text)
+    assert second.tokenizer.normalize("cats\tdog") == first.tokenizer.normalize("cats dog")
     assert [second.tokenize(t) for t in TEXTS] == want[0]
     assert np.array_equal(second.embed_array(TEXTS), want[1])
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pmem.models import embed, provision
+from pmem.models.cache import ModelCache
 from pmem.models.embed import LlamaEmbedder
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared/data/minilm_reference.json"
@@ -92,21 +93,26 @@ def test_a_model_loading_on_one_thread_does_not_hold_up_another(monkeypatch, tmp
         return embed.FakeEmbedder(8)
 
     monkeypatch.setattr(embed, "load_model_file", load)
-    monkeypatch.setattr(embed, "_cache", {})
+    monkeypatch.setattr(provision, "resolve_model", lambda spec, kind, models_dir=None: Path(spec))
+    cache = ModelCache()
     slow, quick = tmp_path / "slow.gguf", tmp_path / "quick.gguf"
     got: dict[str, object] = {}
-    worker = threading.Thread(target=lambda: got.setdefault("slow", embed._load_path(slow, 1, "never", 1.0)))
+
+    def load_here(path):
+        return embed.load_embedder(str(path), threads=1, server="never", cache=cache)
+
+    worker = threading.Thread(target=lambda: got.setdefault("slow", load_here(slow)))
     worker.start()
     try:
         assert slow_started.wait(5)
-        other = threading.Thread(target=lambda: got.setdefault("quick", embed._load_path(quick, 1, "never", 1.0)))
+        other = threading.Thread(target=lambda: got.setdefault("quick", load_here(quick)))
         other.start()
         other.join(3)
         assert "quick" in got and "slow" not in got
     finally:
         release.set()
         worker.join(5)
-    assert embed._load_path(slow, 1, "never", 1.0) is got["slow"]  # each loaded once
+    assert load_here(slow) is got["slow"]  # each loaded once
 
 
 @pytest.mark.model
@@ -151,10 +157,10 @@ def test_two_models_loading_at_once_launch_one_server(monkeypatch, tmp_path):
     monkeypatch.setattr(serve, "connect", connect)
     monkeypatch.setattr(serve, "start_in_background", lambda *a, **k: launched.append(a) or True)
     monkeypatch.setattr(embed, "load_model_file", lambda path, threads=0: embed.FakeEmbedder(8))
-    monkeypatch.setattr(embed, "_cache", {})
-    monkeypatch.setattr(embed, "_started", {})
-    loads = [threading.Thread(target=embed._load_path, args=(tmp_path / name, 1, "auto", 15.0))
-             for name in ("e5.e5s1", "minilm.gguf")]
+    monkeypatch.setattr(provision, "resolve_model", lambda spec, kind, models_dir=None: Path(spec))
+    cache = ModelCache()  # this process: nothing loaded, no server launched yet
+    loads = [threading.Thread(target=embed.load_embedder, args=(str(tmp_path / name), None, 1, "auto", 15.0),
+                              kwargs={"cache": cache}) for name in ("e5.e5s1", "minilm.gguf")]
     for t in loads:
         t.start()
     for t in loads:

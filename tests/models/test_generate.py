@@ -104,8 +104,7 @@ def test_the_chat_model_loads_without_extra_buffer_types(monkeypatch):
     path = provision.ensure_model("SmolLM2-135M-Instruct", models_dir(), progress=False)
     g = LlamaGenerator(path, threads=1)
     try:
-        assert seen == [{"use_extra_bufts": False}]
-        assert g._llm.model_params.use_extra_bufts is False
+        assert seen == [{"use_extra_bufts": False}]  # what llama.cpp's own load was given
         assert len(g.generate_json([{"role": "user", "content": "Is water wet?"}],
                                    {"type": "object", "properties": {"yes": {"type": "boolean"}},
                                     "required": ["yes"]}, 16)) == 1

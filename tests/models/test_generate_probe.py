@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pmem.models import generate
+from pmem.models.cache import ModelCache
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.model
@@ -39,7 +40,6 @@ def own_models(chat_model, tmp_path, monkeypatch):
         if not f.name.startswith("."):
             (models / f.name).symlink_to(f)
     monkeypatch.setenv("PMEM_MODELS_DIR", str(models))
-    monkeypatch.setattr(generate, "_checked", {})
     return models
 
 
@@ -101,26 +101,30 @@ def test_doctor_runs_the_chat_model_in_a_child(own_models):
 
 
 def test_a_healthy_model_passes_and_is_asked_once(own_models, chat_model, monkeypatch):
-    assert generate.check_runs(chat_model, threads=1) is True
-    monkeypatch.setattr(generate, "_checked", {})  # a new process: only the file remembers
+    assert generate.check_runs(chat_model, threads=1, cache=ModelCache()) is True
+    fresh = ModelCache()  # a new process: only the file remembers
     monkeypatch.setattr(generate, "probe", lambda *a, **k: pytest.fail("asked a child again"))
-    assert generate.check_runs(chat_model, threads=1) is True
-    g = generate.load_generator(str(chat_model), threads=1)
+    assert generate.check_runs(chat_model, threads=1, cache=fresh) is True
+    g = generate.load_generator(str(chat_model), threads=1, cache=fresh)
     assert g.generate_json([{"role": "user", "content": "Is water wet?"}],
                            {"type": "object", "properties": {"yes": {"type": "boolean"}}, "required": ["yes"]},
                            16) is not None
 
 
-def test_a_rebuilt_llama_cpp_is_asked_again(own_models, chat_model, monkeypatch):
+def test_a_rebuilt_llama_cpp_is_asked_again(own_models, chat_model, monkeypatch, tmp_path):
     asked = []
     monkeypatch.setattr(generate, "probe", lambda path, threads=0: asked.append(path) or (True, None))
-    generate.check_runs(chat_model)
-    monkeypatch.setattr(generate, "_checked", {})
-    generate.check_runs(chat_model)
+    build = tmp_path / "site" / "llama_cpp"  # an install of llama-cpp-python of this test's own, never imported
+    (build / "lib").mkdir(parents=True)
+    (build / "__init__.py").write_text("")
+    lib = build / "lib" / "libllama.so"
+    lib.write_bytes(b"build 1")
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    generate.check_runs(chat_model, cache=ModelCache())
+    generate.check_runs(chat_model, cache=ModelCache())  # a second process reads the verdict from the file
     assert len(asked) == 1
-    monkeypatch.setattr(generate, "_checked", {})
-    real = generate._build_key
-    monkeypatch.setattr(generate, "_build_key", lambda path: real(path) + "|libllama.so:1:2")
-    generate.check_runs(chat_model)
+    lib.write_bytes(b"build 2, rebuilt")
+    generate.check_runs(chat_model, cache=ModelCache())
     assert len(asked) == 2
     assert len(json.loads((own_models / ".runs-here.json").read_text())) == 1  # one verdict per model file

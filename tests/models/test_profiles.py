@@ -7,16 +7,17 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 import pytest
+from conftest import registered_for_the_test
 
 from pmem.models import profiles, provision, provision_e5, thresholds
 from pmem.models.embed import FakeEmbedder
 
 
 @pytest.fixture
-def registry(monkeypatch):
+def registry():
     """The registry, put back as it was after the test."""
-    monkeypatch.setattr(profiles, "_REGISTRY", dict(profiles._registry()))
-    return profiles
+    with registered_for_the_test(profiles):
+        yield profiles
 
 
 def test_the_default_profiles_register_themselves_once_each():
@@ -110,3 +111,16 @@ def test_a_store_compares_with_its_vectors_models_profile(registry, store):
     t = store.thresholds()
     assert (t.dedup, t.merge) == (0.7, 0.6)
     assert {f.name: getattr(t, f.name) for f in fields(t)} == thresholds.as_dict(tuned.thresholds)
+
+
+def test_unregister_takes_a_profile_back_under_every_name():
+    mine = replace(profiles.MINILM, name="my-embedder", filename="my-embedder.q8.gguf")
+    with registered_for_the_test(profiles):
+        profiles.register(mine, aliases=("mine",))
+        profiles.register(replace(profiles.MINILM, description="replaced"))  # MiniLM's own name
+        assert profiles.lookup("all-MiniLM-L6-v2").description == "replaced"
+    assert profiles.lookup("my-embedder") is None and profiles.lookup("mine") is None
+    assert profiles.lookup("all-MiniLM-L6-v2") is profiles.MINILM  # what it replaced is back
+    profiles.register(mine, aliases=("mine",))
+    profiles.unregister(mine)
+    assert profiles.lookup("mine") is None and mine not in profiles.profiles()

@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 from pmem.cli.app import app
 from pmem.config import Settings
 from pmem.errors import ModelError, UsageError
+from pmem.models import cache as model_cache
 from pmem.models import serve as srv
+from pmem.models.cache import ModelCache
 from pmem.models.embed import FakeEmbedder, load_embedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
@@ -172,8 +174,7 @@ def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting
     monkeypatch.setattr(srv, "connect", lambda *a, **k: calls.append(a))
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
-    assert load_embedder("some-model", server=setting).dim == 16
+    assert load_embedder("some-model", server=setting, cache=ModelCache()).dim == 16
     assert calls == [] and srv.spawned_here == []
     with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
         load_embedder("some-model", server="sometimes")  # config's own message: one validation
@@ -384,8 +385,8 @@ def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_pat
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
-    assert load_embedder("some-model", server=setting, idle_minutes=1.5).dim == 16  # this command: its own
+    assert load_embedder("some-model", server=setting, idle_minutes=1.5,
+                         cache=ModelCache()).dim == 16  # this command: its own
     assert len(started) == 1
     argv, log = started[0]
     assert argv[0] == "serve" and argv[-len(idle) or len(argv):] == idle and log == short_home / "serve.log"
@@ -486,13 +487,13 @@ def test_search_falls_back_to_the_local_model_when_the_server_is_stopped(server_
     model.write_bytes(b"GGUF" + bytes(60))
     monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(32))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # a command's process: nothing loaded yet
     proc = server_process()
     r = runner.invoke(app, ["add", "The wifi password at the cabin is hunter2"])
     assert r.exit_code == 0, r.output
     assert srv.status()["requests"] >= 2  # the add went through the server
     os.kill(proc.pid, signal.SIGSTOP)
-    monkeypatch.setattr("pmem.models.embed._cache", {})  # the next command starts with nothing loaded
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # the next command starts with nothing loaded
     t0 = time.monotonic()
     r = runner.invoke(app, ["search", "cabin wifi", "--json"])
     assert time.monotonic() - t0 < srv.reply_timeout() + 3
@@ -554,10 +555,24 @@ def test_a_server_whose_path_was_taken_over_leaves_by_itself(server_process, sho
         newer.close()
 
 
+def _sockets() -> int:
+    """Sockets open in this process (Linux's /proc)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("counts sockets by /proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
 def test_reply_timeout_grows_with_the_request():
     assert srv.reply_timeout() == srv.REPLY_BASE
     assert srv.reply_timeout(["x"] * 100) > srv.reply_timeout(["x"])
-    assert srv.reply_timeout(["x" * 10**6]) == srv.reply_timeout(["x" * srv._CHARS_COUNTED])
+    assert srv.reply_timeout(["x" * 10**6]) == srv.reply_timeout(["x" * 10**5])  # past 512 tokens: no more
     assert srv.reply_timeout(["a short query"]) < srv.REPLY_BASE + 0.1  # a search waits ~3 s at most
     assert srv.reply_timeout(["x" * 4000]) > srv.REPLY_BASE + 2.6  # a 512-token text took 2.6 s here
 
@@ -632,11 +647,13 @@ def test_idle_connections_hold_no_threads_and_cannot_lock_others_out(short_home,
     try:
         assert srv.status() is not None
         before = threading.active_count()
+        before_sockets = _sockets()
         for _ in range(300):  # bounded, and on the loopback Unix socket only
             idle.append(open_idle(s.path))
         time.sleep(0.3)
         assert threading.active_count() <= before + s.workers
-        assert len(s._waiting) + s._running <= 32
+        held = _sockets() - len(idle) - before_sockets  # the server's ends of the 300 (this one process)
+        assert 0 < held <= 32
         remote = srv.connect_embedder(tmp_path / "m.gguf")  # a real client still gets in
         assert remote is not None and len(remote.embed(["still served"])) == 1
         assert srv.status() is not None
@@ -726,9 +743,8 @@ def test_the_store_sends_queries_as_queries_through_the_server(query_server, tmp
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(60))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
     cfg = Settings(embed_model=str(model), server="auto")
-    with MemoryStore(tmp_path / "q.db", config=cfg) as store:
+    with MemoryStore(tmp_path / "q.db", config=cfg, models=ModelCache()) as store:
         assert isinstance(store.embedder, srv.RemoteEmbedder)
         _close([deserialize(store.query_vector("parking"))], QueryFake().embed(["parking"], query=True))
         _close([deserialize(store.embed(["parking"])[0])], QueryFake().embed(["parking"]))
@@ -792,11 +808,11 @@ def test_e5_vectors_through_the_server_equal_local_ones(short_home, monkeypatch)
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:
-        monkeypatch.setattr("pmem.models.embed._cache", {})
         local = load_model_file(path, threads=1)
         texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
         with MemoryStore(short_home / "e5.db", config=Settings(embed_model="multilingual-e5-small",
-                                                               server="auto", threads=1)) as store:
+                                                               server="auto", threads=1),
+                         models=ModelCache()) as store:
             assert isinstance(store.embedder, srv.RemoteEmbedder) and store.embedder.query_aware
             for query in (True, False):
                 served = np.array([deserialize(b) for b in store.embed(texts, query=query)])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pmem.models import serve as srv
+from pmem.models.cache import ModelCache
 from pmem.models.embed import FakeEmbedder, load_embedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
@@ -155,9 +156,8 @@ def test_a_server_of_another_build_is_stopped_and_replaced_not_used(short_home, 
     monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
     try:
-        e = load_embedder("some-model", server="auto")
+        e = load_embedder("some-model", server="auto", cache=ModelCache())
         assert not isinstance(e, srv.RemoteEmbedder)  # this command: its own model, not the old code's
         thread.join(10)
         assert not thread.is_alive()  # told to stop
@@ -208,11 +208,10 @@ def test_a_stopped_server_costs_a_command_the_first_wait_not_seconds(short_home,
         monkeypatch.setattr("pmem.models.provision.resolve_model",
                             lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
         monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-        monkeypatch.setattr("pmem.models.embed._cache", {})
         started = []
         monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
         t0 = time.monotonic()
-        e = load_embedder("some-model", server="auto")
+        e = load_embedder("some-model", server="auto", cache=ModelCache())
         waited = time.monotonic() - t0
         assert isinstance(e, FakeEmbedder) and waited < srv.first_wait() + 0.5
         assert started == []  # a stopped server holds the socket: nothing to start beside it

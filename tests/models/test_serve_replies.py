@@ -14,7 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pmem.cli.app import app
+from pmem.models import cache as model_cache
 from pmem.models import serve as srv
+from pmem.models.cache import ModelCache
 from pmem.models.embed import FakeEmbedder
 
 pytestmark = pytest.mark.skipif(not srv.SUPPORTED, reason="needs Unix sockets")
@@ -93,7 +95,7 @@ def _store_env(short_home, monkeypatch):
     monkeypatch.setenv("PMEM_EMBED_MODEL", str(model))
     monkeypatch.setenv("PMEM_SERVER", "auto")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
-    monkeypatch.setattr("pmem.models.embed._cache", {})
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # a command's process: nothing loaded yet
     monkeypatch.setattr(srv, "start_in_background", lambda *a, **k: False)  # this test: no real server
     return model
 
@@ -102,7 +104,7 @@ def _store_env(short_home, monkeypatch):
 def test_search_with_an_impostor_on_the_socket_loads_the_model_itself(short_home, monkeypatch, reply):
     _store_env(short_home, monkeypatch)
     assert runner.invoke(app, ["add", "The cabin wifi password is hunter2"]).exit_code == 0
-    monkeypatch.setattr("pmem.models.embed._cache", {})
+    monkeypatch.setattr(model_cache, "PROCESS", ModelCache())  # a command's process: nothing loaded yet
     impostor = Impostor(srv.socket_path(), lambda request: _line(reply))
     try:
         r = runner.invoke(app, ["search", "cabin wifi", "--json"])

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pmem import Memory
+from pmem.models.cache import ModelCache
 from pmem.models.embed import FakeEmbedder, SymmetricEmbedder
 from pmem.models.provision import embed_model_for, memories_as_queries, stored_model
 from pmem.models.thresholds import E5_SMALL, E5_SYMMETRIC, for_model
@@ -215,12 +216,11 @@ def test_the_symmetric_scheme_through_pmem_serve(monkeypatch):
     thread = threading.Thread(target=s.serve, daemon=True)
     thread.start()
     try:
-        monkeypatch.setattr("pmem.models.embed._cache", {})
-        monkeypatch.setattr("pmem.models.embed._symmetric", {})
         local = load_model_file(path, threads=1)
         texts = ["где я припарковал машину", "The dentist moved my appointment to Thursday"]
         with MemoryStore(home / "sym.db", config=Settings(embed_model="multilingual-e5-small-symmetric",
-                                                          server="auto", threads=1)) as store:
+                                                          server="auto", threads=1),
+                         models=ModelCache()) as store:
             e = store.embedder
             assert isinstance(e, SymmetricEmbedder) and isinstance(e.inner, srv.RemoteEmbedder) and e.remote
             want = np.asarray(local.embed(texts, query=True))

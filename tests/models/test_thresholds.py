@@ -118,13 +118,18 @@ def test_recall_cuts_meaning_only_matches_at_the_models_cutoff(tmp_path, monkeyp
 
 def test_agent_hooks_use_the_models_cutoffs(tmp_path, monkeypatch, model_thresholds):
     from pmem.integrations import hooks
-    from pmem.store import Filter
+
+    def given(store, min_similarity, session):
+        """Whether the memory comes into the agent's context for a misspelt prompt."""
+        prompt = hooks.HookInput(session_id=session, prompt="the cabbin wiifi passwrd fridg")
+        block = hooks.build_context(store, "user-prompt", prompt, hooks.HookSettings(min_similarity=min_similarity))
+        return "cabin wifi password" in block
 
     model_thresholds("fake-strict", replace(MINILM, hook=0.999, hook_words=0.999))
     got = {}
     for name in ("all-MiniLM-L6-v2.f16", "fake-strict"):
         with _store(tmp_path, name) as store:
             store.add("The cabin wifi password is on the fridge")
-            got[name] = len(hooks._relevant(store, "the cabbin wiifi passwrd fridg", Filter(), 8, None))
-            assert len(hooks._relevant(store, "the cabbin wiifi passwrd fridg", Filter(), 8, 0.0)) == 1  # explicit wins
-    assert got == {"all-MiniLM-L6-v2.f16": 1, "fake-strict": 0}
+            got[name] = given(store, None, f"{name}-1")
+            assert given(store, 0.0, f"{name}-2")  # explicit wins
+    assert got == {"all-MiniLM-L6-v2.f16": True, "fake-strict": False}

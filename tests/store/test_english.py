@@ -127,20 +127,23 @@ def test_reindex_fills_what_an_older_store_lacks_and_resumes(two, monkeypatch):
                         + [Memory(id="", text=RUSSIAN)])
     two.conn.execute("DELETE FROM memory_vec_en")  # as a store from before the table holds it
     assert not two.vectors.english.in_use()
-    fill = en.EnglishVectors._embed
+    model = two.vectors.english.embedder
     calls = []
 
-    def failing(self, texts):
-        calls.append(len(texts))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return fill(self, texts)
+    class Interrupted:  # the second model, stopped by ^C in its second batch
+        name, dim = model.name, model.dim
 
-    monkeypatch.setattr(en.EnglishVectors, "_embed", failing)
+        def embed(self, texts, **kw):
+            calls.append(len(texts))
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return model.embed(texts, **kw)
+
+    two.vectors.english.embedder = Interrupted()
     with pytest.raises(KeyboardInterrupt):
         two.vectors.english.fill(batch=4)
-    assert len(second_rows(two)) == 4  # the first batch stays
-    monkeypatch.setattr(en.EnglishVectors, "_embed", fill)
+    assert len(second_rows(two)) == 4 and calls == [4, 4]  # the first batch stays
+    two.vectors.english.embedder = model
     two.reindex()
     assert set(second_rows(two)) == {seq_of(two, m.id) for m in stored[:10]}
 
@@ -382,7 +385,7 @@ def test_other_languages_are_scored_by_e5_alone(real):
         if query.startswith("где"):
             assert got == pytest.approx(e5)
         else:  # English pairs: both models
-            (vec,) = real.vectors.english._model().embed([query])
+            (vec,) = real.vectors.english.embedder.embed([query])  # MiniLM, loaded by this search
             minilm = dict(real.conn.execute("SELECT seq, 1 - vec_distance_cosine(embedding, ?) FROM memory_vec_en",
                                             (struct.pack(f"<{len(vec)}f", *vec),)))
             assert english and all(got[s] == pytest.approx(1 - en.combined(1 - e5[s], minilm[s]), abs=1e-5)

@@ -123,7 +123,7 @@ def extract_conversations(store: "MemoryStore", records: Sequence[Memory], *, ge
     if generator is None and threads:
         from ...models.generate import load_generator
 
-        generator = load_generator(settings=store.config)
+        generator = load_generator(settings=store.config, cache=store.vectors.models)
     for n, (thread, turns) in enumerate(threads.items()):
         messages = _messages(turns)
         if not messages or extracted_already(store, thread):

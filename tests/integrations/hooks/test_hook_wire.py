@@ -4,6 +4,7 @@ stdin read by a deadline without a thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,12 +17,13 @@ from pmem.integrations import hook_wire
 
 
 def test_its_names_are_configs():
+    field = {f.name: f for f in dataclasses.fields(config.Settings)}  # each setting's documented bounds
     assert hook_wire.SETTINGS_ENV == tuple(config.env_name(k) for k in config.KEYS)
     assert hook_wire.SERVER_DEFAULT == config.DEFAULTS["server"][0]
     assert hook_wire.SERVER_CHOICES == config.CHOICES["server"]
-    assert hook_wire.SERVER_ALIASES == config._FIELDS["server"].metadata["aliases"]
+    assert hook_wire.SERVER_ALIASES == field["server"].metadata["aliases"]
     assert hook_wire.TIMEOUT_DEFAULT == config.DEFAULTS["hook_timeout"][0]
-    meta = config._FIELDS["hook_timeout"].metadata
+    meta = field["hook_timeout"].metadata
     assert hook_wire.TIMEOUT_RANGE == (meta["low"], meta["high"])
 
 

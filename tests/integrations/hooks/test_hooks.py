@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 from pmem.integrations import clients, context, hooks
 from pmem.service import MemoryStore
 
@@ -207,9 +212,7 @@ def test_mcp_print_config_parses(client):
         assert text.startswith("claude mcp add") and text.rstrip().endswith(" mcp")
         return
     if client == "codex":
-        from pmem.config import _toml
-
-        data = _toml().loads(text)
+        data = tomllib.loads(text)
         server = data["mcp_servers"]["pmem"]
     else:
         data = json.loads(text)
