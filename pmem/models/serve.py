@@ -858,6 +858,17 @@ def launch_deferred() -> bool:
     return _launch(waiting["argv"], waiting["log"], waiting["env"])
 
 
+def drop_deferred() -> bool:
+    """Forget the server start_in_background put off, if one is waiting (a test that ends, or a
+    process about to serve that home itself). Returns whether one was."""
+    with _deferred_lock:
+        waiting = dict(_deferred)
+        _deferred.clear()
+    if waiting:
+        waiting["timer"].cancel()
+    return bool(waiting)
+
+
 def _launch(argv: list[str], log: Path, env: dict[str, str] | None) -> bool:
     try:
         spawn(argv, log, env)

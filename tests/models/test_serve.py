@@ -378,11 +378,14 @@ def test_a_reindex_of_a_large_store_embeds_every_batch_in_the_calling_process(se
                                            ("always", [])])
 def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_path, monkeypatch, setting, idle):
     started = []
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: started.append((argv, log)))
+    monkeypatch.setattr(srv, "_deferred", {})
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     monkeypatch.setattr("pmem.models.embed._cache", {})
     assert load_embedder("some-model", server=setting, idle_minutes=1.5).dim == 16  # this command: its own
+    assert started == []  # launched once this command is done (serve.START_AFTER)
+    assert srv.launch_deferred()
     assert len(started) == 1
     argv, log = started[0]
     assert argv[0] == "serve" and argv[-len(idle) or len(argv):] == idle and log == short_home / "serve.log"

@@ -80,3 +80,11 @@ def test_a_command_that_exits_launches_it_as_it_exits(pmem_home):
                        text=True, timeout=60, env={**os.environ, "PMEM_HOME": str(pmem_home)})
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["True", "the command's output", "launched serve True"]
+
+
+def test_a_launch_dropped_never_starts(launched, monkeypatch):
+    monkeypatch.setattr(srv, "START_AFTER", 0.05)
+    assert srv.start_in_background(15.0, by="pmem search")
+    assert srv.drop_deferred() is True
+    time.sleep(0.3)  # past START_AFTER: the timer was cancelled
+    assert launched == [] and srv.launch_deferred() is False and srv.drop_deferred() is False
