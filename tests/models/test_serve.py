@@ -36,7 +36,7 @@ def short_home(monkeypatch):
     monkeypatch.setenv("PMEM_HOME", str(home))
     monkeypatch.setenv("PMEM_SERVER", "auto")
     monkeypatch.setattr(srv, "spawned_here", [], raising=False)
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: srv.spawned_here.append(argv))
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: srv.spawned_here.append(argv))
     yield home
     shutil.rmtree(home, ignore_errors=True)
 
@@ -174,6 +174,7 @@ def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     monkeypatch.setattr("pmem.models.embed._cache", {})
     assert load_embedder("some-model", server=setting).dim == 16
+    assert srv.launch_deferred() is False  # nothing put off either
     assert calls == [] and srv.spawned_here == []
     with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
         load_embedder("some-model", server="sometimes")  # config's own message: one validation
