@@ -34,6 +34,9 @@ def pmem_home(tmp_path, monkeypatch):
     for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "LLM_USER_PATH", "MEMORY_FILE_PATH"):
         monkeypatch.delenv(var, raising=False)
     yield home
+    serve = sys.modules.get("pmem.models.serve")
+    if serve is not None:  # a server a command in this process put off (serve.START_AFTER) is not started
+        serve.drop_deferred()
     if (home / "pmem.sock").exists():  # a server some command started here leaves with its test
         from pmem.models import serve
 

@@ -132,4 +132,7 @@ def run(client: str, event: str, db: Path | None = None, *, text: str | None = N
 
         if any(t.name == "pmem-hook" and t.is_alive() for t in threading.enumerate()):
             sys.stdout.flush()
+            serve = sys.modules.get("pmem.models.serve")
+            if serve is not None:  # os._exit skips the exit handlers: the server it put off starts now
+                serve.launch_deferred()
             os._exit(0)  # a hook that ran out of time: leave now, the prompt is waiting

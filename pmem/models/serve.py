@@ -765,15 +765,16 @@ class Server:
 _spawned: list = []  # children started by this process (kept so Python does not warn about them)
 
 
-def spawn(argv: list[str], log: Path):
-    """Start `pmem <argv>` in its own session, output to `log` (0600); returns the Popen."""
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None):
+    """Start `pmem <argv>` in its own session, output to `log` (0600); returns the Popen. `env`:
+    the environment it gets (default: this process's now)."""
     import subprocess
 
     paths.ensure_private_dir(log.parent)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "pmem", *argv], stdin=subprocess.DEVNULL, stdout=fd,
-                                stderr=fd, start_new_session=True, close_fds=True)
+                                stderr=fd, start_new_session=True, close_fds=True, env=env)
     finally:
         os.close(fd)
     _spawned.append(proc)
@@ -800,11 +801,23 @@ def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict
     raise PmemError(f"the server did not answer within {wait:.0f} s (log: {log})")
 
 
-def start_in_background(idle_minutes: float | None = 15.0, by: str = "") -> bool:
+# A server launched for the next commands waits for the command that launched it: it loads e5 and
+# MiniLM too, and beside a cold search on two cores it took the cores that search was loading its
+# own with (docs/decisions/0059-first-search.md). It starts as the command exits, or this long after
+# the command asked for it if the command is still running (the MCP server, the TUI, an import).
+START_AFTER = 5.0
+_deferred: dict[str, Any] = {}  # the launch start_in_background put off: argv, log, env, timer
+_deferred_lock = threading.Lock()
+_at_exit: list[bool] = []  # launch_deferred registered with atexit, once per process
+
+
+def start_in_background(idle_minutes: float | None = 15.0, by: str = "", at_once: bool = False) -> bool:
     """For `server = auto | always`: launch a server for the next commands without waiting for it
     (this command loads its own model meanwhile). It leaves after `idle_minutes` without a request
     (None: it stays until stopped). Two commands starting one at once give one server: the second
-    finds the first's lock and exits (serve_cmd). Returns whether one was launched."""
+    finds the first's lock and exits (serve_cmd). The launch is put off until this process exits,
+    START_AFTER seconds at most, or `launch_deferred()` (`at_once`: now). Returns whether one was
+    launched or put off."""
     if not SUPPORTED:
         return False
     argv = ["serve", "--started-by", (by or "a pmem command")[:200] + f" (pid {os.getpid()})"]
@@ -812,7 +825,53 @@ def start_in_background(idle_minutes: float | None = 15.0, by: str = "") -> bool
         argv += ["--idle", f"{round(idle_minutes * 60, 1)}s"]
     try:
         _check_path_length(socket_path())
-        spawn(argv, log_path())
+        log = log_path()
+    except (OSError, PmemError):
+        return False  # the command works without it
+    if at_once:
+        return _launch(argv, log, None)
+    import atexit
+
+    timer = threading.Timer(START_AFTER, launch_deferred)
+    timer.daemon = True
+    with _deferred_lock:
+        if _deferred:
+            return True  # one is waiting already
+        # this process's environment now: the home and settings the command ran with
+        _deferred.update(argv=argv, log=log, env=dict(os.environ), timer=timer)
+        if not _at_exit:
+            atexit.register(launch_deferred)
+            _at_exit.append(True)
+    timer.start()
+    return True
+
+
+def launch_deferred() -> bool:
+    """Launch the server start_in_background put off, if one is waiting (at exit, after
+    START_AFTER, or by a command about to leave without its exit handlers). Returns whether one was."""
+    with _deferred_lock:
+        waiting = dict(_deferred)
+        _deferred.clear()
+    if not waiting:
+        return False
+    waiting["timer"].cancel()
+    return _launch(waiting["argv"], waiting["log"], waiting["env"])
+
+
+def drop_deferred() -> bool:
+    """Forget the server start_in_background put off, if one is waiting (a test that ends, or a
+    process about to serve that home itself). Returns whether one was."""
+    with _deferred_lock:
+        waiting = dict(_deferred)
+        _deferred.clear()
+    if waiting:
+        waiting["timer"].cancel()
+    return bool(waiting)
+
+
+def _launch(argv: list[str], log: Path, env: dict[str, str] | None) -> bool:
+    try:
+        spawn(argv, log, env)
     except (OSError, PmemError):
         return False  # the command works without it
     return True

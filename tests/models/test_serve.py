@@ -38,7 +38,7 @@ def short_home(monkeypatch):
     monkeypatch.setenv("PMEM_HOME", str(home))
     monkeypatch.setenv("PMEM_SERVER", "auto")
     monkeypatch.setattr(srv, "spawned_here", [], raising=False)
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: srv.spawned_here.append(argv))
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: srv.spawned_here.append(argv))
     yield home
     shutil.rmtree(home, ignore_errors=True)
 
@@ -175,6 +175,7 @@ def test_server_never_connects_nor_starts(server, tmp_path, monkeypatch, setting
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     assert load_embedder("some-model", server=setting, cache=ModelCache()).dim == 16
+    assert srv.launch_deferred() is False  # nothing put off either
     assert calls == [] and srv.spawned_here == []
     with pytest.raises(UsageError, match="server must be one of auto, always, never, got 'sometimes'"):
         load_embedder("some-model", server="sometimes")  # config's own message: one validation
@@ -382,11 +383,14 @@ def test_a_reindex_of_a_large_store_embeds_every_batch_in_the_calling_process(se
                                            ("always", [])])
 def test_a_command_that_finds_no_server_starts_one_for_later(short_home, tmp_path, monkeypatch, setting, idle):
     started = []
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append((argv, log)))
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: started.append((argv, log)))
+    srv.drop_deferred()  # nothing put off by an earlier test
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     assert load_embedder("some-model", server=setting, idle_minutes=1.5,
                          cache=ModelCache()).dim == 16  # this command: its own
+    assert started == []  # launched once this command is done (serve.START_AFTER)
+    assert srv.launch_deferred()
     assert len(started) == 1
     argv, log = started[0]
     assert argv[0] == "serve" and argv[-len(idle) or len(argv):] == idle and log == short_home / "serve.log"

@@ -153,7 +153,8 @@ def test_a_server_of_another_build_is_stopped_and_replaced_not_used(short_home, 
     thread = threading.Thread(target=old.serve, daemon=True)
     thread.start()
     started = []
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: started.append(argv))
+    srv.drop_deferred()  # nothing put off before this test
     monkeypatch.setattr("pmem.models.provision.resolve_model", lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
     monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
     try:
@@ -161,6 +162,7 @@ def test_a_server_of_another_build_is_stopped_and_replaced_not_used(short_home, 
         assert not isinstance(e, srv.RemoteEmbedder)  # this command: its own model, not the old code's
         thread.join(10)
         assert not thread.is_alive()  # told to stop
+        srv.launch_deferred()  # as this command ends (serve.START_AFTER)
         assert len(started) == 1 and started[0][0] == "serve"  # and a new one started in its place
     finally:
         old.shutdown()
@@ -209,11 +211,13 @@ def test_a_stopped_server_costs_a_command_the_first_wait_not_seconds(short_home,
                             lambda spec, kind, models_dir=None: tmp_path / "m.gguf")
         monkeypatch.setattr("pmem.models.embed.LlamaEmbedder", lambda path, threads=0: FakeEmbedder(16))
         started = []
-        monkeypatch.setattr(srv, "spawn", lambda argv, log: started.append(argv))
+        monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: started.append(argv))
+        srv.drop_deferred()  # nothing put off before this test
         t0 = time.monotonic()
         e = load_embedder("some-model", server="auto", cache=ModelCache())
         waited = time.monotonic() - t0
         assert isinstance(e, FakeEmbedder) and waited < srv.first_wait() + 0.5
+        srv.launch_deferred()  # what this command would launch as it ends
         assert started == []  # a stopped server holds the socket: nothing to start beside it
     finally:
         os.kill(proc.pid, signal.SIGCONT)

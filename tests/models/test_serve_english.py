@@ -3,6 +3,7 @@ memories' second vectors (pmem/store/english.py), so a served search loads neith
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -65,3 +66,24 @@ def test_without_the_second_model_the_server_holds_e5_alone(short_home):
           PMEM_EMBED_ENGLISH="none")
     _pmem(short_home, "serve", "--detach", PMEM_EMBED_ENGLISH="none")
     assert [Path(m).name for m in _status(short_home)["models"]] == ["multilingual-e5-small.q4.e5s1"]
+
+
+@pytest.mark.model
+def test_a_first_search_finds_what_the_server_it_starts_finds(short_home):
+    """A cold search loads e5 and MiniLM itself and starts the server as it ends (serve.START_AFTER):
+    the same hits, scores and order as the served search after it and one with `server = never`."""
+    for text in ("Deploys to production need approval from Dana", "The cabin wifi password is hunter2",
+                 "Dana is vacationing in Portugal in May", "Release notes are written by Sam"):
+        _pmem(short_home, "add", text, PMEM_SERVER="never")
+    query = ["search", "who signs off on releases", "--json"]
+    def hits(out: str) -> list[tuple]:
+        return [(h["id"], h["text"], h["score"], h["distance"]) for h in json.loads(out)]
+
+    first = hits(_pmem(short_home, *query).stdout)
+    info = _status(short_home)
+    assert info["started_by"].startswith("pmem search (pid ")
+    served = hits(_pmem(short_home, *query).stdout)
+    assert srv.status(short_home / "pmem.sock")["requests"] >= info["requests"] + 2  # both vectors served
+    never = hits(_pmem(short_home, *query, PMEM_SERVER="never").stdout)
+    assert len(first) == 4 and first[0][1] == "Release notes are written by Sam"
+    assert first == served == never

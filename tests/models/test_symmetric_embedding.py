@@ -208,7 +208,7 @@ def test_the_symmetric_scheme_through_pmem_serve(monkeypatch):
         pytest.skip("multilingual-e5-small is not provisioned in PMEM_TEST_MODELS_DIR")
     home = Path(tempfile.mkdtemp(prefix="pmem-", dir="/tmp"))  # a socket path short enough
     monkeypatch.setenv("PMEM_HOME", str(home))
-    monkeypatch.setattr(srv, "spawn", lambda argv, log: None)
+    monkeypatch.setattr(srv, "spawn", lambda argv, log, env=None: None)
     path = provision.ensure_model("multilingual-e5-small", progress=False)
     s = srv.Server(threads=1, loader=load_model_file)
     s.bind()
