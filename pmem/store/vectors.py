@@ -5,6 +5,7 @@ Figures behind the constants and the bit code: docs/decisions/0044-store-figures
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import struct
@@ -47,6 +48,35 @@ def serialize(vector: Sequence[float]) -> bytes:
 
 def deserialize(blob: bytes) -> list[float]:
     return list(struct.unpack(f"<{len(blob) // 4}f", blob))
+
+
+# -- vectors that travel (a sync changeset) -------------------------------------------------------
+# As float16: half the bytes of float32, rankings the same (docs/decisions/0057-join-useful-at-once.md).
+DIM_MAX = 4096  # dimensions a travelling vector may claim
+
+
+def pack_half(blob: bytes) -> str:
+    """A stored float32 vector as base64 float16 (JSON carries text, not bytes)."""
+    n = len(blob) // 4
+    return base64.b64encode(struct.pack(f"<{n}e", *struct.unpack(f"<{n}f", blob))).decode()
+
+
+def unpack_half(text: Any, dim: int) -> bytes | None:
+    """The float32 vector of what `pack_half` made, or None for anything else: the exact length
+    for `dim` values, checked before decoding; every value finite; not all zero (a cosine of it is
+    no number)."""
+    if not (isinstance(text, str) and 0 < dim <= DIM_MAX and len(text) == 4 * -(-2 * dim // 3)):
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    if len(raw) != 2 * dim:
+        return None
+    values = struct.unpack(f"<{dim}e", raw)
+    if not all(math.isfinite(v) for v in values) or not any(values):
+        return None
+    return struct.pack(f"<{dim}f", *values)
 
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -326,6 +356,60 @@ class VectorIndex:
             yield
         finally:
             self._prepared = outer
+
+    @contextmanager
+    def arriving(self, main: dict[str, bytes], english: dict[str, bytes]) -> Iterator[None]:
+        """Vectors that came with the texts (a sync's changesets), by text: a write in the block
+        takes them instead of embedding; an English text whose second vector did not come gets
+        none (`fill` does it later). A text with no vector at all is the caller's to leave
+        unembedded (insert with a None vector) or to embed."""
+        outer, lazy = self._prepared, self.english.lazy
+        self._prepared = {**(outer or {}), **main}
+        self.english.lazy = True
+        self.english.given(english)
+        try:
+            yield
+        finally:
+            self._prepared, self.english.lazy = outer, lazy
+            self.english.given({})
+
+    def missing(self) -> int:
+        """Memories with no vector yet (a sync stores the rows first; `fill` embeds them)."""
+        if not self.exists():
+            return self.db.memory_count()
+        return self.db.execute("SELECT count(*) FROM memories m WHERE NOT EXISTS "
+                               "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq)").fetchone()[0]
+
+    def fill(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Embed every memory that has no vector, a committed batch at a time, each written only
+        where its text is still the one embedded: interrupted (Ctrl-C, kill -9), the next run goes
+        on from there, and a search meanwhile finds the rest by their words. Returns how many."""
+        total = self.missing()
+        if not total:
+            return 0
+        done, last = 0, -1
+        with self.bulk(total):
+            while True:
+                if self.exists():
+                    todo = self.db.execute(
+                        "SELECT m.seq, m.text FROM memories m WHERE m.seq > ? AND NOT EXISTS "
+                        "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq) ORDER BY m.seq LIMIT ?",
+                        (last, batch)).fetchall()
+                else:
+                    todo = self.db.execute("SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq LIMIT ?",
+                                           (last, batch)).fetchall()
+                if not todo:
+                    return done
+                last = todo[-1][0]
+                blobs = dict(zip([t for _, t in todo], self.embed([t for _, t in todo])))
+                with self.db.transaction():
+                    now = self.db.by_seq(seq for seq, _ in todo)
+                    rows = [(seq, blobs[text], now[seq].tier, is_live(now[seq])) for seq, text in todo
+                            if seq in now and now[seq].text == text and self.get(seq) is None]
+                    self.put_many(rows)
+                done += len(todo)
+                if progress:
+                    progress(min(done, total), total)
 
     # -- rows -----------------------------------------------------------------------------
 
