@@ -520,10 +520,14 @@ class SyncLog:
             row = rows.get(op["m"])
             if row is None or (op.get("f") or {}).get("text") != row[1] or len(row[2]) != 4 * dim:
                 continue
-            op["v"] = {"e": [name, dim, pack_half(row[2])]}
+            packed = pack_half(row[2])
+            if packed is None:
+                continue
+            op["v"] = {"e": [name, dim, packed]}
             second = english.get(row[0])
-            if second is not None and len(second) == 4 * ENGLISH_DIM:
-                op["v"]["n"] = [ENGLISH_MODEL, ENGLISH_DIM, pack_half(second)]
+            packed = pack_half(second) if second is not None and len(second) == 4 * ENGLISH_DIM else None
+            if packed is not None:
+                op["v"]["n"] = [ENGLISH_MODEL, ENGLISH_DIM, packed]
 
     def _arrived(self, ops: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, bytes]]:
         """The vectors that came with these operations' texts, by text, parsed totally: bytes

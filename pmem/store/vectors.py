@@ -55,10 +55,17 @@ def deserialize(blob: bytes) -> list[float]:
 DIM_MAX = 4096  # dimensions a travelling vector may claim
 
 
-def pack_half(blob: bytes) -> str:
-    """A stored float32 vector as base64 float16 (JSON carries text, not bytes)."""
+def pack_half(blob: bytes) -> str | None:
+    """A stored float32 vector as base64 float16 (JSON carries text, not bytes); None for one
+    float16 cannot hold (a value past 65504, or not finite: not sent, embedded by the receiver)."""
     n = len(blob) // 4
-    return base64.b64encode(struct.pack(f"<{n}e", *struct.unpack(f"<{n}f", blob))).decode()
+    values = struct.unpack(f"<{n}f", blob[:4 * n])
+    if not all(math.isfinite(v) for v in values):
+        return None
+    try:
+        return base64.b64encode(struct.pack(f"<{n}e", *values)).decode()
+    except OverflowError:
+        return None
 
 
 def unpack_half(text: Any, dim: int) -> bytes | None:
