@@ -39,6 +39,7 @@ LEVEL_Z = 0.67  # thresholds at mean -/+ 0.67 standard deviations: a normal's te
 # the two differences, cast back to a blob, is one float32 vector of 2 * dim values (vec_bit and
 # the vec_ functions refuse a concatenation directly); vec_quantize_binary keeps a bit per value > 0.
 LEVELS_SQL = "vec_quantize_binary(CAST(vec_sub({v}, :lo) || vec_sub({v}, :hi) AS BLOB))"
+DIM_MAX = 4096  # dimensions a vector in a sync changeset may claim (float16 there: decisions/0057)
 
 
 def serialize(vector: Sequence[float]) -> bytes:
@@ -51,13 +52,11 @@ def deserialize(blob: bytes) -> list[float]:
 
 
 # -- vectors that travel (a sync changeset) -------------------------------------------------------
-# As float16: half the bytes of float32, rankings the same (docs/decisions/0057-join-useful-at-once.md).
-DIM_MAX = 4096  # dimensions a travelling vector may claim
-
 
 def pack_half(blob: bytes) -> str | None:
-    """A stored float32 vector as base64 float16 (JSON carries text, not bytes); None for one
-    float16 cannot hold (a value past 65504, or not finite: not sent, embedded by the receiver)."""
+    """A stored float32 vector as base64 float16 (JSON carries text, not bytes): half the bytes,
+    rankings the same (docs/decisions/0057-join-useful-at-once.md); None for one float16 cannot
+    hold (a value past 65504, or not finite: not sent, embedded by the receiver)."""
     n = len(blob) // 4
     values = struct.unpack(f"<{n}f", blob[:4 * n])
     if not all(math.isfinite(v) for v in values):
@@ -384,6 +383,8 @@ class VectorIndex:
         """Memories with no vector yet (a sync stores the rows first; `fill` embeds them)."""
         if not self.exists():
             return self.db.memory_count()
+        if self.db.memory_count() <= self.db.counter("vectors"):  # the kept counts: every sync asks
+            return 0
         return self.db.execute("SELECT count(*) FROM memories m WHERE NOT EXISTS "
                                "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq)").fetchone()[0]
 
