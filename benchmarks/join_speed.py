@@ -2,7 +2,7 @@
 their meaning, side by side with another tree (main).
 
     python benchmarks/join_speed.py build                      # once: 10,000 memories, the real default model
-    python benchmarks/join_speed.py time --tree /work/main --tree . --rounds 3
+    python benchmarks/join_speed.py time --tree /work/main --tree . --rounds 3 --base-rounds 1
     python benchmarks/join_speed.py time --tree /work/main --tree . --memories 1000 --rounds 3
     python benchmarks/join_speed.py precision                  # float16 / int8 against float32: rankings, bytes
 
@@ -197,7 +197,8 @@ def _locked(path: Path) -> bool:
         os.close(fd)
 
 
-def time_joins(cache: Path, n: int, trees: list[Path], rounds: int, cross: bool, limit: float) -> dict:
+def time_joins(cache: Path, n: int, trees: list[Path], rounds: int, cross: bool, limit: float,
+               base_rounds: int) -> dict:
     folder = cache / str(n)
     key = folder / "sync.key"
     runs = [(tree_name(t), t, folder / f"remote-{tree_name(t)}") for t in trees]
@@ -205,7 +206,8 @@ def time_joins(cache: Path, n: int, trees: list[Path], rounds: int, cross: bool,
         runs.append(("this-on-main-remote", ROOT, folder / "remote-main"))
     figures: dict[str, list[dict]] = {name: [] for name, _, _ in runs}
     load_start = os.getloadavg()
-    order = harness.schedule([name for name, _, _ in runs], rounds, 0)
+    order = [(r, name, c) for r, name, c in harness.schedule([name for name, _, _ in runs], rounds, 0)
+             if r < base_rounds or name != runs[0][0]]
     by_name = {name: (tree, remote) for name, tree, remote in runs}
     for r, name, _ in order:
         tree, remote = by_name[name]
@@ -248,8 +250,10 @@ def precision(cache: Path, n: int, queries: int = 300, k: int = 10) -> dict:
     from pmem.store import MemoryStore
     from pmem.sync import keys
 
+    asked = [q["question"] for conv in locomo.load() for q in locomo.questions(conv)][:queries]
     with MemoryStore(cache / str(n) / "sender" / "pmem.db") as store:
         blobs = [b for _, b in sorted(store.vectors([m.id for m in store.iter_all()]).items())]
+        qvecs = np.frombuffer(b"".join(store.embed(asked, query=True)), dtype="<f4").reshape(len(asked), -1)
     f32 = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
     f16 = f32.astype("<f2").astype("<f4")
     scale = np.abs(f32).max(axis=1, keepdims=True) / 127.0
@@ -261,17 +265,20 @@ def precision(cache: Path, n: int, queries: int = 300, k: int = 10) -> dict:
 
     rng = np.random.default_rng(7)
     picks = rng.choice(len(f32), size=min(queries, len(f32)), replace=False)
-    out: dict = {"memories": len(f32), "queries": len(picks), "k": k}
-    truth_q, truth_m = unit(f32[picks]), unit(f32)
-    truth = np.argsort(-(truth_q @ truth_m.T), axis=1, kind="stable")[:, :k]
-    for name, copy in (("float16", f16), ("int8", i8)):
-        got = np.argsort(-(unit(copy[picks]) @ unit(copy).T), axis=1, kind="stable")[:, :k]
-        overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(truth, got)])
-        same_order = np.mean([list(a) == list(b) for a, b in zip(truth, got)])
-        top1 = np.mean(truth[:, 0] == got[:, 0])
-        err = float(np.max(np.abs(np.sum(unit(copy) * truth_m, axis=1) - 1.0)))
-        out[name] = {"overlap_at_k": round(float(overlap), 4), "same_order": round(float(same_order), 4),
-                     "same_top1": round(float(top1), 4), "max_cosine_loss": round(err, 6)}
+    out: dict = {"memories": len(f32), "k": k}
+    truth_m = unit(f32)
+    # questions (LoCoMo's, embedded as queries) and memories as queries (their own row left out)
+    for kind, q, skip in (("by_questions", unit(qvecs), 0), ("by_memories", unit(f32[picks]), 1)):
+        truth = np.argsort(-(q @ truth_m.T), axis=1, kind="stable")[:, skip:skip + k]
+        for name, copy in (("float16", f16), ("int8", i8)):
+            got = np.argsort(-(q @ unit(copy).T), axis=1, kind="stable")[:, skip:skip + k]
+            overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(truth, got)])
+            same_order = np.mean([list(a) == list(b) for a, b in zip(truth, got)])
+            top1 = np.mean(truth[:, 0] == got[:, 0])
+            err = float(np.max(np.abs(np.sum(unit(copy) * truth_m, axis=1) - 1.0)))
+            out.setdefault(kind, {"queries": len(q)})[name] = {
+                "overlap_at_k": round(float(overlap), 4), "same_order": round(float(same_order), 4),
+                "same_top1": round(float(top1), 4), "max_cosine_loss": round(err, 6)}
     key = keys.new_key()
     sample = f32[:1000]
     for name, enc in (("none", None), ("float32", lambda v: v.astype("<f4").tobytes()),
@@ -294,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memories", type=int, default=10_000)
     ap.add_argument("--tree", action="append", default=[], help="a checkout (first: the base); default main, this")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--base-rounds", type=int, help="rounds of the first tree (a slow base), default --rounds")
     ap.add_argument("--cross", action="store_true", help="also join this tree to main's remote (no vectors)")
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds one join may take until all vectors")
     ap.add_argument("--json", action="store_true")
@@ -303,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         build(args.cache, args.memories, trees)
         return 0
     result = precision(args.cache, args.memories) if args.what == "precision" else \
-        time_joins(args.cache, args.memories, trees, args.rounds, args.cross, args.limit)
+        time_joins(args.cache, args.memories, trees, args.rounds, args.cross, args.limit,
+                   args.rounds if args.base_rounds is None else args.base_rounds)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
