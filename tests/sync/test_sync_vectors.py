@@ -296,3 +296,30 @@ def test_status_counts_what_waits(tmp_path, fake_config, monkeypatch):
         assert data["vectors_missing"] == len(TEXTS) and data["filling"] is False
     finally:
         net.close()
+
+
+def test_pmem_sync_join_returns_then_fills_in_the_background(tmp_path):
+    """The commands themselves: a device on another model joins (nothing it can take travels),
+    `pmem sync join` returns with the rows searchable by words and starts the fill, which ends by
+    itself; `pmem sync status --json` counts down to 0."""
+    from test_sync_cli import Device
+
+    class OtherModel(Device):
+        def env(self) -> dict[str, str]:
+            return {**super().env(), "PMEM_EMBED_MODEL": "fake-32"}
+
+    key = tmp_path / "sync.key"
+    a, b = Device(tmp_path, "a", key), OtherModel(tmp_path, "b", key)
+    for t in TEXTS[:40]:
+        a.add(t)
+    a.json("sync", "init", str(tmp_path / "Sync"), "--key-file", str(key))
+    joined = b.json("sync", "join", str(tmp_path / "Sync"), "--key-file", str(key))
+    assert joined["applied"] == 40 and joined["vectors_missing"] == 40 and joined["filling"] is True
+    assert [h for h in b.json("search", "crane", "--mode", "keyword") if "crane" in h["text"]]
+    import time
+
+    deadline = time.monotonic() + 90
+    while (status := b.json("sync", "status"))["vectors_missing"] or status["filling"]:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert b.json("search", "crane", "--mode", "semantic")
