@@ -134,6 +134,11 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
             stored = look.setting("embed_model")
             staged = look.interrupted_reindex()
             english = _english_check(cfg, look, stored)
+            waiting = look.missing_vectors()
+            if waiting:
+                checks.append(Check("missing vectors", True, f"{waiting:,} memories have no vector yet (stored by a "
+                                    "sync before embedding): found by their words, not yet by their meaning",
+                                    "pmem sync (or pmem reindex --missing) embeds them", level="info"))
         resume = f" (an interrupted reindex to {staged.model} has {staged.done} of {staged.total} done; " \
                  f"`pmem reindex` resumes it)" if staged else ""
         from .models.provision import embed_model_for

@@ -73,10 +73,20 @@ class MemoryStore(Storage):
         """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
         return self.vectors.reindex(progress, batch)
 
-    def fill_missing(self, progress: Progress | None = None, batch: int = 64) -> int:
-        """Only what is missing: English memories' second vectors (EnglishVectors.fill); the stored
-        vectors stay as they are. Returns how many were filled."""
-        return self.vectors.english.fill(progress, batch)
+    def fill_missing(self, progress: Progress | None = None, batch: int = 64, scan: bool = True) -> int:
+        """Only what is missing: the vectors of memories stored without one (a sync's rows come
+        first: VectorIndex.fill), then English memories' second vectors (EnglishVectors.fill;
+        `scan` False: only where a sync left some out, as a scan reads every memory's language);
+        the stored vectors stay as they are. Resumable. Returns how many were embedded."""
+        n = self.vectors.fill(progress, batch)
+        if not scan and not self.vectors.english.due():
+            return n
+        with self.vectors.bulk(self.db.memory_count()):
+            return n + self.vectors.english.fill(progress, batch)
+
+    def missing_vectors(self) -> int:
+        """Memories stored without a vector yet (VectorIndex.missing)."""
+        return self.vectors.missing()
 
     def reindex_progress(self) -> tuple[str, int, int] | None:
         """(target model, memories staged, memories) of an interrupted reindex, else None."""
@@ -126,23 +136,24 @@ class MemoryStore(Storage):
 
     def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
                progress: Progress | None = None, keep_ids: bool = True,
-               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]:
+               vectors: Sequence[bytes | None] | None = None, allow_secret: bool = False) -> list[Memory]:
         """Store many memories as one operation (one `undo` takes them all back).
 
         Memories are validated first (a machine secret in any raises SecretFound unless
-        `allow_secret`) and embedded in batches; then everything is written in one transaction,
-        so a failure stores nothing."""
+        `allow_secret`) and embedded in batches, unless `vectors` are given (None for one: stored
+        without a vector, for `fill_missing`); then everything is written in one transaction, so
+        a failure stores nothing."""
         items = [normalize(m) for m in memories]
         if not allow_secret:
             for i, m in enumerate(items, start=1):
                 secretscan.refuse_memory(m, what=f"memory {i} of {len(items)}" + (f" (id {m.id})" if m.id else ""))
         if vectors is not None and len(vectors) != len(items):
             raise ValueError("one vector per memory")
-        blobs = list(vectors) if vectors is not None else (
-            self.embed([m.text for m in items], progress=progress) if items else [])
+        blobs: list[bytes | None] = list(vectors) if vectors is not None else (
+            list(self.embed([m.text for m in items], progress=progress)) if items else [])
         out: list[Memory] = []
         with self.operation(kind, summary or f"{len(items)} memories"):
-            if items:
+            if any(b is not None for b in blobs):
                 self.vectors.ensure_table()
             stored = self.existing_ids(m.id for m in items if m.id) if keep_ids else set()
             taken: set[str] = set()

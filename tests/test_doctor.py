@@ -117,3 +117,15 @@ def test_doctor_reports_a_file_that_is_no_database(tmp_path, fake_config):
     (database,) = [c for c in checks if c.name == "database"]
     assert not database.ok and "not a usable pmem database" in database.detail
     assert database.fix == "check the path, or restore a backup"
+
+
+def test_doctor_counts_memories_a_sync_stored_before_embedding(store):
+    from pmem import doctor
+    from pmem.config import load
+
+    store.insert([Memory(id="", text="embedded at once")])
+    store.insert([Memory(id="", text=f"arrived by sync {i}") for i in range(3)], vectors=[None] * 3)
+    (check,) = [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "missing vectors"]
+    assert check.ok and check.level == "info" and "3 memories" in check.detail and "pmem sync" in check.fix
+    assert store.fill_missing() == 3
+    assert [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "missing vectors"] == []

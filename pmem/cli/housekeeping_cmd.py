@@ -54,8 +54,8 @@ def path(as_json: bool = JsonOpt) -> None:
 
 def reindex(
     missing: bool = typer.Option(False, "--missing",
-                                 help="Only embed what is missing (English memories' second vectors, after an "
-                                      "upgrade); the stored vectors stay."),
+                                 help="Only embed what is missing (memories a sync stored before embedding, "
+                                      "English memories' second vectors after an upgrade); the stored vectors stay."),
 ) -> None:
     """Re-embed every memory with the configured embedding model (after changing models).
 
@@ -71,7 +71,7 @@ def reindex(
     if missing:
         with open_store() as store, out.Progress("embedding what is missing") as progress:
             n = store.fill_missing(progress=progress)
-        out.note(f"embedded {n} English memories' second vectors")
+        out.note(f"embedded {n} missing vectors")
         return
     with open_store() as store, out.Progress("re-embedding") as progress:
         n = store.reindex(progress=progress)

@@ -71,6 +71,13 @@ def _report(data: dict, as_json: bool) -> None:
         out.note(f"sync: the push lost {data['push_retries']} race(s) with other devices and was retried")
     if data.get("recloned"):
         out.note("sync: the remote's history was compacted on another device; this device cloned it afresh")
+    if data.get("fill_error"):
+        out.note(out.visible(f"sync: could not embed what arrived without vectors: {data['fill_error']}; they are "
+                             "found by their words until the next `pmem sync` embeds them"))
+    if data.get("vectors_missing"):
+        how = ("being embedded in the background (pmem sync status)" if data.get("filling")
+               else "the next `pmem sync` (or `pmem reindex --missing`) embeds them")
+        out.note(f"sync: {data['vectors_missing']} memories wait for vectors, found by their words meanwhile: {how}")
 
 
 def _sync(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
@@ -137,6 +144,10 @@ def sync_join(
 ) -> None:
     """Add this device: pull everything, then send what this memory already held.
 
+    It returns once the memories are stored: searchable by their words at once, and by meaning
+    with the vectors that came with them (same embedding model on both devices); the others are
+    embedded in the background (`pmem sync status` counts what waits; resumable).
+
     The key comes from --key-file (or $PMEM_SYNC_KEY_FILE), else it is asked for (the text
     `pmem sync key` prints on another device). A wrong key is refused before anything is written.
 
@@ -160,7 +171,11 @@ def sync_join(
             key_text = typer.prompt("Sync key (from `pmem sync key` on another device)", hide_input=True)
         phrase = _passphrase(passphrase, confirm=True)
         report = sync.join(store, remote, kind=kind, key_file=key_file, key_text=key_text, passphrase=phrase,
-                           progress=_progress)
+                           progress=_progress, fill=False)
+        if report["vectors_missing"]:
+            from ..sync import fill
+
+            report["filling"] = fill.start(store.path)
     _report(report, as_json)
 
 
@@ -191,6 +206,9 @@ def sync_status(as_json: bool = JsonOpt) -> None:
     if background:
         out.echo(out.visible(f"background sync: {'ok' if background.get('ok') else 'failed'} at {background.get('at')}"
                              + ("" if background.get("ok") else f": {background.get('error')}")))
+    if data.get("vectors_missing"):
+        out.echo(f"waiting for vectors: {data['vectors_missing']}"
+                 + (" (embedding in the background)" if data.get("filling") else " (the next `pmem sync` embeds them)"))
     out.echo(f"conflicts: {data['conflicts']}")
     for c in data["recent_conflicts"]:
         out.echo(out.visible(f"  {c['at']}  {c['memory_id']}  {c['field']}: kept {c['kept']}, "

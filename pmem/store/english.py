@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from ..models.provision import Reporting
 
 MODEL = "all-MiniLM-L6-v2"
+DIM = 384  # MiniLM's dimension: a second vector that travels (a sync changeset) must have it
+DUE = "english_fill_due"  # setting: a sync stored English memories without their second vector
 MAIN = "multilingual-e5-small-symmetric"  # the main identity the weight and the map were measured with
 PENDING_MAX = 50_000  # vectors embedded ahead of their write kept at most (a bulk import's batch)
 BULK_EMBED = 256  # texts from which a `pmem serve` client embeds here (as vectors.BULK_EMBED)
@@ -122,6 +124,8 @@ class EnglishVectors:
         self._busy_threads = 0  # the cores prepare()'s MiniLM holds while it runs (VectorIndex.embed's e5 has the rest)
         self._load_lock = threading.Lock()
         self.bulk = False  # VectorIndex.bulk(): every batch embeds in this process
+        self.lazy = False  # VectorIndex.arriving(): write what came, embed nothing (fill does, later)
+        self._given: dict[str, bytes] = {}  # second vectors that came with their texts (arriving)
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -192,7 +196,7 @@ class EnglishVectors:
         thread (MiniLM's load and forward passes beside e5's: VectorIndex.embed starts this before
         its own model and waits at its end, before any write lock is taken). Returns the wait."""
         self.wait()
-        if not self.active():
+        if not self.active() or self.lazy:
             return self.wait
         todo = [t for t in dict.fromkeys(texts) if t and t not in self._pending and is_english(t)]
         if not todo:
@@ -238,16 +242,33 @@ class EnglishVectors:
                                "AND pmem_lang(text) = 'en'", (json.dumps(list(seqs)),)).fetchall()
         if not rows:
             return
-        missing = [t for _, t in rows if t not in self._pending]
+        have = {**self._pending, **self._given}
+        if self.lazy:
+            kept = [(seq, t) for seq, t in rows if t in have]
+            if len(kept) < len(rows):
+                self.db.set_setting(DUE, "1")  # fill() embeds the rest, at the next sync or reindex
+            rows = kept
+        missing = [t for _, t in rows if t not in have]
         if missing:
             blobs = self._embed(list(dict.fromkeys(missing)))
             if blobs is None:
                 return
-            self._pending.update(zip(dict.fromkeys(missing), blobs))
+            have.update(zip(dict.fromkeys(missing), blobs))
         self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) VALUES (?, ?)",
-                                 [(seq, self._pending[t]) for seq, t in rows])
+                                 [(seq, have[t]) for seq, t in rows])
         for _, t in rows:
             self._pending.pop(t, None)
+
+    def given(self, vectors: dict[str, bytes]) -> None:
+        """Second vectors that came with their texts (VectorIndex.arriving), by text; {} forgets them."""
+        self._given = dict(vectors)
+
+    def of(self, seqs: Iterable[int]) -> dict[int, bytes]:
+        """The stored second vectors of these rows (a sync sends them with the texts)."""
+        if not self.db.has_table("memory_vec_en"):
+            return {}
+        return dict(self.db.execute("SELECT seq, embedding FROM memory_vec_en WHERE seq IN "
+                                    "(SELECT value FROM json_each(?))", (json.dumps(list(seqs)),)))
 
     def delete(self, seq: int, zero: bool = False) -> None:
         """Drop row `seq`'s second vector; `zero` overwrites it first (a purge: no page keeps it)."""
@@ -270,6 +291,8 @@ class EnglishVectors:
         while True:
             todo = self.db.execute(sql, (last, batch)).fetchall()
             if not todo:
+                with self.db.transaction():
+                    self.db.execute("DELETE FROM settings WHERE key = ?", (DUE,))
                 return done
             last = todo[-1][0]
             blobs = self._embed([t for _, t in todo])
@@ -283,6 +306,10 @@ class EnglishVectors:
             done += len(todo)
             if progress:
                 progress(min(done, total), total)
+
+    def due(self) -> bool:
+        """Whether a sync stored English memories without their second vector (fill them)."""
+        return self.db.setting(DUE) is not None
 
     def count(self) -> int:
         if not self.db.has_table("memory_vec_en"):

@@ -140,6 +140,16 @@ class Inspection:
         have = self._one("SELECT count(*) FROM memory_vec_en")[0] if "memory_vec_en" in tables else 0
         return EnglishCounts(total, other, have)
 
+    def missing_vectors(self) -> int:
+        """Memories stored without a vector yet (a sync's rows come first: pmem/sync/fill.py)."""
+        tables = self.tables()
+        if "memories" not in tables:
+            return 0
+        if "memory_vec" not in tables:
+            return self._one("SELECT count(*) FROM memories")[0]
+        return self._one("SELECT count(*) FROM memories m WHERE NOT EXISTS "
+                         "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq)")[0]
+
     def holds_any(self, ids: list[str]) -> bool:
         """Whether any of these memories is in it: its row, or an event that kept its text."""
         q = json.dumps(list(ids))

@@ -457,7 +457,7 @@ class Storage(DreamReads):
         self.journal.record(before.id, action, before, after, old_vec)
         return after
 
-    def _insert_many(self, items: Sequence[Memory], blobs: Sequence[bytes], action: str) -> None:
+    def _insert_many(self, items: Sequence[Memory], blobs: Sequence[bytes | None], action: str) -> None:
         """`_insert` for many, one statement per table: rows, then vectors, then events. A
         statement between two row inserts triples each insert's cost (its FTS5 and count
         triggers); docs/decisions/0046-sync-100k.md."""
@@ -608,6 +608,7 @@ class Verbs(Protocol):
     command's are, and the store never imports the service."""
 
     clock: Callable[[], str]
+    vectors: VectorIndex
 
     @property
     def conn(self) -> Any: ...
@@ -629,7 +630,7 @@ class Verbs(Protocol):
 
     def insert(self, memories: Sequence[Memory], *, kind: str = "import", summary: str = "",
                progress: Progress | None = None, keep_ids: bool = True,
-               vectors: Sequence[bytes] | None = None, allow_secret: bool = False) -> list[Memory]: ...
+               vectors: Sequence[bytes | None] | None = None, allow_secret: bool = False) -> list[Memory]: ...
 
     def edit(self, memory_id: str, *, text: str | None = None, action: str | None = None,
              allow_secret: bool = False) -> Memory: ...

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from ..errors import NotFound, UsageError
 from ..hlc import Clock, ms, undo_key
 from ..records import MEMORY_COLUMNS, Memory
+from .english import DIM as ENGLISH_DIM
+from .english import MODEL as ENGLISH_MODEL
+from .vectors import pack_half, unpack_half
 
 if TYPE_CHECKING:
     from .memories import Verbs
@@ -116,6 +119,7 @@ class SyncLog:
     def __init__(self, store: "Verbs"):
         self.store = store
         self.conn = store.conn
+        self._given: dict[str, bytes] = {}  # vectors that came with the texts being applied (apply)
 
     # -- state ------------------------------------------------------------------------
 
@@ -498,6 +502,71 @@ class SyncLog:
                 ops.append(op)
         return ops
 
+    def carry_vectors(self, ops: list[dict[str, Any]]) -> None:
+        """Each operation that sets a memory's text carries that memory's stored vectors, where
+        the text is the memory's text now (a text changed since never carries a stale vector):
+        `v` = {"e": [model, dim, float16 base64], "n": [MiniLM's, the same]}, inside the sealed
+        payload. The receiver takes them only for the same model (`_arrived`); purged, the
+        operation is rewritten without its values, vectors included (sync/repair.py)."""
+        wanted = {op["m"] for op in ops if isinstance((op.get("f") or {}).get("text"), str)}
+        name, dim = self.store.vectors.model()
+        if not wanted or not name or not dim or not self.store.vectors.exists():
+            return
+        rows = {mid: (seq, text, blob) for mid, seq, text, blob in self.conn.execute(
+            "SELECT m.id, m.seq, m.text, v.embedding FROM memories m JOIN memory_vec v ON v.seq = m.seq "
+            "WHERE m.id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(wanted)),))}
+        english = self.store.vectors.english.of(seq for seq, _, _ in rows.values())
+        for op in ops:
+            row = rows.get(op["m"])
+            if row is None or (op.get("f") or {}).get("text") != row[1] or len(row[2]) != 4 * dim:
+                continue
+            packed = pack_half(row[2])
+            if packed is None:
+                continue
+            op["v"] = {"e": [name, dim, packed]}
+            second = english.get(row[0])
+            packed = pack_half(second) if second is not None and len(second) == 4 * ENGLISH_DIM else None
+            if packed is not None:
+                op["v"]["n"] = [ENGLISH_MODEL, ENGLISH_DIM, packed]
+
+    def _arrived(self, ops: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """The vectors that came with these operations' texts, by text, parsed totally: bytes
+        from another device (trusted, but maybe of another version or model) are taken only with
+        this store's model and dimension, the exact length, finite values; anything else is
+        ignored, and that memory is embedded here later (VectorIndex.fill). Each op's `v` is
+        dropped as it is read."""
+        main: dict[str, bytes] = {}
+        english: dict[str, bytes] = {}
+        ident: tuple[str | None, int | None] | None = None
+        for op in ops:
+            v = op.pop("v", None)
+            text = op["f"].get("text")
+            if not isinstance(v, dict) or not isinstance(text, str):
+                continue
+            if ident is None:
+                ident = self._identity()
+            for part, want, out in (("e", ident, main), ("n", (ENGLISH_MODEL, ENGLISH_DIM), english)):
+                carried = v.get(part)
+                if not (isinstance(carried, list) and len(carried) == 3 and want[0] is not None
+                        and carried[0] == want[0] and type(carried[1]) is int and carried[1] == want[1]):
+                    continue
+                blob = unpack_half(carried[2], carried[1])
+                if blob is not None:
+                    out[text] = blob
+        return main, english
+
+    def _identity(self) -> tuple[str | None, int | None]:
+        """The model and dimension this store's vectors come from; before the first, the model it
+        would embed with (loaded to know its dimension); (None, None) where it cannot be loaded."""
+        name, dim = self.store.vectors.model()
+        if name is not None:
+            return name, dim
+        try:
+            e = self.store.vectors.embedder
+        except Exception:  # noqa: BLE001 - no model here now: the memories are embedded later
+            return None, None
+        return e.name, int(e.dim)
+
     def _tombstone(self, memory_id: str, key: str) -> None:
         self.conn.execute("INSERT OR IGNORE INTO sync_tombstones (memory_id, key) VALUES (?, ?)", (memory_id, key))
         self.conn.execute("DELETE FROM sync_clocks WHERE memory_id = ?", (memory_id,))
@@ -528,7 +597,7 @@ class SyncLog:
         todo.sort(key=lambda op: (op["c"], op["id"]))
         stats: dict[str, Any] = {"applied": 0, "dropped": 0, "conflicts": 0, "purge": []}
         cache: dict[str, dict[str, str]] = {}
-        pending: dict[str, Memory] = {}  # creates of new memories, stored in batches (one embed call)
+        pending: dict[str, Memory] = {}  # creates of new memories, stored in batches (_flush)
         store = self.store
         with store.operation("sync", f"sync: {len(todo)} operations from {len(changesets)} changesets"):
             tomb = self.tombstoned({op["m"] for op in todo})
@@ -541,27 +610,13 @@ class SyncLog:
             # of memories not held here, which need neither a row nor clocks looked up.
             held = store.existing_ids({op["m"] for op in todo})
             self._load_keys(cache, {op["m"] for op in todo} - tomb)
-            for i, op in enumerate(todo, start=1):
-                if progress and i % 500 == 0:
-                    progress(i, len(todo))
-                clock.observe(op["c"])
-                mid = op["m"]
-                if op["k"] == "redacted" or mid in tomb:
-                    stats["dropped"] += 1
-                    continue
-                if mid in pending:
-                    self._flush(pending)
-                if op["k"] == "purge":
-                    self._tombstone(mid, op["c"])
-                    cache.pop(mid, None)
-                    tomb.add(mid)
-                    stats["purge"].append(mid)
-                    continue
-                stats["applied"] += 1
-                stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
-                if len(pending) >= FLUSH_EVERY:
-                    self._flush(pending)
-            self._flush(pending)
+            main, english = self._arrived([op for op in todo if op["m"] not in tomb])
+            self._given = main
+            try:
+                with store.vectors.arriving(main, english):
+                    self._apply_all(todo, tomb, cache, pending, held, stats, clock, progress)
+            finally:
+                self._given = {}
             self._save_keys(cache)
             self.conn.executemany("INSERT INTO sync_cursors (device, seq, op) VALUES (?, ?, ?) ON CONFLICT(device) "
                                   "DO UPDATE SET seq = excluded.seq, op = excluded.op",
@@ -575,6 +630,31 @@ class SyncLog:
                 self.add_jobs(kind, stats["purge"])
             self.put("hlc", clock.key())
         return stats
+
+    def _apply_all(self, todo: list[dict[str, Any]], tomb: set[str], cache: dict[str, dict[str, str]],
+                   pending: dict[str, Memory], held: set[str], stats: dict[str, Any], clock: Clock,
+                   progress: Callable[[int, int], None] | None) -> None:
+        for i, op in enumerate(todo, start=1):
+            if progress and i % 500 == 0:
+                progress(i, len(todo))
+            clock.observe(op["c"])
+            mid = op["m"]
+            if op["k"] == "redacted" or mid in tomb:
+                stats["dropped"] += 1
+                continue
+            if mid in pending:
+                self._flush(pending)
+            if op["k"] == "purge":
+                self._tombstone(mid, op["c"])
+                cache.pop(mid, None)
+                tomb.add(mid)
+                stats["purge"].append(mid)
+                continue
+            stats["applied"] += 1
+            stats["conflicts"] += self._apply_one(op, self._keys(cache, mid), pending, held)
+            if len(pending) >= FLUSH_EVERY:
+                self._flush(pending)
+        self._flush(pending)
 
     def _apply_one(self, op: dict[str, Any], keys: dict[str, str], pending: dict[str, Memory],
                    held: set[str]) -> int:
@@ -637,8 +717,12 @@ class SyncLog:
             store.clock = own_clock
 
     def _flush(self, pending: dict[str, Memory]) -> None:
+        """Store new memories with the vectors that came with them; the others without one, for
+        VectorIndex.fill after the commit (a join is searchable by words when it returns)."""
         if pending:
-            self.store.insert(list(pending.values()), kind="sync", keep_ids=True, allow_secret=True)
+            items = list(pending.values())
+            self.store.insert(items, kind="sync", keep_ids=True, allow_secret=True,
+                              vectors=[self._given.get(m.text) for m in items])
             pending.clear()
 
     def _conflict(self, memory_id: str, field: str, kept: str, lost: str, lost_value: Any) -> int:

@@ -5,6 +5,7 @@ Figures behind the constants and the bit code: docs/decisions/0044-store-figures
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import struct
@@ -39,6 +40,7 @@ LEVEL_Z = 0.67  # thresholds at mean -/+ 0.67 standard deviations: a normal's te
 # the two differences, cast back to a blob, is one float32 vector of 2 * dim values (vec_bit and
 # the vec_ functions refuse a concatenation directly); vec_quantize_binary keeps a bit per value > 0.
 LEVELS_SQL = "vec_quantize_binary(CAST(vec_sub({v}, :lo) || vec_sub({v}, :hi) AS BLOB))"
+DIM_MAX = 4096  # dimensions a vector in a sync changeset may claim (float16 there: decisions/0057)
 
 
 def serialize(vector: Sequence[float]) -> bytes:
@@ -48,6 +50,40 @@ def serialize(vector: Sequence[float]) -> bytes:
 
 def deserialize(blob: bytes) -> list[float]:
     return list(struct.unpack(f"<{len(blob) // 4}f", blob))
+
+
+# -- vectors that travel (a sync changeset) -------------------------------------------------------
+
+def pack_half(blob: bytes) -> str | None:
+    """A stored float32 vector as base64 float16 (JSON carries text, not bytes): half the bytes,
+    rankings the same (docs/decisions/0057-join-useful-at-once.md); None for one float16 cannot
+    hold (a value past 65504, or not finite: not sent, embedded by the receiver)."""
+    n = len(blob) // 4
+    values = struct.unpack(f"<{n}f", blob[:4 * n])
+    if not all(math.isfinite(v) for v in values):
+        return None
+    try:
+        return base64.b64encode(struct.pack(f"<{n}e", *values)).decode()
+    except OverflowError:
+        return None
+
+
+def unpack_half(text: Any, dim: int) -> bytes | None:
+    """The float32 vector of what `pack_half` made, or None for anything else: the exact length
+    for `dim` values, checked before decoding; every value finite; not all zero (a cosine of it is
+    no number)."""
+    if not (isinstance(text, str) and 0 < dim <= DIM_MAX and len(text) == 4 * -(-2 * dim // 3)):
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    if len(raw) != 2 * dim:
+        return None
+    values = struct.unpack(f"<{dim}e", raw)
+    if not all(math.isfinite(v) for v in values) or not any(values):
+        return None
+    return struct.pack(f"<{dim}f", *values)
 
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -329,6 +365,62 @@ class VectorIndex:
             yield
         finally:
             self._prepared = outer
+
+    @contextmanager
+    def arriving(self, main: dict[str, bytes], english: dict[str, bytes]) -> Iterator[None]:
+        """Vectors that came with the texts (a sync's changesets), by text: a write in the block
+        takes them instead of embedding; an English text whose second vector did not come gets
+        none (`fill` does it later). A text with no vector at all is the caller's to leave
+        unembedded (insert with a None vector) or to embed."""
+        outer, lazy = self._prepared, self.english.lazy
+        self._prepared = {**(outer or {}), **main}
+        self.english.lazy = True
+        self.english.given(english)
+        try:
+            yield
+        finally:
+            self._prepared, self.english.lazy = outer, lazy
+            self.english.given({})
+
+    def missing(self) -> int:
+        """Memories with no vector yet (a sync stores the rows first; `fill` embeds them)."""
+        if not self.exists():
+            return self.db.memory_count()
+        if self.db.memory_count() <= self.db.counter("vectors"):  # the kept counts: every sync asks
+            return 0
+        return self.db.execute("SELECT count(*) FROM memories m WHERE NOT EXISTS "
+                               "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq)").fetchone()[0]
+
+    def fill(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Embed every memory that has no vector, a committed batch at a time, each written only
+        where its text is still the one embedded: interrupted (Ctrl-C, kill -9), the next run goes
+        on from there, and a search meanwhile finds the rest by their words. Returns how many."""
+        total = self.missing()
+        if not total:
+            return 0
+        done, last = 0, -1
+        with self.bulk(total):
+            while True:
+                if self.exists():
+                    todo = self.db.execute(
+                        "SELECT m.seq, m.text FROM memories m WHERE m.seq > ? AND NOT EXISTS "
+                        "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq) ORDER BY m.seq LIMIT ?",
+                        (last, batch)).fetchall()
+                else:
+                    todo = self.db.execute("SELECT seq, text FROM memories WHERE seq > ? ORDER BY seq LIMIT ?",
+                                           (last, batch)).fetchall()
+                if not todo:
+                    return done
+                last = todo[-1][0]
+                blobs = dict(zip([t for _, t in todo], self.embed([t for _, t in todo])))
+                with self.db.transaction():
+                    now = self.db.by_seq(seq for seq, _ in todo)
+                    rows = [(seq, blobs[text], now[seq].tier, is_live(now[seq])) for seq, text in todo
+                            if seq in now and now[seq].text == text and self.get(seq) is None]
+                    self.put_many(rows)
+                done += len(todo)
+                if progress:
+                    progress(min(done, total), total)
 
     # -- rows -----------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 The package's parts: `engine.py` (init, join, run, status, compact, retire, rejoin: the steps of
 one `pmem sync` and the chain that guards them, with the threat model), `repair.py` (a device's
 own changesets: digest, checks, repair, erasure jobs), `keys.py` (the key and sealed files),
-`transport.py` (git and folder remotes), `safefs.py` (reading a remote without following links)
-and `auto.py` (the background sync after a change). Callers use the names below.
+`transport.py` (git and folder remotes), `safefs.py` (reading a remote without following links),
+`auto.py` (the background sync after a change) and `fill.py` (vectors embedded after a sync).
+Callers use the names below.
 """
 
 from __future__ import annotations

@@ -232,10 +232,12 @@ def init(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file
 
 def join(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file: str | None = None,
          key_text: str | None = None, passphrase: str | None = None,
-         progress: Progress | None = None) -> dict[str, Any]:
+         progress: Progress | None = None, fill: bool = True) -> dict[str, Any]:
     """Add this device to a remote another device started: check the key against the remote's
     key check (a wrong key writes nothing), pull everything, then send what this database
-    already held as this device's own operations."""
+    already held as this device's own operations. The memories are committed with the vectors
+    that travelled with them; `fill` False returns without embedding the others (searchable by
+    their words meanwhile; `pmem sync join` fills them in the background: fill.py)."""
     kind = _kind(remote, kind)
     if SyncLog(store).exists():
         raise SyncError(f"this database already syncs with {SyncLog(store).get('remote')}")
@@ -255,7 +257,7 @@ def join(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file
         keyring.check_key(key, check)
         sync_dir(store).mkdir(mode=0o700, exist_ok=True)
         _, had = _setup(store, t, kind, remote, key, path, passphrase, fresh)
-    report = run(store, progress=progress, passphrase=passphrase, key=key)
+    report = run(store, progress=progress, passphrase=passphrase, key=key, fill=fill)
     return {**report, "sent": report["sent"] + had}
 
 
@@ -332,8 +334,11 @@ def _seal_out(j: SyncLog, key: bytes, ops: list[dict[str, Any]], announce: bool 
             j.put("announced", count)
         if listed_in.startswith(j.device + ":"):
             payload["purged_in"] = int(listed_in.split(":", 1)[1])
+        j.carry_vectors(chunk)  # a chunk at a time: 5,000 memories' vectors held, not all of them
         payload["ops"] = chunk
         j.own_add(j.device, seq, keyring.seal(key, j.device, seq, payload), digest(payload))
+        for op in chunk:
+            op.pop("v", None)
         seqs.append(seq)
     return seqs
 
@@ -508,8 +513,25 @@ def _refuse_retired(j: SyncLog, retired: dict[str, dict[str, Any]]) -> None:
 
 
 def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
-        key: bytes | None = None, lock_wait: float = 0.0) -> dict[str, Any]:
-    """One `pmem sync`: pull, send this device's changes, apply the others', push."""
+        key: bytes | None = None, lock_wait: float = 0.0, fill: bool = True) -> dict[str, Any]:
+    """One `pmem sync`: pull, send this device's changes, apply the others', push; then (`fill`,
+    outside the sync lock) embed what arrived without vectors (fill.py). Its report says how
+    many memories still wait for a vector (`vectors_missing`)."""
+    report = _run(store, progress, passphrase, key, lock_wait)
+    if fill:
+        from .fill import fill as fill_vectors
+
+        done = fill_vectors(store, progress)
+        report.update(filled=done["filled"], vectors_missing=done["vectors_missing"])
+        if "error" in done:
+            report["fill_error"] = done["error"]
+    else:
+        report.update(filled=0, vectors_missing=store.missing_vectors())
+    return report
+
+
+def _run(store: "MemoryStore", progress: Progress | None, passphrase: str | None, key: bytes | None,
+         lock_wait: float) -> dict[str, Any]:
     j, t, key = _open(store, passphrase, key)
     kind = t.kind
     with _lock(store, lock_wait):
@@ -576,6 +598,7 @@ def status(store: "MemoryStore") -> dict[str, Any]:
     """Devices, cursors, retirements, conflicts and the last background sync, from what was last
     pulled (no network)."""
     from .. import autosync
+    from .fill import running
 
     j = _journal(store)
     t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
@@ -599,7 +622,8 @@ def status(store: "MemoryStore") -> dict[str, Any]:
     return {"device": j.device, "kind": j.get("kind"), "remote": t.describe(), "key_id": j.get("key_id"),
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
             "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path),
-            "erasure_pending": len(j.jobs("erase") + j.jobs("redact") + j.jobs("steward")) if j.number("chain") else 0}
+            "erasure_pending": len(j.jobs("erase") + j.jobs("redact") + j.jobs("steward")) if j.number("chain") else 0,
+            "vectors_missing": store.missing_vectors(), "filling": running(store.path)}
 
 
 # -- compact, retire, rejoin ----------------------------------------------------------------
