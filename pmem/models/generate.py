@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
 # smaller ones only choose and label spans of the source (see extract.py).
 STRONG_PARAMS = 1_000_000_000
+REPEAT_PENALTY = 1.1  # over the last 64 tokens of an answer (llama-cpp-python's last_n_tokens_size)
 
 
 @runtime_checkable
@@ -85,6 +86,10 @@ class LlamaGenerator(JsonGenerator):
         self.strong = self.chooses = self.params >= STRONG_PARAMS
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()  # one llama context: one completion at a time
+        # what this model was asked in this process: calls, tokens in and out, and how many tokens
+        # the grammar checked alone or had to mask the whole vocabulary for (benchmarks read it)
+        self.stats = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "tokens_checked",
+                                    "tokens_masked"), 0)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
@@ -99,13 +104,30 @@ class LlamaGenerator(JsonGenerator):
 
     def _complete(self, messages: list[dict], schema: dict, max_tokens: int, attempt: int) -> str:
         # Greedy first (reproducible); a retry samples a little so it does not repeat the failure.
+        # The grammar and the repeat penalty are applied by GrammarFirstTry (the grammar checked
+        # for the chosen token alone where it can be), with the answer the grammar sampler gives.
+        from llama_cpp import LogitsProcessorList
+
+        from .sampling import GrammarFirstTry
+
+        greedy = attempt == 0
         with self._lock:
             try:
-                result = self._llm.create_chat_completion(
-                    messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
-                    temperature=0.0 if attempt == 0 else 0.4, seed=attempt, repeat_penalty=1.1)
+                sampler = GrammarFirstTry(self._lib, self._llm, self._grammar(schema), greedy=greedy,
+                                          penalty=REPEAT_PENALTY, last_n=self._llm.last_n_tokens_size)
+                try:
+                    result = self._llm.create_chat_completion(
+                        messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4, seed=attempt,
+                        repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
+                finally:
+                    sampler.close()
             except ValueError as exc:  # e.g. the prompt does not fit the context
                 raise ExtractionError(f"{self.name}: {str(exc).splitlines()[0]}") from None
+        self.stats["calls"] += 1
+        self.stats["prompt_tokens"] += int(result.get("usage", {}).get("prompt_tokens", 0))
+        self.stats["completion_tokens"] += int(result.get("usage", {}).get("completion_tokens", 0))
+        self.stats["tokens_checked"] += sampler.checks
+        self.stats["tokens_masked"] += sampler.masks
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:

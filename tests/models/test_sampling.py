@@ -1,0 +1,72 @@
+"""The grammar asked only where the greedy token breaks it: the same answers as llama.cpp's grammar
+sampler in the chain, token for token, with the real chat model."""
+
+from __future__ import annotations
+
+import pytest
+
+from pmem import prompts
+from pmem.models.generate import REPEAT_PENALTY, load_generator
+
+pytestmark = pytest.mark.model
+
+NOTES = [
+    ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+     "Caroline: The support group made me feel accepted and gave me courage to embrace myself."],
+    ["Melanie: I painted a lake sunrise last year, it's special to me.",
+     "Melanie: Painting is a fun way to express my feelings and get creative.",
+     "Melanie: I'm going swimming with the kids on Saturday."],
+]
+# A schema the model does not follow by itself: the first tokens it wants break the grammar.
+COUNTS = {"type": "object", "properties": {"count": {"type": "integer"}, "who": {"type": "string",
+          "enum": ["Caroline", "Melanie"]}}, "required": ["count", "who"]}
+
+
+def in_the_chain(gen, messages, schema, max_tokens, attempt):
+    """What llama-cpp-python answers with the grammar in its own sampler chain (what pmem did before)."""
+    gen._llm.reset()  # the prompt evaluated whole, as for `ours`
+    return gen._llm.create_chat_completion(
+        messages=messages, grammar=gen._grammar(schema), max_tokens=max_tokens,
+        temperature=0.0 if attempt == 0 else 0.4, seed=attempt, repeat_penalty=REPEAT_PENALTY,
+    )["choices"][0]["message"].get("content") or ""
+
+
+def ours_of(gen, messages, schema, max_tokens, attempt):
+    """The answer pmem gets now, from an empty cache: a prompt evaluated in other pieces (the part
+    another prompt shared, then the rest) may give other logits in the last digits."""
+    gen._llm.reset()
+    return gen._complete(messages, schema, max_tokens, attempt)
+
+
+@pytest.fixture(scope="module")
+def gen():
+    return load_generator("SmolLM2-135M-Instruct", threads=1)
+
+
+@pytest.mark.parametrize("kind", ["merge", "compress"])
+@pytest.mark.parametrize("notes", NOTES)
+def test_a_dream_answer_is_the_grammar_samplers(gen, kind, notes):
+    messages = prompts.dream_messages(kind, notes)
+    before = dict(gen.stats)
+    ours = ours_of(gen, messages, prompts.DREAM_SCHEMA, 96, 0)
+    assert ours == in_the_chain(gen, messages, prompts.DREAM_SCHEMA, 96, 0)
+    # the grammar was asked about single tokens, and far fewer times about the whole vocabulary
+    checked = gen.stats["tokens_checked"] - before["tokens_checked"]
+    masked = gen.stats["tokens_masked"] - before["tokens_masked"]
+    assert checked >= gen.stats["completion_tokens"] - before["completion_tokens"] > 0
+    assert masked < checked / 2
+
+
+def test_where_the_model_breaks_the_grammar_the_mask_decides(gen):
+    messages = [{"role": "user", "content": "How many people talk in: " + " ".join(NOTES[1]) + " Who?"}]
+    before = gen.stats["tokens_masked"]
+    ours = ours_of(gen, messages, COUNTS, 32, 0)
+    assert gen.stats["tokens_masked"] > before  # the greedy token was refused at least once
+    assert ours == in_the_chain(gen, messages, COUNTS, 32, 0)
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_a_retry_samples_from_what_the_grammar_allows_as_before(gen, attempt):
+    messages = prompts.dream_messages("compress", NOTES[1])
+    ours = ours_of(gen, messages, prompts.DREAM_SCHEMA, 64, attempt)
+    assert ours == in_the_chain(gen, messages, prompts.DREAM_SCHEMA, 64, attempt)
