@@ -599,8 +599,14 @@ store = MemoryStore(tmp / src.name, config=load())
 wall1, cpu1 = time.perf_counter(), time.process_time()
 plan = dream.plan(store, now="2026-01-01T00:00:00Z", generator=None if chat else False)
 wall2, cpu2 = time.perf_counter(), time.process_time()
+from pmem.models import generate
+model = {}  # what the chat model was asked, where the tree counts it (LlamaGenerator.stats)
+for g in generate._cache.values():
+    for k, v in getattr(g, "stats", {}).items():
+        model[k] = model.get(k, 0) + v
 print(json.dumps({"pmem": pmem.__file__, "plan_s": wall2 - wall1, "plan_cpu_s": cpu2 - cpu1,
-                  "process_s": wall2 - wall0, "plan": normalized(store, plan)}, ensure_ascii=False))
+                  "process_s": wall2 - wall0, "model": model, "load": os.getloadavg()[0],
+                  "plan": normalized(store, plan)}, ensure_ascii=False))
 store.close()
 shutil.rmtree(tmp)
 """
@@ -681,7 +687,9 @@ def plan_speed_main(args) -> int:
                          "plan_s_median": round(median([x["plan_s"] for x in rs]), 3),
                          "plan_cpu_s_median": round(median([x["plan_cpu_s"] for x in rs]), 3),
                          "process_s_median": round(median([x["process_s"] for x in rs]), 3),
-                         "plan_s": [round(x["plan_s"], 2) for x in rs]}
+                         "plan_s": [round(x["plan_s"], 2) for x in rs],
+                         "plan_cpu_s": [round(x["plan_cpu_s"], 2) for x in rs],
+                         "load_1min": [round(x.get("load", 0), 1) for x in rs], "model": rs[0].get("model")}
     print(json.dumps(figures, indent=1, ensure_ascii=False))
     return 0 if figures["same_plan"] else 1
 
