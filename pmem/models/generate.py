@@ -89,7 +89,7 @@ class LlamaGenerator(JsonGenerator):
         # what this model was asked in this process: calls, tokens in and out, and how many tokens
         # the grammar checked alone or had to mask the whole vocabulary for (benchmarks read it)
         self.stats = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "tokens_checked",
-                                    "tokens_masked"), 0)
+                                    "tokens_masked", "runaways"), 0)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
@@ -108,7 +108,7 @@ class LlamaGenerator(JsonGenerator):
         # for the chosen token alone where it can be), with the answer the grammar sampler gives.
         from llama_cpp import LogitsProcessorList
 
-        from .sampling import GrammarFirstTry
+        from .sampling import RUNAWAY, GrammarFirstTry
 
         greedy = attempt == 0
         with self._lock:
@@ -128,6 +128,9 @@ class LlamaGenerator(JsonGenerator):
         self.stats["completion_tokens"] += int(result.get("usage", {}).get("completion_tokens", 0))
         self.stats["tokens_checked"] += sampler.checks
         self.stats["tokens_masked"] += sampler.masks
+        if sampler.runaway:  # not retried: a retry of a loop of symbols loops again (sampling.RUNAWAY)
+            self.stats["runaways"] += 1
+            raise ExtractionError(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:

@@ -70,3 +70,21 @@ def test_a_retry_samples_from_what_the_grammar_allows_as_before(gen, attempt):
     messages = prompts.dream_messages("compress", NOTES[1])
     ours = ours_of(gen, messages, prompts.DREAM_SCHEMA, 64, attempt)
     assert ours == in_the_chain(gen, messages, prompts.DREAM_SCHEMA, 64, attempt)
+
+
+def test_a_loop_of_symbols_ends_the_answer_where_it_starts(gen):
+    from pmem.errors import ExtractionError
+    from pmem.models.sampling import RUNAWAY
+
+    messages = [{"role": "system", "content": prompts.DREAM_SYSTEM["compress"]},
+                {"role": "user", "content": "Write a row of emoji: 😀😃😄😁😆😅😂🤣"}]
+    before = dict(gen.stats)
+    with pytest.raises(ExtractionError, match=f"wrote {RUNAWAY} tokens in a row without a letter or digit"):
+        ours_of(gen, messages, prompts.DREAM_SCHEMA, 128, 0)
+    assert gen.stats["runaways"] == before["runaways"] + 1
+    assert gen.stats["completion_tokens"] - before["completion_tokens"] <= RUNAWAY + 8  # not to the limit
+    # with the grammar in the chain the answer is the same symbols: no word a grounding gate could find
+    import json
+
+    written = json.loads(in_the_chain(gen, messages, prompts.DREAM_SCHEMA, 128, 0))["text"]
+    assert written and not any(ch.isalnum() for ch in written)
