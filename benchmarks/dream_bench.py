@@ -638,6 +638,30 @@ def build_synthetic(store: MemoryStore, n: int) -> None:
         store.insert(items[start:start + 2000], kind="import", keep_ids=False)
 
 
+def plan_differences(a: dict, b: dict) -> list[dict]:
+    """Where two normalized plans differ: each proposal (or dropped merge) by its kind and members,
+    the fields that differ with both values, and those only one plan has."""
+    def keyed(plan: dict) -> dict:
+        items = [("proposal", p) for p in plan.get("proposals", [])] + [("dropped", d) for d in plan.get("dropped", [])]
+        return {(what, x.get("kind"), tuple(x.get("members", ()))): x for what, x in items}
+
+    ka, kb = keyed(a), keyed(b)
+    out = []
+    for key in sorted(set(ka) | set(kb), key=str):
+        x, y = ka.get(key), kb.get(key)
+        if x == y:
+            continue
+        entry: dict = {"what": key[0], "kind": key[1], "first_member": key[2][0][:80] if key[2] else ""}
+        if x is None or y is None:
+            entry["only_in"] = "first" if y is None else "last"
+        else:
+            entry["fields"] = {f: [x.get(f), y.get(f)] for f in sorted(set(x) | set(y)) if x.get(f) != y.get(f)}
+        out.append(entry)
+    rest = {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if k not in ("proposals", "dropped")
+            and a.get(k) != b.get(k)}
+    return out + ([{"what": "plan", "fields": rest}] if rest else [])
+
+
 def plan_speed_main(args) -> int:
     """The plan alone (no embedding: the store is built once, then copied for every plan), this
     tree's and --against's, one after the other in each round (the order alternating), so that
@@ -682,6 +706,8 @@ def plan_speed_main(args) -> int:
     figures = {"store": str(db), "memories": first["considered"], "build_and_embed_s": build_s, "chat": args.chat,
                "rounds": args.rounds, "same_plan": all(p == first for p in plans),
                "proposals": first["counts"] if "counts" in first else None}
+    if not figures["same_plan"]:
+        figures["differences"] = plan_differences(plans[0], plans[-1])
     for name, rs in runs.items():
         figures[name] = {"pmem": rs[0]["pmem"],
                          "plan_s_median": round(median([x["plan_s"] for x in rs]), 3),
