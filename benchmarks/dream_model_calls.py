@@ -59,10 +59,9 @@ def main() -> int:
     os.environ["PMEM_HOME"] = str(tmp / "home")
     if args.synthetic:
         os.environ["PMEM_EMBED_MODEL"] = "fake-384"
-    from pmem import dream
+    from pmem import MemoryStore, dream
     from pmem.config import load
     from pmem.errors import PmemError
-    from pmem.store import MemoryStore
 
     try:
         from pmem.models.generate import load_generator
