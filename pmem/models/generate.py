@@ -103,34 +103,53 @@ class LlamaGenerator(JsonGenerator):
         return self._grammars[key]
 
     def _complete(self, messages: list[dict], schema: dict, max_tokens: int, attempt: int) -> str:
-        # Greedy first (reproducible); a retry samples a little so it does not repeat the failure.
-        # The grammar and the repeat penalty are applied by GrammarFirstTry (the grammar checked
-        # for the chosen token alone where it can be), with the answer the grammar sampler gives.
+        return self.complete(messages, schema, max_tokens, attempt)
+
+    def complete(self, messages: list[dict], schema: dict, max_tokens: int = 256, attempt: int = 0, *,
+                 grammar: str = "first-try", fresh: bool = False) -> str:
+        """One answer's raw text. Attempt 0 is greedy (reproducible); a retry samples a little so
+        it does not repeat the failure.
+
+        `grammar`: "first-try" (GrammarFirstTry: the grammar checked for the chosen token alone
+        where it can be, the same answer) or "chain" (llama.cpp's grammar sampler in its chain,
+        over the whole vocabulary at every token: what pmem did before, the reference the first is
+        held to; it does not end loops of symbols). `fresh`: the prompt evaluated whole, from an
+        empty KV cache (a prompt evaluated in pieces, the part another prompt shared and then the
+        rest, may give other logits in the last digits)."""
         from llama_cpp import LogitsProcessorList
 
         from .sampling import RUNAWAY, GrammarFirstTry
 
         greedy = attempt == 0
+        sampler = None
         with self._lock:
             try:
-                sampler = GrammarFirstTry(self._lib, self._llm, self._grammar(schema), greedy=greedy,
-                                          penalty=REPEAT_PENALTY, last_n=self._llm.last_n_tokens_size)
-                try:
+                if fresh:
+                    self._llm.reset()
+                if grammar == "chain":
                     result = self._llm.create_chat_completion(
-                        messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4, seed=attempt,
-                        repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
-                finally:
-                    sampler.close()
+                        messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
+                        temperature=0.0 if greedy else 0.4, seed=attempt, repeat_penalty=REPEAT_PENALTY)
+                else:
+                    sampler = GrammarFirstTry(self._lib, self._llm, self._grammar(schema), greedy=greedy,
+                                              penalty=REPEAT_PENALTY, last_n=self._llm.last_n_tokens_size)
+                    try:
+                        result = self._llm.create_chat_completion(
+                            messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4,
+                            seed=attempt, repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
+                    finally:
+                        sampler.close()
             except ValueError as exc:  # e.g. the prompt does not fit the context
                 raise ExtractionError(f"{self.name}: {str(exc).splitlines()[0]}") from None
         self.stats["calls"] += 1
         self.stats["prompt_tokens"] += int(result.get("usage", {}).get("prompt_tokens", 0))
         self.stats["completion_tokens"] += int(result.get("usage", {}).get("completion_tokens", 0))
-        self.stats["tokens_checked"] += sampler.checks
-        self.stats["tokens_masked"] += sampler.masks
-        if sampler.runaway:  # not retried: a retry of a loop of symbols loops again (sampling.RUNAWAY)
-            self.stats["runaways"] += 1
-            raise ExtractionError(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
+        if sampler is not None:
+            self.stats["tokens_checked"] += sampler.checks
+            self.stats["tokens_masked"] += sampler.masks
+            if sampler.runaway:  # not retried: a retry of a loop of symbols loops again (sampling.RUNAWAY)
+                self.stats["runaways"] += 1
+                raise ExtractionError(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:
