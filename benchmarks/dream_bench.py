@@ -600,7 +600,11 @@ wall1, cpu1 = time.perf_counter(), time.process_time()
 plan = dream.plan(store, now="2026-01-01T00:00:00Z", generator=None if chat else False)
 wall2, cpu2 = time.perf_counter(), time.process_time()
 model = {}  # what the chat model was asked, where the tree counts it (LlamaGenerator.stats)
-for g in getattr(getattr(store.vectors, "models", None), "generators", {}).values():
+try:
+    from pmem.models.cache import PROCESS
+except ImportError:  # a tree from before the ModelCache
+    PROCESS = None
+for g in getattr(getattr(store.vectors, "models", None) or PROCESS, "generators", {}).values():
     for k, v in getattr(g, "stats", {}).items():
         model[k] = model.get(k, 0) + v
 print(json.dumps({"pmem": pmem.__file__, "plan_s": wall2 - wall1, "plan_cpu_s": cpu2 - cpu1,
