@@ -36,6 +36,11 @@ class Generator(Protocol):
         ...
 
 
+class Runaway(ExtractionError):
+    """An answer cut short in a loop of symbols (pmem.models.sampling.RUNAWAY): retried as a
+    truncated one is."""
+
+
 class JsonGenerator:
     """Retry and parse logic shared by real generators; subclasses implement `_complete`."""
 
@@ -50,7 +55,12 @@ class JsonGenerator:
     def generate_json(self, messages: list[dict], schema: dict, max_tokens: int = 256) -> dict:
         problem = "no answer"
         for attempt in range(1 + self.retries):
-            text = self._complete(messages, schema, max_tokens, attempt)
+            try:
+                text = self._complete(messages, schema, max_tokens, attempt)
+            except Runaway:  # cut short in a loop of symbols: the next try samples, with more room
+                problem = "a loop of symbols"
+                max_tokens = int(max_tokens * 1.5)
+                continue
             try:
                 value = json.loads(text)
             except (json.JSONDecodeError, TypeError):
@@ -147,9 +157,9 @@ class LlamaGenerator(JsonGenerator):
         if sampler is not None:
             self.stats["tokens_checked"] += sampler.checks
             self.stats["tokens_masked"] += sampler.masks
-            if sampler.runaway:  # not retried: a retry of a loop of symbols loops again (sampling.RUNAWAY)
+            if sampler.runaway:  # cut short (sampling.RUNAWAY); generate_json retries it
                 self.stats["runaways"] += 1
-                raise ExtractionError(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
+                raise Runaway(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:

@@ -68,13 +68,13 @@ def test_a_retry_samples_from_what_the_grammar_allows_as_before(gen, attempt):
 
 
 def test_a_loop_of_symbols_ends_the_answer_where_it_starts(gen):
-    from pmem.errors import ExtractionError
+    from pmem.models.generate import Runaway
     from pmem.models.sampling import RUNAWAY
 
     messages = [{"role": "system", "content": prompts.DREAM_SYSTEM["compress"]},
                 {"role": "user", "content": "Write a row of emoji: 😀😃😄😁😆😅😂🤣"}]
     before = dict(gen.stats)
-    with pytest.raises(ExtractionError, match=f"wrote {RUNAWAY} tokens in a row without a letter or digit"):
+    with pytest.raises(Runaway, match=f"wrote {RUNAWAY} tokens in a row without a letter or digit"):
         ours_of(gen, messages, prompts.DREAM_SCHEMA, 128, 0)
     assert gen.stats["runaways"] == before["runaways"] + 1
     assert gen.stats["completion_tokens"] - before["completion_tokens"] <= RUNAWAY + 8  # not to the limit
