@@ -599,8 +599,17 @@ store = MemoryStore(tmp / src.name, config=load())
 wall1, cpu1 = time.perf_counter(), time.process_time()
 plan = dream.plan(store, now="2026-01-01T00:00:00Z", generator=None if chat else False)
 wall2, cpu2 = time.perf_counter(), time.process_time()
+model = {}  # what the chat model was asked, where the tree counts it (LlamaGenerator.stats)
+try:
+    from pmem.models.cache import PROCESS
+except ImportError:  # a tree from before the ModelCache
+    PROCESS = None
+for g in getattr(getattr(store.vectors, "models", None) or PROCESS, "generators", {}).values():
+    for k, v in getattr(g, "stats", {}).items():
+        model[k] = model.get(k, 0) + v
 print(json.dumps({"pmem": pmem.__file__, "plan_s": wall2 - wall1, "plan_cpu_s": cpu2 - cpu1,
-                  "process_s": wall2 - wall0, "plan": normalized(store, plan)}, ensure_ascii=False))
+                  "process_s": wall2 - wall0, "model": model, "load": os.getloadavg()[0],
+                  "plan": normalized(store, plan)}, ensure_ascii=False))
 store.close()
 shutil.rmtree(tmp)
 """
@@ -630,6 +639,30 @@ def build_synthetic(store: MemoryStore, n: int) -> None:
         items.append(Memory(id="", text=text, tier=tier, created_at=created, meta=dict(meta)))
     for start in range(0, n, 2000):
         store.insert(items[start:start + 2000], kind="import", keep_ids=False)
+
+
+def plan_differences(a: dict, b: dict) -> list[dict]:
+    """Where two normalized plans differ: each proposal (or dropped merge) by its kind and members,
+    the fields that differ with both values, and those only one plan has."""
+    def keyed(plan: dict) -> dict:
+        items = [("proposal", p) for p in plan.get("proposals", [])] + [("dropped", d) for d in plan.get("dropped", [])]
+        return {(what, x.get("kind"), tuple(x.get("members", ()))): x for what, x in items}
+
+    ka, kb = keyed(a), keyed(b)
+    out = []
+    for key in sorted(set(ka) | set(kb), key=str):
+        x, y = ka.get(key), kb.get(key)
+        if x == y:
+            continue
+        entry: dict = {"what": key[0], "kind": key[1], "first_member": key[2][0][:80] if key[2] else ""}
+        if x is None or y is None:
+            entry["only_in"] = "first" if y is None else "last"
+        else:
+            entry["fields"] = {f: [x.get(f), y.get(f)] for f in sorted(set(x) | set(y)) if x.get(f) != y.get(f)}
+        out.append(entry)
+    rest = {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if k not in ("proposals", "dropped")
+            and a.get(k) != b.get(k)}
+    return out + ([{"what": "plan", "fields": rest}] if rest else [])
 
 
 def plan_speed_main(args) -> int:
@@ -676,12 +709,16 @@ def plan_speed_main(args) -> int:
     figures = {"store": str(db), "memories": first["considered"], "build_and_embed_s": build_s, "chat": args.chat,
                "rounds": args.rounds, "same_plan": all(p == first for p in plans),
                "proposals": first["counts"] if "counts" in first else None}
+    if not figures["same_plan"]:
+        figures["differences"] = plan_differences(plans[0], plans[-1])
     for name, rs in runs.items():
         figures[name] = {"pmem": rs[0]["pmem"],
                          "plan_s_median": round(median([x["plan_s"] for x in rs]), 3),
                          "plan_cpu_s_median": round(median([x["plan_cpu_s"] for x in rs]), 3),
                          "process_s_median": round(median([x["process_s"] for x in rs]), 3),
-                         "plan_s": [round(x["plan_s"], 2) for x in rs]}
+                         "plan_s": [round(x["plan_s"], 2) for x in rs],
+                         "plan_cpu_s": [round(x["plan_cpu_s"], 2) for x in rs],
+                         "load_1min": [round(x.get("load", 0), 1) for x in rs], "model": rs[0].get("model")}
     print(json.dumps(figures, indent=1, ensure_ascii=False))
     return 0 if figures["same_plan"] else 1
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # Models at least this large may rewrite spans into third-person facts and judge conflicts;
 # smaller ones only choose and label spans of the source (see extract.py).
 STRONG_PARAMS = 1_000_000_000
+REPEAT_PENALTY = 1.1  # over the last 64 tokens of an answer (llama-cpp-python's last_n_tokens_size)
 
 
 @runtime_checkable
@@ -33,6 +34,11 @@ class Generator(Protocol):
     def generate_json(self, messages: list[dict], schema: dict, max_tokens: int = 256) -> dict:
         """One JSON object that fits `schema`, or ExtractionError."""
         ...
+
+
+class Runaway(ExtractionError):
+    """An answer cut short in a loop of symbols (pmem.models.sampling.RUNAWAY): retried as a
+    truncated one is."""
 
 
 class JsonGenerator:
@@ -49,7 +55,12 @@ class JsonGenerator:
     def generate_json(self, messages: list[dict], schema: dict, max_tokens: int = 256) -> dict:
         problem = "no answer"
         for attempt in range(1 + self.retries):
-            text = self._complete(messages, schema, max_tokens, attempt)
+            try:
+                text = self._complete(messages, schema, max_tokens, attempt)
+            except Runaway:  # cut short in a loop of symbols: the next try samples, with more room
+                problem = "a loop of symbols"
+                max_tokens = int(max_tokens * 1.5)
+                continue
             try:
                 value = json.loads(text)
             except (json.JSONDecodeError, TypeError):
@@ -85,6 +96,10 @@ class LlamaGenerator(JsonGenerator):
         self.strong = self.chooses = self.params >= STRONG_PARAMS
         self._grammars: dict[str, Any] = {}
         self._lock = threading.Lock()  # one llama context: one completion at a time
+        # what this model was asked in this process: calls, tokens in and out, and how many tokens
+        # the grammar checked alone or had to mask the whole vocabulary for (benchmarks read it)
+        self.stats = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "tokens_checked",
+                                    "tokens_masked", "runaways"), 0)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
@@ -98,14 +113,53 @@ class LlamaGenerator(JsonGenerator):
         return self._grammars[key]
 
     def _complete(self, messages: list[dict], schema: dict, max_tokens: int, attempt: int) -> str:
-        # Greedy first (reproducible); a retry samples a little so it does not repeat the failure.
+        return self.complete(messages, schema, max_tokens, attempt)
+
+    def complete(self, messages: list[dict], schema: dict, max_tokens: int = 256, attempt: int = 0, *,
+                 grammar: str = "first-try", fresh: bool = False) -> str:
+        """One answer's raw text. Attempt 0 is greedy (reproducible); a retry samples a little so
+        it does not repeat the failure.
+
+        `grammar`: "first-try" (GrammarFirstTry: the grammar checked for the chosen token alone
+        where it can be, the same answer) or "chain" (llama.cpp's grammar sampler in its chain,
+        over the whole vocabulary at every token: what pmem did before, the reference the first is
+        held to; it does not end loops of symbols). `fresh`: the prompt evaluated whole, from an
+        empty KV cache (a prompt evaluated in pieces, the part another prompt shared and then the
+        rest, may give other logits in the last digits)."""
+        from llama_cpp import LogitsProcessorList
+
+        from .sampling import RUNAWAY, GrammarFirstTry
+
+        greedy = attempt == 0
+        sampler = None
         with self._lock:
             try:
-                result = self._llm.create_chat_completion(
-                    messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
-                    temperature=0.0 if attempt == 0 else 0.4, seed=attempt, repeat_penalty=1.1)
+                if fresh:
+                    self._llm.reset()
+                if grammar == "chain":
+                    result = self._llm.create_chat_completion(
+                        messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
+                        temperature=0.0 if greedy else 0.4, seed=attempt, repeat_penalty=REPEAT_PENALTY)
+                else:
+                    sampler = GrammarFirstTry(self._lib, self._llm, self._grammar(schema), greedy=greedy,
+                                              penalty=REPEAT_PENALTY, last_n=self._llm.last_n_tokens_size)
+                    try:
+                        result = self._llm.create_chat_completion(
+                            messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4,
+                            seed=attempt, repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
+                    finally:
+                        sampler.close()
             except ValueError as exc:  # e.g. the prompt does not fit the context
                 raise ExtractionError(f"{self.name}: {str(exc).splitlines()[0]}") from None
+        self.stats["calls"] += 1
+        self.stats["prompt_tokens"] += int(result.get("usage", {}).get("prompt_tokens", 0))
+        self.stats["completion_tokens"] += int(result.get("usage", {}).get("completion_tokens", 0))
+        if sampler is not None:
+            self.stats["tokens_checked"] += sampler.checks
+            self.stats["tokens_masked"] += sampler.masks
+            if sampler.runaway:  # cut short (sampling.RUNAWAY); generate_json retries it
+                self.stats["runaways"] += 1
+                raise Runaway(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:

@@ -29,6 +29,20 @@ def test_retries_then_returns_the_first_object():
     assert g.seen[1] > g.seen[0]  # a cut-off answer gets more room next time
 
 
+def test_a_loop_of_symbols_is_retried_with_more_room_then_named():
+    from pmem.models.generate import Runaway
+
+    class Looping(Scripted):
+        def _complete(self, messages, schema, max_tokens, attempt):
+            self.seen.append(max_tokens)
+            raise Runaway("looped")
+
+    g = Looping([])
+    with pytest.raises(ExtractionError, match="scripted returned a loop of symbols after 3 tries"):
+        g.generate_json([], {}, max_tokens=10)
+    assert g.seen == [10, 15, 22]
+
+
 def test_junk_after_all_tries_is_one_extraction_error():
     g = Scripted(["junk", "more junk", "still junk"])
     with pytest.raises(ExtractionError, match="scripted returned .* after 3 tries"):
