@@ -315,6 +315,18 @@ class VectorIndex:
             self._bulk, self.english.bulk = outer
 
     @contextmanager
+    def english_later(self) -> Iterator[None]:
+        """Writes in this block store no second vector (an import): EnglishVectors.fill writes them
+        after, in the background (pmem/englishfill.py), and until then those memories compete by
+        the main vector alone (docs/decisions/0060-import-speed-second-vector.md)."""
+        outer = self.english.later
+        self.english.later = True
+        try:
+            yield
+        finally:
+            self.english.later = outer
+
+    @contextmanager
     def prepared(self, texts: Iterable[str]) -> Iterator[None]:
         """Embed `texts` now, in one batch, and answer `embed()` from them until the block ends:
         a run that writes in one operation (extract) does its model work before the write
