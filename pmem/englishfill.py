@@ -17,13 +17,14 @@ import commits while a fill ends are never skipped. Its progress and outcome go 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def lock_file(db_path: str | os.PathLike) -> Path:
@@ -72,6 +73,24 @@ def running(db_path: str | os.PathLike) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def one_at_a_time(db_path: str | os.PathLike) -> Iterator[None]:
+    """Hold this database's fill lock for the block, waiting for a fill that holds it (`pmem
+    reindex --missing` then fills only what that one left)."""
+    import fcntl
+
+    try:
+        fd = os.open(lock_file(db_path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:  # a folder it cannot write: no background fill could start there either
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the kernel drops it however the process ends
+        yield
+    finally:
+        os.close(fd)
+
+
 def _record(db_path: str | os.PathLike, state: dict[str, Any]) -> None:
     from .paths import write_atomic
 
@@ -83,15 +102,17 @@ def _record(db_path: str | os.PathLike, state: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     """The fill itself: wait for a fill already running, then fill what is still missing."""
-    import fcntl
+    db_path = argv[0]
+    with one_at_a_time(db_path):
+        return _fill(db_path)
 
+
+def _fill(db_path: str) -> int:
+    from .config import load
     from .errors import PmemError
     from .store import MemoryStore
     from .timeutil import now_iso
 
-    db_path = argv[0]
-    fd = os.open(lock_file(db_path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # held until this process ends, however it ends
     started, cpu = time.time(), time.process_time()
     state: dict[str, Any] = {"ok": False, "pid": os.getpid(), "running": True, "done": 0}
     _record(db_path, state)
@@ -101,9 +122,9 @@ def main(argv: list[str]) -> int:
         _record(db_path, state)
 
     try:
-        with MemoryStore(db_path) as store:
-            with store.bulk_embedding(store.english_missing()):  # in this process, not a `pmem serve`
-                state["done"] = store.fill_missing(progress=progress)
+        # MiniLM in this process: a `pmem serve` is for short requests, and none is started for this
+        with MemoryStore(db_path, config=load().with_values(server="never")) as store:
+            state["done"] = store.fill_missing(progress=progress)
         state["ok"] = True
     except PmemError as exc:
         state["error"] = str(exc)
