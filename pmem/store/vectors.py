@@ -277,6 +277,10 @@ class VectorIndex:
             if not query:
                 self.english.prepare(texts)()
             return [prepared[t] for t in texts]
+        unique = list(dict.fromkeys(texts))
+        if len(unique) < len(texts):  # each text once (a chat history's "ok" and "thanks")
+            vectors = dict(zip(unique, self.embed(unique, progress, batch, query)))
+            return [vectors[t] for t in texts]
         self.check_model()
         english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
