@@ -158,11 +158,13 @@ def test_an_import_leaves_the_second_vectors_to_the_fill(two, tmp_path, fake_con
         assert run_import(eager, records).imported == len(texts)
         want = {m.id: second_rows(eager)[seq_of(eager, m.id)] for m in records[:-1]}
         assert len(second_rows(eager)) == len(texts) - 1
+        main = eager.vectors([m.id for m in records])
     finally:
         eager.close()
 
     assert run_import(two, records, english_later=True).imported == len(texts)
     assert second_rows(two) == {} and two.vectors.english.embedder.calls == []
+    assert two.vectors([m.id for m in records]) == main  # the main vectors as an eager import's
     assert two.english_missing() == len(texts) - 1  # every English one; not the Russian memory
     assert not two.vectors.english.later  # only during the import
     by_e5 = semantic_ranks(two, QUESTION, Filter(), 5)
