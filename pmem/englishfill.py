@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+THREADS = 1  # the fill's MiniLM threads: a core left to whatever the person runs next
+
 
 def lock_file(db_path: str | os.PathLike) -> Path:
     return Path(str(db_path) + ".english-fill.lock")
@@ -122,8 +124,10 @@ def _fill(db_path: str) -> int:
         _record(db_path, state)
 
     try:
-        # MiniLM in this process: a `pmem serve` is for short requests, and none is started for this
-        with MemoryStore(db_path, config=load().with_values(server="never")) as store:
+        # MiniLM in this process (a `pmem serve` is for short requests, and none is started for this),
+        # on one thread: at nice 10 a second spinning thread burned 107 s of CPU for a 6 s fill on a
+        # busy machine (docs/decisions/0060-import-speed-second-vector.md); nobody waits for it
+        with MemoryStore(db_path, config=load().with_values(server="never", threads=THREADS)) as store:
             state["done"] = store.fill_missing(progress=progress)
         state["ok"] = True
     except PmemError as exc:
