@@ -55,7 +55,8 @@ def build(home: Path, n: int, tree: Tree, store: Path | None = None) -> None:
     path = home.parent / "turns.jsonl"
     path.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in turns))
     env = tree.env(PMEM_HOME=str(home), PMEM_SERVER="never")  # no server of its own: --serve starts one
-    for args in (["import", str(path)], ["add", "--pin", "I am vegetarian"]):
+    # the import's English vectors: after its background fill (reindex --missing waits for it)
+    for args in (["import", str(path)], ["reindex", "--missing"], ["add", "--pin", "I am vegetarian"]):
         tree.run(["pmem", *args], env=env, cwd=home)
 
 

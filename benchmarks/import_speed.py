@@ -4,6 +4,7 @@
     python benchmarks/import_speed.py --base /work/main --runs 5 --server off   # the model in the command
     python benchmarks/import_speed.py --threads 2    # PMEM_THREADS=2: what an idle 2-core machine gets
     python benchmarks/import_speed.py --server running   # a `pmem serve` already up (a command before started it)
+    python benchmarks/import_speed.py --anchor /work/anchor-venv/bin/llm --runs 3   # and `llm embed-multi` of the turns
 
 Writes one LoCoMo development conversation (conv-43 by default, 680 turns) as pmem JSONL, then
 imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run in a fresh
@@ -13,23 +14,33 @@ the models from one shared directory (--models, its caches warm after the first 
 alternate run by run (benchmarks/harness.py: A B, B A, ...), so a machine other work loads hurts
 both alike; it prints each run's time, the medians, turns/s and the ratio. A server a run started is
 stopped before the next. --base and --tree take a checkout folder or a git revision.
+
+A tree whose import leaves the English second vectors to a background fill (pmem/englishfill.py)
+is waited for until that fill ends, before the next run; the fill's own wall and CPU seconds (from
+`pmem.db.english-fill.json`) are reported beside the import's. `--anchor LLM`: each round also runs
+`llm embed-multi` (the llm of a separate environment with llm-gguf) storing the same turns' texts with
+MiniLM (--anchor-gguf, registered with `llm gguf register-embed-model` in a fresh LLM_USER_PATH,
+untimed), the anchor of docs/decisions/0060-import-speed-second-vector.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import locomo  # noqa: E402
-from harness import Bench, Tree, schedule  # noqa: E402
+from harness import Bench, Tree, clock, schedule  # noqa: E402
 
 MODELS = ("multilingual-e5-small.q4.e5s1", "all-MiniLM-L6-v2.f16.gguf", "all-MiniLM-L6-v2.q8_0.gguf")
 
@@ -64,8 +75,55 @@ def server_cpu(env: dict) -> tuple[int, float] | None:
     return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path, threads: int = 0) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds of the command, memories stored)."""
+def wait_fill(home: Path, timeout: float = 1800.0) -> tuple[float, float]:
+    """(wall, CPU) seconds of the background English fill an import started, once it has ended;
+    (0, 0) when none started."""
+    state = home / "pmem.db.english-fill.json"
+    lock = home / "pmem.db.english-fill.lock"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = json.loads(state.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            if not lock.exists():
+                return 0.0, 0.0
+            data = {"running": True}
+        if not data.get("running"):
+            fd = os.open(lock, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # until the process has ended
+            finally:
+                os.close(fd)
+            if not data.get("ok"):
+                raise SystemExit(f"the English fill failed: {data.get('error')}")
+            return float(data["wall_s"]), float(data["cpu_s"])
+        time.sleep(0.2)
+    raise SystemExit("the English fill did not end")
+
+
+def anchor_run(llm: str, gguf: Path, data: Path, work: Path) -> tuple[float, float, int]:
+    """`llm embed-multi` of the turns' texts with MiniLM through llm-gguf, stored: (wall, CPU, rows)."""
+    home = Path(tempfile.mkdtemp(prefix="llm-", dir=work))
+    env = {**os.environ, "LLM_USER_PATH": str(home)}
+    subprocess.run([llm, "gguf", "register-embed-model", "minilm", str(gguf)], env=env, check=True,
+                   capture_output=True)
+    texts = home / "turns.json"
+    with open(data, encoding="utf-8") as f:
+        texts.write_text(json.dumps([{"id": str(i), "content": json.loads(line)["text"]}
+                                     for i, line in enumerate(f)]), encoding="utf-8")
+    with clock() as took:
+        proc = subprocess.run([llm, "embed-multi", "turns", str(texts), "-m", "gguf/minilm", "--store"], env=env,
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"llm embed-multi failed: {proc.stderr[-2000:]}")
+    rows = sqlite3.connect(home / "embeddings.db").execute("SELECT count(*) FROM embeddings").fetchone()[0]
+    shutil.rmtree(home, ignore_errors=True)
+    return took["wall_s"], took["cpu_s"], rows
+
+
+def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path,
+            threads: int = 0) -> tuple[float, float, int, tuple[float, float]]:
+    """(wall seconds, CPU seconds of the command, memories stored, the background fill's (wall, CPU))."""
     home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
     env = tree.env({k: v for k, v in os.environ.items() if not k.startswith("PMEM_")},
                    PMEM_HOME=str(home), PMEM_MODELS_DIR=str(models), NO_COLOR="1")
@@ -89,12 +147,13 @@ def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path, threa
         cpu += now[1] - served[1] if now is not None and now[0] == served[0] else 0.0
     if sample.returncode != 0:
         raise SystemExit(f"{tree.path}: pmem import failed ({sample.returncode}): {sample.stderr[-2000:]}")
+    fill = wait_fill(home)
     count = subprocess.run([sys.executable, "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])"
                             ".execute('select count(*) from memories').fetchone()[0])", str(home / "pmem.db")],
                            capture_output=True, text=True).stdout.strip()
     subprocess.run([sys.executable, "-m", "pmem", "serve", "--stop"], env=env, capture_output=True, timeout=60)
     shutil.rmtree(home, ignore_errors=True)
-    return took, cpu, int(count or 0)
+    return took, cpu, int(count or 0), fill
 
 
 def main() -> None:
@@ -107,6 +166,9 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=1, help="untimed runs of each tree first")
     ap.add_argument("--threads", type=int, default=0, help="PMEM_THREADS for the commands (0: automatic)")
     ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "pmem-import-speed-models")
+    ap.add_argument("--anchor", help="the `llm` executable (with llm-gguf) to time `llm embed-multi` of the turns with")
+    ap.add_argument("--anchor-gguf", type=Path, help="the MiniLM GGUF the anchor embeds with "
+                    "(default: all-MiniLM-L6-v2.f16.gguf of --models-from)")
     ap.add_argument("--models-from", type=Path,
                     default=Path(os.environ.get("PMEM_TEST_MODELS_DIR") or ROOT / ".models-cache"))
     args = ap.parse_args()
@@ -118,22 +180,39 @@ def main() -> None:
     trees = {"base": Tree.resolve(f"base={args.base}", work / "trees"),
              "this": Tree.resolve(f"this={args.tree}", work / "trees")}
     bench = Bench(list(trees.values()))
+    names = list(trees) + (["anchor"] if args.anchor else [])
+    bench.values.setdefault("anchor", {})
+    gguf = args.anchor_gguf or args.models_from / "all-MiniLM-L6-v2.f16.gguf"
     # the warm-up rounds: the models' caches, the page cache and the .pyc files; not counted
-    for i, name, counted in schedule(list(trees), args.runs, args.warm):
-        took, cpu, stored = one_run(trees[name], data, models, args.server, work, args.threads)
+    for i, name, counted in schedule(names, args.runs, args.warm):
+        if name == "anchor":
+            took, cpu, stored = anchor_run(args.anchor, gguf, data, work)
+            fill = (0.0, 0.0)
+        else:
+            took, cpu, stored, fill = one_run(trees[name], data, models, args.server, work, args.threads)
         if counted:
             bench.add(name, "import", "wall_s", took)
             bench.add(name, "import", "cpu_s", cpu)
-            print(f"run {i + 1} {name}: {took:.2f} s, CPU {cpu:.2f} s ({stored} memories)", flush=True)
+            bench.add(name, "fill", "wall_s", fill[0])
+            bench.add(name, "fill", "cpu_s", fill[1])
+            print(f"run {i + 1} {name}: {took:.2f} s, CPU {cpu:.2f} s ({stored} memories)"
+                  + (f"; English fill after it {fill[0]:.2f} s, CPU {fill[1]:.2f} s" if fill[0] else ""), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\n{turns} turns, server {args.server}, threads {args.threads or 'automatic'}, {args.runs} runs each, "
           f"load {os.getloadavg()[0]:.1f}")
-    med = {k: bench.median(k, "import") for k in trees}
-    cpu_med = {k: bench.median(k, "import", "cpu_s") for k in trees}
-    for name, tree in trees.items():
-        print(f"{name:5} {tree.revision or tree.path}: median {med[name]:.2f} s, {turns / med[name]:.0f} turns/s, "
-              f"CPU {cpu_med[name]:.2f} s (runs {' '.join(f'{t:.2f}' for t in bench.values[name]['import']['wall_s'])})")
+    med = {k: bench.median(k, "import") for k in names}
+    cpu_med = {k: bench.median(k, "import", "cpu_s") for k in names}
+    for name in names:
+        what = "llm embed-multi" if name == "anchor" else (trees[name].revision or trees[name].path)
+        fill = bench.median(name, "fill")
+        print(f"{name:6} {what}: median {med[name]:.2f} s, {turns / med[name]:.0f} turns/s, "
+              f"CPU {cpu_med[name]:.2f} s (runs {' '.join(f'{t:.2f}' for t in bench.values[name]['import']['wall_s'])})"
+              + (f"; English fill after it {fill:.2f} s, CPU {bench.median(name, 'fill', 'cpu_s'):.2f} s"
+                 if fill else ""))
     print(f"this / base: {med['this'] / med['base']:.2f} wall, {cpu_med['this'] / cpu_med['base']:.2f} CPU")
+    if args.anchor:
+        print(f"this / anchor: {med['this'] / med['anchor']:.2f} wall, {cpu_med['this'] / cpu_med['anchor']:.2f} CPU; "
+              f"base / anchor: {med['base'] / med['anchor']:.2f} wall")
 
 
 if __name__ == "__main__":

@@ -257,6 +257,7 @@ def main() -> int:
             data = "".join(json.dumps(r) + "\n" for r in records(args.n, args.data))
             wall, _ = run([*pmem, "import", "-"], env, data)
             result.update(import_s=round(wall, 2), import_per_s=round(args.n / wall, 1))
+            run([*pmem, "reindex", "--missing"], env, "")  # the English vectors the import left to a background fill
         anchor = None
         if args.anchor:
             home = (args.store or Path(tmp)) / f"llm-{args.n}"

@@ -77,6 +77,7 @@ def main() -> int:
             if args.via == "cli":
                 pmem_cli(db, "import", "-", "--format", "jsonl",
                          input="".join(json.dumps(r) + "\n" for r in records))
+                pmem_cli(db, "reindex", "--missing")  # after the import's background fill of the English vectors
                 by_id = {}
                 for line in pmem_cli(db, "export").splitlines():
                     m = json.loads(line)

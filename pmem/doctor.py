@@ -133,7 +133,7 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
                                 "upgrade pmem"))
             stored = look.setting("embed_model")
             staged = look.interrupted_reindex()
-            english = _english_check(cfg, look, stored)
+            english = _english_check(cfg, look, stored, path)
             waiting = look.missing_vectors()
             if waiting:
                 checks.append(Check("missing vectors", True, f"{waiting:,} memories have no vector yet (stored by a "
@@ -163,7 +163,7 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
     return checks
 
 
-def _english_check(cfg: Settings, look: Inspection, stored: str | None) -> Check | None:
+def _english_check(cfg: Settings, look: Inspection, stored: str | None, path: Path) -> Check | None:
     """English memories without their second vector (pmem/store/english.py: a store from before
     it, or one whose MiniLM could not load): searched by e5 alone until `pmem reindex --missing` fills them.
     Counted from the store's counters (`lang:` counts every memory not guessed English), not by
@@ -178,8 +178,17 @@ def _english_check(cfg: Settings, look: Inspection, stored: str | None) -> Check
     missing = counts.memories - counts.not_english - counts.english_vectors
     if missing <= 0:
         return None
-    return Check("english vectors", True, f"{missing:,} English memories have no second vector ({english.MODEL}) "
-                 f"yet, so a search ranks them by {english.MAIN} alone", "pmem reindex --missing", level="info")
+    from . import englishfill
+
+    detail = f"{missing:,} English memories have no second vector ({english.MODEL}) yet, so a search ranks " \
+             f"them by {english.MAIN} alone"
+    fill = englishfill.last(path) or {}
+    if englishfill.running(path):  # after an import (pmem/englishfill.py)
+        done = f"{fill['done']:,} of {fill['total']:,} done" if isinstance(fill.get("total"), int) else "starting"
+        return Check("english vectors", True, f"{detail}; the background fill is running ({done})", level="info")
+    if fill.get("error"):
+        detail += f"; the background fill stopped: {fill['error']}"
+    return Check("english vectors", True, detail, "pmem reindex --missing", level="info")
 
 
 def _chat_runs_check(cfg: Settings) -> Check:

@@ -69,6 +69,15 @@ class MemoryStore(Storage):
         batches (VectorIndex.bulk)."""
         return self.vectors.bulk(count)
 
+    def english_later(self):
+        """Store no English second vectors in this block; fill_missing writes them after
+        (VectorIndex.english_later)."""
+        return self.vectors.english_later()
+
+    def english_missing(self) -> int:
+        """English memories whose second vector is still to be filled (EnglishVectors.missing)."""
+        return self.vectors.english.missing()
+
     def reindex(self, progress: Progress | None = None, batch: int = 64) -> int:
         """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
         return self.vectors.reindex(progress, batch)

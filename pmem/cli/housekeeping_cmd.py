@@ -69,7 +69,10 @@ def reindex(
       pmem reindex --missing     # what `pmem doctor` says is missing, nothing else
     """
     if missing:
-        with open_store() as store, out.Progress("embedding what is missing") as progress:
+        from .. import englishfill
+
+        with open_store() as store, englishfill.one_at_a_time(store.path), \
+                out.Progress("embedding what is missing") as progress:  # after a background fill, if one runs
             n = store.fill_missing(progress=progress)
         out.note(f"embedded {n} missing vectors")
         return

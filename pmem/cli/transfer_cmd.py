@@ -155,7 +155,7 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
                     "formats": dict(plan.formats), "kinds": dict(plan.kinds),
                     "skipped_files": len(plan.skipped_files), "outside_dates": plan.filtered,
                     "skipped_records": plan.skipped_records, "skipped_named": plan.skipped_named,
-                    "cut_messages": plan.cut, "empty_files": plan.empty}
+                    "cut_messages": plan.cut, "empty_files": plan.empty, "english_fill": 0}
     merge_stopped = False
     shown: list = []
     if how.dry_run:
@@ -179,11 +179,16 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
     else:
         with out.Progress("importing") as progress:
             done = importers.run_import(store, records, summary=f"import {name} ({formats}): {len(records)}",
-                                        progress=progress, secrets=secrets, merge=False)
+                                        progress=progress, secrets=secrets, merge=False, english_later=True)
         result.update(imported=done.imported, skipped_existing=done.skipped_existing, operation=done.operation,
                       skipped_secrets=done.skipped_secrets, skipped_unstorable=done.skipped_unstorable,
                       unstorable_named=done.unstorable_named)
         merge_stopped = not _merge_keyword_index(store, done.imported)
+        english = store.english_missing() if done.imported else 0
+        if english:  # their second vectors, after the import (pmem/englishfill.py)
+            from .. import englishfill
+
+            result["english_fill"] = english if englishfill.kick(store.path) else 0
         if how.extract and not merge_stopped:
             from ..integrations.importers.facts import extract_conversations
 
@@ -216,6 +221,9 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
     _note_left_out(plan.skipped_records, plan.skipped_named, plan.cut, result.get("skipped_unstorable", 0),
                    result.get("unstorable_named", []))
     _note_nothing(plan, result["imported"])
+    if result.get("english_fill"):
+        out.note(f"their English vectors for search ({result['english_fill']:,}) are being filled in the "
+                 "background; `pmem doctor` shows how far")
     if how.extract and not merge_stopped:
         x = result["extract"]
         out.note(f"extracted {x.get('add', 0)} facts from {x.get('conversations', 0)} conversations "

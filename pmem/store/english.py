@@ -15,6 +15,8 @@ docs/decisions/0017-two-models-english.md.
 Written wherever the main vector is (VectorIndex.put, put_many; memory texts embedded through
 VectorIndex.embed are embedded here too, before any write lock), erased with it (delete, and
 triggers when a memory's row goes or its text changes), filled for older stores by `pmem reindex`.
+An import writes none (VectorIndex.english_later): a background process fills them after it
+(pmem/englishfill.py, docs/decisions/0060-import-speed-second-vector.md).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class EnglishVectors:
         self.bulk = False  # VectorIndex.bulk(): every batch embeds in this process
         self.lazy = False  # VectorIndex.arriving(): write what came, embed nothing (fill does, later)
         self._given: dict[str, bytes] = {}  # second vectors that came with their texts (arriving)
+        self.later = False  # VectorIndex.english_later(): writes leave the second vectors to fill()
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -196,7 +199,7 @@ class EnglishVectors:
         thread (MiniLM's load and forward passes beside e5's: VectorIndex.embed starts this before
         its own model and waits at its end, before any write lock is taken). Returns the wait."""
         self.wait()
-        if not self.active() or self.lazy:
+        if self.later or self.lazy or not self.active():
             return self.wait
         todo = [t for t in dict.fromkeys(texts) if t and t not in self._pending and is_english(t)]
         if not todo:
@@ -236,7 +239,7 @@ class EnglishVectors:
         """Write the second vector of each of these rows whose text is English, from what was
         prepared, else embedded now (undo restoring a kept vector, a caller's own vectors)."""
         self.wait()
-        if not self.active():
+        if self.later or not self.active():
             return
         rows = self.db.execute("SELECT seq, text FROM memories WHERE seq IN (SELECT value FROM json_each(?)) "
                                "AND pmem_lang(text) = 'en'", (json.dumps(list(seqs)),)).fetchall()
@@ -279,14 +282,14 @@ class EnglishVectors:
         self.db.execute("DELETE FROM memory_vec_en WHERE seq = ?", (seq,))
 
     def fill(self, progress: Progress | None = None, batch: int = 64) -> int:
-        """Embed every English memory that has no second vector yet (`pmem reindex`), a committed
-        batch at a time: interrupted, the next run goes on from there. Returns how many."""
+        """Embed every English memory that has no second vector yet (`pmem reindex`, the fill after
+        an import: pmem/englishfill.py), a committed batch at a time: interrupted, the next run
+        goes on from there, and a row written twice is replaced, not doubled. Returns how many."""
         if not self.active():
             return 0
         sql = ("SELECT m.seq, m.text FROM memories m WHERE pmem_lang(m.text) = 'en' AND m.seq > ? AND NOT EXISTS "
                "(SELECT 1 FROM memory_vec_en e WHERE e.seq = m.seq) ORDER BY m.seq LIMIT ?")
-        total = self.db.execute("SELECT count(*) FROM memories m WHERE NOT EXISTS "
-                                "(SELECT 1 FROM memory_vec_en e WHERE e.seq = m.seq)").fetchone()[0]
+        total = self.missing()
         done, last = 0, -1
         while True:
             todo = self.db.execute(sql, (last, batch)).fetchall()
@@ -310,6 +313,14 @@ class EnglishVectors:
     def due(self) -> bool:
         """Whether a sync stored English memories without their second vector (fill them)."""
         return self.db.setting(DUE) is not None
+
+    def missing(self) -> int:
+        """English memories with no second vector yet, from the kept counts (`lang:` counts every
+        memory not guessed English), as `pmem doctor` tells them; 0 where none are kept."""
+        if not self.active():
+            return 0
+        other = self.db.execute("SELECT coalesce(sum(n), 0) FROM counts WHERE key >= 'lang:' AND key < 'lang;'")
+        return max(0, self.db.memory_count() - other.fetchone()[0] - self.count())
 
     def count(self) -> int:
         if not self.db.has_table("memory_vec_en"):

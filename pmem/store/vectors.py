@@ -316,6 +316,10 @@ class VectorIndex:
             if not query:
                 self.english.prepare(texts)()
             return [prepared[t] for t in texts]
+        unique = list(dict.fromkeys(texts))
+        if len(unique) < len(texts):  # each text once (a chat history's "ok" and "thanks")
+            vectors = dict(zip(unique, self.embed(unique, progress, batch, query)))
+            return [vectors[t] for t in texts]
         self.check_model()
         english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
@@ -352,6 +356,18 @@ class VectorIndex:
             yield
         finally:
             self._bulk, self.english.bulk = outer
+
+    @contextmanager
+    def english_later(self) -> Iterator[None]:
+        """Writes in this block store no second vector (an import): EnglishVectors.fill writes them
+        after, in the background (pmem/englishfill.py), and until then those memories compete by
+        the main vector alone (docs/decisions/0060-import-speed-second-vector.md)."""
+        outer = self.english.later
+        self.english.later = True
+        try:
+            yield
+        finally:
+            self.english.later = outer
 
     @contextmanager
     def prepared(self, texts: Iterable[str]) -> Iterator[None]:

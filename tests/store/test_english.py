@@ -148,6 +148,39 @@ def test_reindex_fills_what_an_older_store_lacks_and_resumes(two, monkeypatch):
     assert set(second_rows(two)) == {seq_of(two, m.id) for m in stored[:10]}
 
 
+def test_an_import_leaves_the_second_vectors_to_the_fill(two, tmp_path, fake_config):
+    """run_import(english_later=True) stores rows and main vectors only; until the fill, those
+    memories are searched by the main model alone, and the fill then writes what an import that
+    embedded both would have written (docs/decisions/0060-import-speed-second-vector.md)."""
+    from pmem.integrations.importers.registry import run_import
+
+    texts = [f"note {i} about the garden and its tools" for i in range(12)] + [DANA, TOKYO, RUSSIAN]
+    records = [Memory(id=f"m{i}", text=t) for i, t in enumerate(texts)]
+    eager = MemoryStore(tmp_path / "eager.db", config=two.config, embedder=Named(en.MAIN))
+    eager.vectors.english.embedder = Named(en.MODEL, 32)
+    try:
+        assert run_import(eager, records).imported == len(texts)
+        want = {m.id: second_rows(eager)[seq_of(eager, m.id)] for m in records[:-1]}
+        assert len(second_rows(eager)) == len(texts) - 1
+        main = eager.vectors([m.id for m in records])
+    finally:
+        eager.close()
+
+    assert run_import(two, records, english_later=True).imported == len(texts)
+    assert second_rows(two) == {} and two.vectors.english.embedder.calls == []
+    assert two.vectors([m.id for m in records]) == main  # the main vectors as an eager import's
+    assert two.english_missing() == len(texts) - 1  # every English one; not the Russian memory
+    assert not two.vectors.english.later  # only during the import
+    by_e5 = semantic_ranks(two, QUESTION, Filter(), 5)
+    assert by_e5 == two.vectors.ranks(two.query_vector(QUESTION), Filter(), 5)  # the main vector alone
+    assert search(two, QUESTION, limit=3)
+
+    assert two.fill_missing() == len(texts) - 1
+    assert {m.id: second_rows(two)[seq_of(two, m.id)] for m in records[:-1]} == want
+    assert two.english_missing() == 0 and two.fill_missing() == 0  # nothing twice
+    assert semantic_ranks(two, QUESTION, Filter(), 5) != by_e5  # both models now
+
+
 def test_a_purge_leaves_the_second_vector_nowhere(two, tmp_path):
     for i in range(50):
         two.add(f"ordinary memory number {i} about gardening and tools")

@@ -386,3 +386,25 @@ def test_rows_tied_at_the_bound_in_other_partitions_take_part(store, monkeypatch
         assert len(semantic_ranks(store, "", Filter(), 10, vector=query)) == 10
     assert tied["pools"] == 10
 
+
+
+def test_a_write_embeds_each_distinct_text_once(tmp_path, fake_config):
+    """An import of a chat history holds many equal turns ("ok", "thanks"): each is embedded once
+    and every copy gets its vector."""
+    from pmem.models.embed import FakeEmbedder
+
+    class Counting(FakeEmbedder):
+        def __init__(self):
+            super().__init__(64)
+            self.seen: list[str] = []
+
+        def embed(self, texts, query: bool = False):
+            self.seen += list(texts)
+            return super().embed(texts)
+
+    model = Counting()
+    with MemoryStore(tmp_path / "dup.db", config=fake_config, embedder=model) as s:
+        texts = ["ok", "thanks", "ok", "see you at nine", "thanks", "ok"]
+        blobs = s.embed(texts, batch=2)
+        assert model.seen == ["ok", "thanks", "see you at nine"]
+        assert blobs == [serialize(v) for v in FakeEmbedder(64).embed(texts)]

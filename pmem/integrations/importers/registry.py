@@ -4,6 +4,7 @@ is told by its shape (or forced), and the memories read are stored in resumable 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -458,7 +459,8 @@ def merge_due(store, stored: int) -> bool:
 
 
 def run_import(store, records: Sequence[Memory], *, summary: str = "import", batch: int = 512,
-               progress: Progress | None = None, secrets: str = "refuse", merge: bool = True) -> ImportResult:
+               progress: Progress | None = None, secrets: str = "refuse", merge: bool = True,
+               english_later: bool = False) -> ImportResult:
     """Store what is not stored yet, `batch` memories per transaction, all in one operation.
 
     One `pmem undo` takes the whole import back. An interrupted import keeps the batches it
@@ -467,7 +469,9 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     (pmem.secretscan) in any field a record stores refuses the whole import before anything is
     stored (`secrets="refuse"`), leaves that record out (`"skip"`, counted), or is stored (`"allow"`).
     With `merge`, the keyword index is merged at the end where `merge_due` (best effort: the
-    import is committed, and another writer may hold the lock); without, the caller does it."""
+    import is committed, and another writer may hold the lock); without, the caller does it.
+    With `english_later`, English memories get no second vector here: the caller fills them after
+    (pmem.englishfill.kick; docs/decisions/0060-import-speed-second-vector.md)."""
     from ... import secretscan
 
     if secrets not in SECRET_POLICIES:
@@ -499,7 +503,8 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     stored = 0
     if progress:
         progress(0, len(todo))
-    with store.bulk_embedding(len(todo)):  # every batch in this process, the last small one too
+    later = store.english_later() if english_later else contextlib.nullcontext()
+    with store.bulk_embedding(len(todo)), later:  # every batch in this process, the last small one too
         for start in range(0, len(todo), batch):
             chunk = todo[start:start + batch]
             blobs = store.embed([m.text.strip() for m in chunk])
