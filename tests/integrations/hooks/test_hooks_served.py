@@ -172,6 +172,11 @@ def test_pmem_serve_with_the_real_model_prints_what_the_hook_prints_itself(home,
     lines = "".join(json.dumps({"text": t}) + "\n" for t in MEMORIES)
     subprocess.run([sys.executable, "-m", "pmem", "import", "-"], input=lines, env=env, check=True,
                    capture_output=True, text=True, timeout=300)
+    # the import left its English vectors to a background fill: wait for it (reindex --missing waits
+    # for a running fill and fills the rest), or a fill ending between the served hook and its local
+    # twin would change what the second one finds, and its CPU would slow the server past the wait
+    subprocess.run([sys.executable, "-m", "pmem", "reindex", "--missing"], env=env, check=True,
+                   capture_output=True, text=True, timeout=300)
     ask = payload("user-prompt", "first", project, "camping")
     assert hook("claude-code", "user-prompt", ask, "never").local
     time.sleep(1.0)
