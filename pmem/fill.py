@@ -105,12 +105,16 @@ def summary(db_path: str | os.PathLike) -> dict[str, Any]:
 def describe(info: dict[str, Any]) -> str:
     """One line of `summary` for people ("" when nothing is worth saying)."""
     if info.get("running"):
-        far = f"{info['done']:,} of {info['total']:,} done" if isinstance(info.get("total"), int) and \
-            isinstance(info.get("done"), int) else "starting"
-        return f"running ({far})"
+        return f"running ({how_far(info)})"
     if info.get("error"):
         return f"stopped: {info['error']}"
     return ""
+
+
+def how_far(info: dict[str, Any]) -> str:
+    """A running fill's progress from `summary`: "320 of 680 done", or "starting"."""
+    done, total = info.get("done"), info.get("total")
+    return f"{done:,} of {total:,} done" if isinstance(done, int) and isinstance(total, int) else "starting"
 
 
 def _count(value: Any) -> int | None:

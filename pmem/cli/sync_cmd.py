@@ -207,11 +207,12 @@ def sync_status(as_json: bool = JsonOpt) -> None:
         out.echo(out.visible(f"background sync: {'ok' if background.get('ok') else 'failed'} at {background.get('at')}"
                              + ("" if background.get("ok") else f": {background.get('error')}")))
     if data.get("vectors_missing"):
-        from ..fill import describe
+        from ..fill import describe, how_far
 
-        now = describe(data.get("fill") or {})
+        info = data.get("fill") or {}
+        now = describe(info)
         out.echo(out.visible(f"waiting for vectors: {data['vectors_missing']}"
-                             + (f" (embedding in the background: {now})" if data.get("filling") else
+                             + (f" (embedding in the background: {how_far(info)})" if data.get("filling") else
                                 f" (the background fill {now}; the next `pmem sync` embeds them)" if now else
                                 " (the next `pmem sync` embeds them)")))
     out.echo(f"conflicts: {data['conflicts']}")

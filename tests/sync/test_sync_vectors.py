@@ -329,7 +329,10 @@ def test_an_imports_fill_and_a_syncs_fill_never_run_at_once(tmp_path, fake_confi
     a sync coming meanwhile embeds nothing and says the work is being done. A sync's fill holds
     it: the fill an import starts (a detached process) waits, then finds nothing left; every
     memory is embedded once."""
+    from typer.testing import CliRunner
+
     from pmem import fill
+    from pmem.cli.app import app
 
     net = Net(tmp_path, "folder", fake_config)
     try:
@@ -356,6 +359,10 @@ def test_an_imports_fill_and_a_syncs_fill_never_run_at_once(tmp_path, fake_confi
                 (check,) = [c for c in doctor.run_checks(fake_config, db_override=db) if c.name == "missing vectors"]
                 assert check.detail.endswith(f"the background fill is running ({done} of {len(TEXTS)} done)")
                 assert not check.fix
+                shown = CliRunner().invoke(app, ["--db", str(db), "sync", "status"])
+                waiting = len(TEXTS) - done
+                assert f"waiting for vectors: {waiting} (embedding in the background: {done} of {len(TEXTS)} done)" \
+                    in shown.stdout, shown.output
 
         with fill.one_at_a_time(db) as held:
             assert held
