@@ -7,7 +7,7 @@ Measures the sets of tests/retrieval/test_quality_gate.py (paraphrase with LoCoM
 distractors, multilingual, LoCoMo conv-26 and conv-30; every search mode and the recall block)
 through `search()` and `recall()` with the real models, twice: as a store with every English
 memory's second vector (all-MiniLM-L6-v2 beside e5, the default) and as one with none, which is
-what search sees after `pmem import` until its background fill has run (pmem/englishfill.py).
+what search sees after `pmem import` until its background fill has run (pmem/fill.py).
 e5's vectors are embedded once and shared by both (--cache keeps them between runs). Prints each
 gated figure both ways, the gain, and how many figures the second vector moves by more than the
 gate's tolerance (0.005). Figures: docs/decisions/0060-import-speed-second-vector.md.

@@ -15,9 +15,10 @@ alternate run by run (benchmarks/harness.py: A B, B A, ...), so a machine other 
 both alike; it prints each run's time, the medians, turns/s and the ratio. A server a run started is
 stopped before the next. --base and --tree take a checkout folder or a git revision.
 
-A tree whose import leaves the English second vectors to a background fill (pmem/englishfill.py)
+A tree whose import leaves the English second vectors to a background fill (pmem/fill.py)
 is waited for until that fill ends, before the next run; the fill's own wall and CPU seconds (from
-`pmem.db.english-fill.json`) are reported beside the import's. `--anchor LLM`: each round also runs
+`pmem.db.fill.json`; `pmem.db.english-fill.json` in a tree from before the one fill) are reported
+beside the import's. `--anchor LLM`: each round also runs
 `llm embed-multi` (the llm of a separate environment with llm-gguf) storing the same turns' texts with
 MiniLM (--anchor-gguf, registered with `llm gguf register-embed-model` in a fresh LLM_USER_PATH,
 untimed), the anchor of docs/decisions/0060-import-speed-second-vector.md.
@@ -78,10 +79,12 @@ def server_cpu(env: dict) -> tuple[int, float] | None:
 def wait_fill(home: Path, timeout: float = 1800.0) -> tuple[float, float]:
     """(wall, CPU) seconds of the background English fill an import started, once it has ended;
     (0, 0) when none started."""
-    state = home / "pmem.db.english-fill.json"
-    lock = home / "pmem.db.english-fill.lock"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        # the one fill's files (pmem/fill.py); a base tree from before it names them english-fill
+        stem = next((home / n for n in ("pmem.db.fill", "pmem.db.english-fill")
+                     if (home / f"{n}.json").exists() or (home / f"{n}.lock").exists()), home / "pmem.db.fill")
+        state, lock = Path(f"{stem}.json"), Path(f"{stem}.lock")
         try:
             data = json.loads(state.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -174,9 +174,11 @@ def one_join(tree: Path, remote: Path, key: Path, limit: float) -> dict:
         s = subprocess.run([sys.executable, "-m", "pmem", "search", MEANING_QUERY, "--mode", "semantic", "--json"],
                            env=env, cwd=home, capture_output=True, text=True, timeout=300)
         found_by_meaning = len(json.loads(s.stdout or "[]")) if s.returncode == 0 else -1
-        lock = home / "pmem.db.sync" / "fill.lock"  # a background fill ends by itself: the next round starts clean
-        while lock.exists() and _locked(lock) and time.monotonic() - t0 < limit:
-            time.sleep(1.0)
+        # a background fill ends by itself: the next round starts clean (the one fill's lock,
+        # pmem/fill.py; a base tree from before it locks pmem.db.sync/fill.lock)
+        for lock in (home / "pmem.db.fill.lock", home / "pmem.db.sync" / "fill.lock"):
+            while lock.exists() and _locked(lock) and time.monotonic() - t0 < limit:
+                time.sleep(1.0)
         return {"returned_s": returned, "by_words_s": words, "by_meaning_s": meaning,
                 "missing_at_return": missing_at_return, "found_by_words": found_by_words,
                 "found_by_meaning": found_by_meaning, "english_vectors": waiting(db)[1]}

@@ -136,9 +136,9 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
             english = _english_check(cfg, look, stored, path)
             waiting = look.missing_vectors()
             if waiting:
-                checks.append(Check("missing vectors", True, f"{waiting:,} memories have no vector yet (stored by a "
-                                    "sync before embedding): found by their words, not yet by their meaning",
-                                    "pmem sync (or pmem reindex --missing) embeds them", level="info"))
+                checks.append(_filling("missing vectors", f"{waiting:,} memories have no vector yet (stored by a "
+                                       "sync before embedding): found by their words, not yet by their meaning",
+                                       path, "pmem sync (or pmem reindex --missing) embeds them"))
         resume = f" (an interrupted reindex to {staged.model} has {staged.done} of {staged.total} done; " \
                  f"`pmem reindex` resumes it)" if staged else ""
         from .models.provision import embed_model_for
@@ -178,17 +178,22 @@ def _english_check(cfg: Settings, look: Inspection, stored: str | None, path: Pa
     missing = counts.memories - counts.not_english - counts.english_vectors
     if missing <= 0:
         return None
-    from . import englishfill
-
     detail = f"{missing:,} English memories have no second vector ({english.MODEL}) yet, so a search ranks " \
              f"them by {english.MAIN} alone"
-    fill = englishfill.last(path) or {}
-    if englishfill.running(path):  # after an import (pmem/englishfill.py)
-        done = f"{fill['done']:,} of {fill['total']:,} done" if isinstance(fill.get("total"), int) else "starting"
-        return Check("english vectors", True, f"{detail}; the background fill is running ({done})", level="info")
-    if fill.get("error"):
-        detail += f"; the background fill stopped: {fill['error']}"
-    return Check("english vectors", True, detail, "pmem reindex --missing", level="info")
+    return _filling("english vectors", detail, path, "pmem reindex --missing")
+
+
+def _filling(name: str, detail: str, path: Path, fix: str) -> Check:
+    """A finding of vectors still missing, with the fill that embeds them (pmem/fill.py): how far
+    it is while it runs (no command to name then), else why the last one stopped, if it did."""
+    from . import fill
+
+    now = fill.describe(fill.summary(path))
+    if now.startswith("running"):
+        return Check(name, True, f"{detail}; the background fill is {now}", level="info")
+    if now:
+        detail += f"; the background fill {now}"
+    return Check(name, True, detail, fix, level="info")
 
 
 def _chat_runs_check(cfg: Settings) -> Check:

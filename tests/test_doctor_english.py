@@ -127,27 +127,27 @@ def test_the_reindex_command_fills_what_is_missing_with_the_real_minilm(tmp_path
 
 
 def test_doctor_shows_the_background_fill_while_it_runs_and_where_it_stopped(tmp_path, cfg):
-    """After an import the fill runs in the background (pmem/englishfill.py): doctor says how far
+    """After an import the fill runs in the background (pmem/fill.py): doctor says how far
     it is instead of naming the command, and names the command with the reason when it failed."""
     import fcntl
     import json
     import os
 
-    from pmem import englishfill
+    from pmem import fill
 
     path = tmp_path / "filling.db"
     s = _store(path, cfg)
     s.insert([Memory(id="", text=f"note {i} about the garden and its tools") for i in range(3)])
     s.conn.execute("DELETE FROM memory_vec_en")
     s.close()
-    englishfill.state_file(path).write_text(json.dumps({"running": True, "done": 1, "total": 3}))
-    lock = os.open(englishfill.lock_file(path), os.O_RDWR | os.O_CREAT, 0o600)
+    fill.state_file(path).write_text(json.dumps({"running": True, "done": 1, "total": 3}))
+    lock = os.open(fill.lock_file(path), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         (check,) = _english_checks(cfg, path)
         assert check.detail.endswith("the background fill is running (1 of 3 done)") and not check.fix
     finally:
         os.close(lock)
-    englishfill.state_file(path).write_text(json.dumps({"running": False, "ok": False, "error": "no MiniLM"}))
+    fill.state_file(path).write_text(json.dumps({"running": False, "ok": False, "error": "no MiniLM"}))
     (check,) = _english_checks(cfg, path)
     assert check.detail.endswith("the background fill stopped: no MiniLM") and check.fix == "pmem reindex --missing"

@@ -20,17 +20,22 @@ def stats(as_json: bool = JsonOpt) -> None:
     Example:
       pmem stats --json
     """
+    from .. import fill
+
     with open_store(read_only=True) as store:
         data = store.stats()
+        data["fill"] = fill.summary(store.path)  # the vectors embedded after an import or a sync
     if as_json:
         out.print_json(data)
         return
     tags = data.pop("tags")
     by_tier = data.pop("by_tier")
     languages = data.pop("languages")
+    filling = fill.describe(data.pop("fill"))
     out.key_values([*data.items(), *((f"tier {k}", v) for k, v in by_tier.items()),
                     ("top tags", ", ".join(f"{k} ({v})" for k, v in tags.items())),
-                    ("not English", ", ".join(f"{k} ({v})" for k, v in languages.items()) or "none")])
+                    ("not English", ", ".join(f"{k} ({v})" for k, v in languages.items()) or "none"),
+                    *([("background fill", filling)] if filling else [])])
 
 
 def path(as_json: bool = JsonOpt) -> None:
@@ -69,11 +74,11 @@ def reindex(
       pmem reindex --missing     # what `pmem doctor` says is missing, nothing else
     """
     if missing:
-        from .. import englishfill
+        from .. import fill
 
-        with open_store() as store, englishfill.one_at_a_time(store.path), \
+        with open_store() as store, fill.one_at_a_time(store.path), \
                 out.Progress("embedding what is missing") as progress:  # after a background fill, if one runs
-            n = store.fill_missing(progress=progress)
+            n = fill.embed_missing(store, progress, by="reindex")
         out.note(f"embedded {n} missing vectors")
         return
     with open_store() as store, out.Progress("re-embedding") as progress:

@@ -173,9 +173,9 @@ def sync_join(
         report = sync.join(store, remote, kind=kind, key_file=key_file, key_text=key_text, passphrase=phrase,
                            progress=_progress, fill=False)
         if report["vectors_missing"]:
-            from ..sync import fill
+            from .. import fill
 
-            report["filling"] = fill.start(store.path)
+            report["filling"] = fill.kick(store.path, scan=False, by="join")  # the one fill (pmem/fill.py)
     _report(report, as_json)
 
 
@@ -207,8 +207,14 @@ def sync_status(as_json: bool = JsonOpt) -> None:
         out.echo(out.visible(f"background sync: {'ok' if background.get('ok') else 'failed'} at {background.get('at')}"
                              + ("" if background.get("ok") else f": {background.get('error')}")))
     if data.get("vectors_missing"):
-        out.echo(f"waiting for vectors: {data['vectors_missing']}"
-                 + (" (embedding in the background)" if data.get("filling") else " (the next `pmem sync` embeds them)"))
+        from ..fill import describe, how_far
+
+        info = data.get("fill") or {}
+        now = describe(info)
+        out.echo(out.visible(f"waiting for vectors: {data['vectors_missing']}"
+                             + (f" (embedding in the background: {how_far(info)})" if data.get("filling") else
+                                f" (the background fill {now}; the next `pmem sync` embeds them)" if now else
+                                " (the next `pmem sync` embeds them)")))
     out.echo(f"conflicts: {data['conflicts']}")
     for c in data["recent_conflicts"]:
         out.echo(out.visible(f"  {c['at']}  {c['memory_id']}  {c['field']}: kept {c['kept']}, "

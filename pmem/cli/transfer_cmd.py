@@ -185,10 +185,10 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
                       unstorable_named=done.unstorable_named)
         merge_stopped = not _merge_keyword_index(store, done.imported)
         english = store.english_missing() if done.imported else 0
-        if english:  # their second vectors, after the import (pmem/englishfill.py)
-            from .. import englishfill
+        if english:  # their second vectors, after the import (pmem/fill.py)
+            from .. import fill
 
-            result["english_fill"] = english if englishfill.kick(store.path) else 0
+            result["english_fill"] = english if fill.kick(store.path, by="import") else 0
         if how.extract and not merge_stopped:
             from ..integrations.importers.facts import extract_conversations
 

@@ -16,7 +16,7 @@ Written wherever the main vector is (VectorIndex.put, put_many; memory texts emb
 VectorIndex.embed are embedded here too, before any write lock), erased with it (delete, and
 triggers when a memory's row goes or its text changes), filled for older stores by `pmem reindex`.
 An import writes none (VectorIndex.english_later): a background process fills them after it
-(pmem/englishfill.py, docs/decisions/0060-import-speed-second-vector.md).
+(pmem/fill.py, docs/decisions/0060-import-speed-second-vector.md).
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ class EnglishVectors:
 
     def fill(self, progress: Progress | None = None, batch: int = 64) -> int:
         """Embed every English memory that has no second vector yet (`pmem reindex`, the fill after
-        an import: pmem/englishfill.py), a committed batch at a time: interrupted, the next run
+        an import: pmem/fill.py), a committed batch at a time: interrupted, the next run
         goes on from there, and a row written twice is replaced, not doubled. Returns how many."""
         if not self.active():
             return 0

@@ -141,7 +141,7 @@ class Inspection:
         return EnglishCounts(total, other, have)
 
     def missing_vectors(self) -> int:
-        """Memories stored without a vector yet (a sync's rows come first: pmem/sync/fill.py)."""
+        """Memories stored without a vector yet (a sync's rows come first: pmem/fill.py)."""
         tables = self.tables()
         if "memories" not in tables:
             return 0

@@ -360,7 +360,7 @@ class VectorIndex:
     @contextmanager
     def english_later(self) -> Iterator[None]:
         """Writes in this block store no second vector (an import): EnglishVectors.fill writes them
-        after, in the background (pmem/englishfill.py), and until then those memories compete by
+        after, in the background (pmem/fill.py), and until then those memories compete by
         the main vector alone (docs/decisions/0060-import-speed-second-vector.md)."""
         outer = self.english.later
         self.english.later = True

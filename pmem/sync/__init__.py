@@ -4,7 +4,8 @@ The package's parts: `engine.py` (init, join, run, status, compact, retire, rejo
 one `pmem sync` and the chain that guards them, with the threat model), `repair.py` (a device's
 own changesets: digest, checks, repair, erasure jobs), `keys.py` (the key and sealed files),
 `transport.py` (git and folder remotes), `safefs.py` (reading a remote without following links),
-`auto.py` (the background sync after a change) and `fill.py` (vectors embedded after a sync).
+`auto.py` (the background sync after a change); the vectors a sync leaves out are embedded by
+the one fill (pmem/fill.py).
 Callers use the names below.
 """
 

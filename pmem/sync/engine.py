@@ -237,7 +237,7 @@ def join(store: "MemoryStore", remote: str, *, kind: str | None = None, key_file
     key check (a wrong key writes nothing), pull everything, then send what this database
     already held as this device's own operations. The memories are committed with the vectors
     that travelled with them; `fill` False returns without embedding the others (searchable by
-    their words meanwhile; `pmem sync join` fills them in the background: fill.py)."""
+    their words meanwhile; `pmem sync join` fills them in the background: pmem/fill.py)."""
     kind = _kind(remote, kind)
     if SyncLog(store).exists():
         raise SyncError(f"this database already syncs with {SyncLog(store).get('remote')}")
@@ -515,14 +515,17 @@ def _refuse_retired(j: SyncLog, retired: dict[str, dict[str, Any]]) -> None:
 def run(store: "MemoryStore", *, progress: Progress | None = None, passphrase: str | None = None,
         key: bytes | None = None, lock_wait: float = 0.0, fill: bool = True) -> dict[str, Any]:
     """One `pmem sync`: pull, send this device's changes, apply the others', push; then (`fill`,
-    outside the sync lock) embed what arrived without vectors (fill.py). Its report says how
-    many memories still wait for a vector (`vectors_missing`)."""
+    outside the sync lock) embed what arrived without vectors, unless a fill already runs here
+    (pmem/fill.py). Its report says how many memories still wait for a vector (`vectors_missing`),
+    and `filling` when another fill has them."""
     report = _run(store, progress, passphrase, key, lock_wait)
     if fill:
-        from .fill import fill as fill_vectors
+        from .. import fill as background
 
-        done = fill_vectors(store, progress)
+        done = background.unless_busy(store, lambda n, total: _say(progress, f"sync: embedded {n}/{total}"))
         report.update(filled=done["filled"], vectors_missing=done["vectors_missing"])
+        if done["busy"]:  # another fill (an import's, a join's, `pmem reindex --missing`) has the work
+            report["filling"] = True
         if "error" in done:
             report["fill_error"] = done["error"]
     else:
@@ -597,9 +600,9 @@ def _publish(t: Folder, message: str, progress: Progress | None) -> int:
 def status(store: "MemoryStore") -> dict[str, Any]:
     """Devices, cursors, retirements, conflicts and the last background sync, from what was last
     pulled (no network)."""
-    from .. import autosync
-    from .fill import running
+    from .. import autosync, fill
 
+    filling = fill.summary(store.path)
     j = _journal(store)
     t = _transport(store, j.get("kind") or "folder", j.get("remote") or "", j.device)
     try:
@@ -623,7 +626,8 @@ def status(store: "MemoryStore") -> dict[str, Any]:
             "pending_changes": j.pending_events(), "devices": devices, "conflicts": j.conflict_count(),
             "recent_conflicts": j.conflicts(20), "background": autosync.last(store.path),
             "erasure_pending": len(j.jobs("erase") + j.jobs("redact") + j.jobs("steward")) if j.number("chain") else 0,
-            "vectors_missing": store.missing_vectors(), "filling": running(store.path)}
+            "vectors_missing": store.missing_vectors(), "filling": filling["running"],
+            "fill": filling}
 
 
 # -- compact, retire, rejoin ----------------------------------------------------------------

@@ -15,11 +15,12 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from attacker import Net
 
-from pmem import sync
+from pmem import doctor, sync
 from pmem.config import load
 from pmem.models.embed import FakeEmbedder
 from pmem.search import search
@@ -316,10 +317,86 @@ def test_pmem_sync_join_returns_then_fills_in_the_background(tmp_path):
     joined = b.json("sync", "join", str(tmp_path / "Sync"), "--key-file", str(key))
     assert joined["applied"] == 40 and joined["vectors_missing"] == 40 and joined["filling"] is True
     assert [h for h in b.json("search", "crane", "--mode", "keyword") if "crane" in h["text"]]
-    import time
-
     deadline = time.monotonic() + 90
     while (status := b.json("sync", "status"))["vectors_missing"] or status["filling"]:
         assert time.monotonic() < deadline, status
         time.sleep(0.5)
     assert b.json("search", "crane", "--mode", "semantic")
+
+
+def test_an_imports_fill_and_a_syncs_fill_never_run_at_once(tmp_path, fake_config, monkeypatch, embeds):
+    """One fill per database (pmem/fill.py), whoever starts it. An import's fill holds the lock:
+    a sync coming meanwhile embeds nothing and says the work is being done. A sync's fill holds
+    it: the fill an import starts (a detached process) waits, then finds nothing left; every
+    memory is embedded once."""
+    from typer.testing import CliRunner
+
+    from pmem import fill
+    from pmem.cli.app import app
+
+    net = Net(tmp_path, "folder", fake_config)
+    try:
+        monkeypatch.setattr(sync.SyncLog, "carry_vectors", lambda self, ops: None)  # the join leaves them all
+        sender(net)
+        sync.join(net.store("b"), str(net.remote), key_file=str(net.key_file), fill=False)
+        b, db = net.store("b"), tmp_path / "b" / "pmem.db"
+        assert b.missing_vectors() == len(TEXTS)
+
+        # the import's fill first, as its detached process runs it (fill.main); a sync comes mid-way
+        seen: list[dict] = []
+
+        def import_step(done: int, total: int) -> None:
+            if not seen:
+                assert fill.running(db) and fill.last(db)["by"] == "import"
+                embeds.clear()
+                with MemoryStore(db, config=fake_config) as other:  # `pmem sync` in another process
+                    status = sync.status(other)
+                    seen.append(sync.run(other))
+                assert embeds == []  # the sync embedded nothing while the import's fill held the lock
+                # `pmem sync status` and `pmem doctor` read the one fill's state
+                assert status["filling"] and status["fill"] == {"running": True, "by": "import", "done": done,
+                                                                 "total": len(TEXTS)}
+                (check,) = [c for c in doctor.run_checks(fake_config, db_override=db) if c.name == "missing vectors"]
+                assert check.detail.endswith(f"the background fill is running ({done} of {len(TEXTS)} done)")
+                assert not check.fix
+                shown = CliRunner().invoke(app, ["--db", str(db), "sync", "status"])
+                waiting = len(TEXTS) - done
+                assert f"waiting for vectors: {waiting} (embedding in the background: {done} of {len(TEXTS)} done)" \
+                    in shown.stdout, shown.output
+
+        with fill.one_at_a_time(db) as held:
+            assert held
+            assert fill.embed_missing(b, import_step, by="import") == len(TEXTS)
+        (report,) = seen
+        assert report["filled"] == 0 and report["filling"] is True
+        assert 0 < report["vectors_missing"] < len(TEXTS)  # what the import's fill had not reached yet
+        assert b.missing_vectors() == 0 and not fill.running(db)
+        state = fill.last(db)
+        assert state["by"] == "import" and state["ok"] and state["done"] == len(TEXTS)
+
+        # the sync's fill first; an import's detached fill is started while it runs
+        b.conn.execute("DELETE FROM memory_vec")  # as a join leaves them, again
+        assert b.missing_vectors() == len(TEXTS)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))  # the child imports this tree
+        during: list[tuple[int, dict]] = []
+
+        def sync_step(text: str) -> None:
+            if text.startswith("sync: embedded") and not during:
+                assert fill.kick(db, by="import")
+                time.sleep(1.5)  # time enough for the child to start, and to embed if it did not wait
+                during.append((b.missing_vectors(), dict(fill.last(db) or {})))
+
+        embeds.clear()
+        report = sync.run(b, progress=sync_step)
+        assert report["filled"] == len(TEXTS) and report["vectors_missing"] == 0 and "filling" not in report
+        assert sorted(embeds) == sorted(TEXTS)  # each memory embedded once, by the sync
+        ((missing, state),) = during
+        assert missing == len(TEXTS) - 64 and state["by"] == "sync"  # the import's fill had not begun
+        deadline = time.monotonic() + 60
+        while (fill.last(db) or {}).get("by") != "import" or fill.running(db):
+            assert time.monotonic() < deadline, fill.last(db)
+            time.sleep(0.1)
+        state = fill.last(db)
+        assert state["ok"] and state["done"] == 0  # it waited, then found nothing left
+    finally:
+        net.close()

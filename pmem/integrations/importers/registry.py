@@ -471,7 +471,7 @@ def run_import(store, records: Sequence[Memory], *, summary: str = "import", bat
     With `merge`, the keyword index is merged at the end where `merge_due` (best effort: the
     import is committed, and another writer may hold the lock); without, the caller does it.
     With `english_later`, English memories get no second vector here: the caller fills them after
-    (pmem.englishfill.kick; docs/decisions/0060-import-speed-second-vector.md)."""
+    (pmem.fill.kick; docs/decisions/0060-import-speed-second-vector.md)."""
     from ... import secretscan
 
     if secrets not in SECRET_POLICIES:

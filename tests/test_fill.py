@@ -1,9 +1,10 @@
-"""The background fill of English memories' second vectors after an import (pmem/englishfill.py):
+"""The background fill of English memories' second vectors after an import (pmem/fill.py):
 a detached process, one at a time, resumable after kill -9 with nothing lost or doubled, and
-search answering while it waits or runs.
+search answering while it waits or runs; its state as `pmem stats` shows it. (A sync's fill and an
+import's never at once: tests/sync/test_sync_vectors.py.)
 
 The main model is a fake under e5's name (the fill never runs it); the second model is the real
-MiniLM in the child process, so these are @pytest.mark.model."""
+MiniLM in the child process, so those tests are @pytest.mark.model."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pmem import Memory, englishfill, search
+from pmem import Memory, fill, search
 from pmem.integrations.importers.registry import run_import
 from pmem.models.embed import FakeEmbedder
 from pmem.service import MemoryStore
@@ -79,7 +80,7 @@ def test_the_fill_resumes_after_kill_9_with_nothing_lost_or_doubled(tmp_path):
     imported(db, TEXTS + [RUSSIAN])
     want = english_seqs(db)
     assert len(want) == len(TEXTS)
-    child = subprocess.Popen([sys.executable, "-m", "pmem.englishfill", str(db)], env=child_env(),
+    child = subprocess.Popen([sys.executable, "-m", "pmem.fill", str(db)], env=child_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not rows(db) and child.poll() is None and time.monotonic() < deadline:
@@ -88,16 +89,16 @@ def test_the_fill_resumes_after_kill_9_with_nothing_lost_or_doubled(tmp_path):
     child.wait()
     part = rows(db)
     assert 0 < len(part) < len(want), "killed before its first batch or after its last"
-    assert englishfill.running(db) is False  # the kernel dropped the dead fill's lock
-    assert englishfill.last(db)["running"] is True  # its last word: it never finished
+    assert fill.running(db) is False  # the kernel dropped the dead fill's lock
+    assert fill.last(db)["running"] is True  # its last word: it never finished
 
-    done = subprocess.run([sys.executable, "-m", "pmem.englishfill", str(db)], env=child_env(),
+    done = subprocess.run([sys.executable, "-m", "pmem.fill", str(db)], env=child_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     full = rows(db)
     assert set(full) == want  # every English memory once (seq is the key), the Russian one none
     assert all(full[s] == part[s] for s in part)  # what the killed fill committed stays
-    state = englishfill.last(db)
+    state = fill.last(db)
     assert state["ok"] and not state["running"] and state["done"] == len(want) - len(part)
 
     # the vectors are MiniLM's, as the store embeds them when it writes both at once
@@ -112,11 +113,11 @@ def test_the_fill_resumes_after_kill_9_with_nothing_lost_or_doubled(tmp_path):
 def test_search_answers_while_the_fill_waits_and_one_fill_runs_at_a_time(tmp_path):
     db = tmp_path / "pmem.db"
     imported(db, TEXTS[:40])
-    lock = os.open(englishfill.lock_file(db), os.O_RDWR | os.O_CREAT, 0o600)
+    lock = os.open(fill.lock_file(db), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # a fill already running
     try:
-        assert englishfill.running(db)
-        assert englishfill.kick(db)
+        assert fill.running(db)
+        assert fill.kick(db)
         with MemoryStore(db, embedder=MainFake(64)) as store:
             hits = search(store, "who fixed a bike", limit=3)
             assert hits and store.english_missing() == 40
@@ -125,9 +126,50 @@ def test_search_answers_while_the_fill_waits_and_one_fill_runs_at_a_time(tmp_pat
     finally:
         os.close(lock)
     deadline = time.monotonic() + 120
-    while (not englishfill.last(db) or englishfill.last(db).get("running")) and time.monotonic() < deadline:
+    while (not fill.last(db) or fill.last(db).get("running")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(rows(db)) == 40 and englishfill.last(db)["ok"]
-    while englishfill.running(db) and time.monotonic() < deadline:  # its last word written, it ends
+    assert len(rows(db)) == 40 and fill.last(db)["ok"]
+    while fill.running(db) and time.monotonic() < deadline:  # its last word written, it ends
         time.sleep(0.05)
-    assert not englishfill.running(db)
+    assert not fill.running(db)
+
+
+def test_a_sync_with_nothing_to_fill_writes_nothing_and_a_held_lock_is_busy(store):
+    db = store.path
+    store.add("a memory that has its vector")
+    assert fill.unless_busy(store) == {"filled": 0, "busy": False, "vectors_missing": 0}
+    assert fill.last(db) is None  # the last fill's record stays as it was: none
+    with fill.one_at_a_time(db) as held:
+        assert held and fill.running(db)
+        with fill.one_at_a_time(db, wait=False) as second:
+            assert second is False
+        assert fill.unless_busy(store)["busy"] is True
+    assert not fill.running(db)
+
+
+def test_stats_shows_the_fill_while_it_runs_and_where_it_stopped(store):
+    import json
+
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    db = store.path
+    store.add("a memory")
+
+    def stats(*flags: str) -> str:
+        r = CliRunner().invoke(app, ["--db", str(db), "stats", *flags])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    assert json.loads(stats("--json"))["fill"] == {"running": False, "by": None}
+    assert "background fill" not in stats()
+    fill.state_file(db).write_text(json.dumps({"running": True, "done": 64, "total": 1200, "by": "import"}))
+    with fill.one_at_a_time(db):
+        assert json.loads(stats("--json"))["fill"] == {"running": True, "by": "import", "done": 64, "total": 1200}
+        assert "background fill  running (64 of 1,200 done)" in stats()
+    fill.state_file(db).write_text(json.dumps({"running": False, "ok": False, "error": "no MiniLM", "by": "join",
+                                               "at": "2026-12-06T17:00:00Z"}))
+    assert json.loads(stats("--json"))["fill"] == {"running": False, "by": "join", "error": "no MiniLM",
+                                                   "at": "2026-12-06T17:00:00Z"}
+    assert "background fill  stopped: no MiniLM" in stats()
