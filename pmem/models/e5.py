@@ -49,6 +49,8 @@ PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 # Windows of 510 tokens embedded per text at most (~1.6 s each on a small machine: a 50,000-character
 # paste took 21 s). Chosen by retrieval on long LoCoMo texts: docs/decisions/0043-long-memories-windows.md.
 MAX_WINDOWS = 6
+# Words whose segmentation a tokenizer keeps (~100 bytes each; cleared when full).
+WORD_CACHE = 50_000
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -303,6 +305,7 @@ class UnigramTokenizer:
         self._longest = int(longest)  # in bytes
         self._unk_score = float(scores.min()) - 10.0
         self._norm = norm
+        self.segmented: dict[str, tuple[int, ...]] = {}  # word (after U+2581) -> its ids, kept
 
     def normalize(self, text: str) -> str:
         text = text.translate(self._norm)
@@ -313,8 +316,29 @@ class UnigramTokenizer:
         return text.replace(" ", META)
 
     def pieces(self, text: str) -> list[int]:
-        """Content ids (no <s>/</s>) for text, however long."""
+        """Content ids (no <s>/</s>) for text, however long.
+
+        No piece holds U+2581 past its first character, so no piece crosses the start of a word
+        and a text's best segmentation is its words' best segmentations one after the other: each
+        word is segmented once per process and kept (WORD_CACHE words; a chat repeats most of its
+        words), and the words not kept yet are segmented together, one index lookup per text."""
         s = self.normalize(text)
+        words = s.split(META)[1:]  # s starts with META: every word is META + the text up to the next
+        cache = self.segmented
+        todo = [w for w in dict.fromkeys(words) if w not in cache]
+        if todo:
+            if len(cache) + len(todo) > WORD_CACHE:
+                cache.clear()  # one step, safe beside a reader on another thread
+            found = self._segment([META + w for w in todo])
+            cache.update(zip(todo, found))
+        out: list[int] = []
+        for w in words:
+            out += cache[w]
+        return out
+
+    def _segment(self, words: list[str]) -> list[tuple[int, ...]]:
+        """The best segmentation of each word (U+2581 and the word's characters), ids each."""
+        s = "".join(words)
         data = s.encode("utf-8")
         starts = [0]  # byte offset of each character boundary
         for ch in s:
@@ -341,12 +365,13 @@ class UnigramTokenizer:
             i, e = spans[k]
             by_start[i].append((e, found[k], score))
         best = [-math.inf] * (n + 1)
-        best[0] = 0.0
         back = [0] * (n + 1)
         piece = [0] * (n + 1)
         unk_score = self._unk_score
         for i in range(n):
-            here = best[i]
+            # Each word's scores count from 0, as when it is the whole text: a word segments the
+            # same whatever came before it.
+            here = 0.0 if s[i] == META else best[i]
             if here == -math.inf:
                 continue
             for e, idx, piece_score in by_start[i]:
@@ -356,11 +381,17 @@ class UnigramTokenizer:
             score = here + unk_score
             if score > best[i + 1]:
                 best[i + 1], back[i + 1], piece[i + 1] = score, i, self.unk
-        out = []
-        i = n
-        while i > 0:
-            out.append(piece[i])
-            i = back[i]
+        out: list[tuple[int, ...]] = []
+        end = n
+        for w in reversed(words):
+            ids = []
+            i, begin = end, end - len(w)
+            while i > begin:
+                ids.append(piece[i])
+                i = back[i]
+            ids.reverse()
+            out.append(tuple(ids))
+            end = begin
         out.reverse()
         return out
 

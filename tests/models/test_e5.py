@@ -99,6 +99,20 @@ def test_tokenizer_viterbi_normalisation_and_unknowns(tiny):
     assert tiny.tokenize("cat") == [5, 6, 8]  # "passage: cat"
 
 
+def test_words_segment_alone_and_are_kept(tiny, monkeypatch):
+    tok = tiny.tokenizer
+    text = "cats dog кота x cats\u2581dog"
+    whole = tok.pieces(text)
+    assert whole == [8, 10, 9, 11, 12, 4, 3, 8, 10, 9]  # a literal U+2581 starts a word too
+    assert set(tok.segmented) == {"cats", "dog", "кота", "x"}  # each distinct word segmented once
+    tok.segmented["cats"] = (99,)  # a kept word is not segmented again
+    assert tok.pieces("cats") == [99]
+    monkeypatch.setattr(embed_e5, "WORD_CACHE", 2)
+    tok.segmented.clear()
+    assert tok.pieces(text) == whole  # more words than the cache holds: cleared, the same ids
+    assert len(tok.segmented) <= 4
+
+
 def test_long_text_is_embedded_in_windows_not_truncated(tiny):
     ids = tiny.tokenize("cat " * 20)
     windows = tiny.windows(ids)
