@@ -677,19 +677,20 @@ class E5Embedder:
         qkv_buf, mid_buf, scratch = (np.empty(len(ids) * width, np.float32) for width in (3 * H, self.ffn, self.ffn))
         hidden = [np.empty(len(ids) * H, np.float32) for _ in range(2)]
         ctx = np.empty_like(x)
+        ctx_heads = ctx.reshape(-1, NH, hd)
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         for w in self._layer_weights():
             qkv = linear(x, *w["qkv"], out=qkv_buf)
             qkv[:, :H] *= scale
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                n = b - a
-                q = qkv[a:b, :H].reshape(n, NH, hd).transpose(1, 0, 2)
-                k = qkv[a:b, H : 2 * H].reshape(n, NH, hd).transpose(1, 2, 0)
-                v = qkv[a:b, 2 * H :].reshape(n, NH, hd).transpose(1, 0, 2)
-                att = q @ k
+            # [tokens, heads, head dim] views (a copy each only for a search's few rows, once a
+            # layer), so that a sequence's attention takes slices of them, not copies
+            q_all, k_all, v_all = (qkv[:, j * H : (j + 1) * H].reshape(-1, NH, hd) for j in range(3))
+            for a, b in spans:
+                att = np.matmul(q_all[a:b].transpose(1, 0, 2), k_all[a:b].transpose(1, 2, 0))
                 att -= att.max(axis=-1, keepdims=True)
                 np.exp(att, out=att)
                 att /= att.sum(axis=-1, keepdims=True)
-                ctx[a:b] = (att @ v).transpose(1, 0, 2).reshape(n, H)
+                np.matmul(att, v_all[a:b].transpose(1, 0, 2), out=ctx_heads[a:b].transpose(1, 0, 2))
             out = linear(ctx, *w["ao"], out=hidden[0])
             out += x
             x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
