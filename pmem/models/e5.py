@@ -103,7 +103,7 @@ def _gelu(x: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
 FEW_ROWS = 256
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """x @ w.T + b for activations x [rows, in] and a weight w [out, in]; with `out` (a flat
     float32 array of rows * out elements or more), into it: a fresh product of a thousand rows
     or more costs page faults, ~1.5x the sgemm itself on an FFN product of 2048 rows."""
