@@ -144,6 +144,9 @@ def test_a_linear_layer_gives_the_same_product_either_way_round(rows):
     got = embed_e5.linear(x, w, b)
     assert got.shape == (rows, 48)
     assert np.allclose(got, x.astype(np.float64) @ w.T.astype(np.float64) + b, atol=1e-4)
+    buffer = np.full(rows * 48 + 7, np.nan, np.float32)  # a pass's buffer, longer than one product
+    into = embed_e5.linear(x, w, b, out=buffer)
+    assert np.shares_memory(into, buffer) and np.array_equal(into, got)
 
 
 def test_a_short_pass_embeds_as_a_long_one_does(tiny, monkeypatch):
