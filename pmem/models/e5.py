@@ -105,8 +105,8 @@ FEW_ROWS = 256
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """x @ w.T + b for activations x [rows, in] and a weight w [out, in]; with `out` (a flat
-    float32 array of rows * out elements or more), into it: a fresh product of a thousand rows
-    or more costs page faults, ~1.5x the sgemm itself on an FFN product of 2048 rows."""
+    float32 array of rows * out elements or more), into it, so that a pass allocates its
+    activations once rather than once a layer (docs/decisions/0064-e5-pass-cost.md)."""
     rows, cols = x.shape[0], w.shape[0]
     if rows <= FEW_ROWS:
         y = np.matmul(w, x.T, out=None if out is None else out[: rows * cols].reshape(cols, rows)).T
