@@ -343,15 +343,23 @@ class UnigramTokenizer:
         s = self.normalize(text)
         words = s.split(META)[1:]  # s starts with META: every word is META + the text up to the next
         cache = self.segmented
-        todo = [w for w in dict.fromkeys(words) if w not in cache]
+        known: dict[str, tuple[int, ...]] = {}  # this text's words: another thread may clear the cache
+        todo = []
+        for w in dict.fromkeys(words):
+            ids = cache.get(w)
+            if ids is None:
+                todo.append(w)
+            else:
+                known[w] = ids
         if todo:
-            if len(cache) + len(todo) > WORD_CACHE:
-                cache.clear()  # one step, safe beside a reader on another thread
             found = self._segment([META + w for w in todo])
+            if len(cache) + len(todo) > WORD_CACHE:
+                cache.clear()
             cache.update(zip(todo, found))
+            known.update(zip(todo, found))
         out: list[int] = []
         for w in words:
-            out += cache[w]
+            out += known[w]
         return out
 
     def _segment(self, words: list[str]) -> list[tuple[int, ...]]:
