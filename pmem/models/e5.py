@@ -49,6 +49,8 @@ PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 # Windows of 510 tokens embedded per text at most (~1.6 s each on a small machine: a 50,000-character
 # paste took 21 s). Chosen by retrieval on long LoCoMo texts: docs/decisions/0043-long-memories-windows.md.
 MAX_WINDOWS = 6
+# Words whose segmentation a tokenizer keeps (~100 bytes each; cleared when full).
+WORD_CACHE = 50_000
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -78,20 +80,21 @@ def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
 _GELU_C = np.float32(math.sqrt(2 / math.pi))
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
+def _gelu(x: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
     """GELU in its tanh form (numpy has no erf): within 5e-4 of the exact-erf GELU the model was
     trained with, no change in agreement with the reference engine (cosine to 5 decimals), and
-    about 6x faster than an erf polynomial. Overwrites x."""
-    y = x * x
+    about 6x faster than an erf polynomial. Overwrites x and returns it; `scratch`, an array of
+    x's shape, spares allocating one."""
+    y = np.multiply(x, x, out=scratch)
     y *= np.float32(0.044715)
     y += 1
     y *= x
     y *= _GELU_C
     np.tanh(y, out=y)
     y += 1
-    y *= x
     y *= np.float32(0.5)
-    return y
+    x *= y
+    return x
 
 
 # Rows up to which `linear` multiplies as W @ x.T: OpenBLAS runs a few rows against a weight
@@ -100,18 +103,35 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 FEW_ROWS = 256
 
 
-def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """x @ w.T + b for activations x [rows, in] and a weight w [out, in]."""
-    y = (w @ x.T).T if x.shape[0] <= FEW_ROWS else x @ w.T
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    """x @ w.T + b for activations x [rows, in] and a weight w [out, in]; with `out` (a flat
+    float32 array of rows * out elements or more), into it, so that a pass allocates its
+    activations once rather than once a layer (docs/decisions/0064-e5-pass-cost.md)."""
+    rows, cols = x.shape[0], w.shape[0]
+    if rows <= FEW_ROWS:
+        y = np.matmul(w, x.T, out=None if out is None else out[: rows * cols].reshape(cols, rows)).T
+    else:
+        y = np.matmul(x, w.T, out=None if out is None else out[: rows * cols].reshape(rows, cols))
     y += b
     return y
 
 
+def _like(flat: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """An array of a's shape and memory order in the flat buffer (which must hold a.size)."""
+    if a.flags.c_contiguous:
+        return flat[: a.size].reshape(a.shape)
+    return flat[: a.size].reshape(a.shape[::-1]).T
+
+
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    x = x - mean
-    var = np.mean(x * x, axis=-1, keepdims=True)
-    x *= 1.0 / np.sqrt(var + eps)
+    """Layer norm of each row, in place (x is overwritten and returned)."""
+    x -= x.mean(axis=-1, keepdims=True)
+    inv = np.einsum("ij,ij->i", x, x)
+    inv *= np.float32(1 / x.shape[-1])
+    inv += np.float32(eps)
+    np.sqrt(inv, out=inv)
+    np.divide(1, inv, out=inv)
+    x *= inv[:, None]
     x *= w
     x += b
     return x
@@ -303,6 +323,7 @@ class UnigramTokenizer:
         self._longest = int(longest)  # in bytes
         self._unk_score = float(scores.min()) - 10.0
         self._norm = norm
+        self.segmented: dict[str, tuple[int, ...]] = {}  # word (after U+2581) -> its ids, kept
 
     def normalize(self, text: str) -> str:
         text = text.translate(self._norm)
@@ -313,8 +334,37 @@ class UnigramTokenizer:
         return text.replace(" ", META)
 
     def pieces(self, text: str) -> list[int]:
-        """Content ids (no <s>/</s>) for text, however long."""
+        """Content ids (no <s>/</s>) for text, however long.
+
+        No piece holds U+2581 past its first character, so no piece crosses the start of a word
+        and a text's best segmentation is its words' best segmentations one after the other: each
+        word is segmented once per process and kept (WORD_CACHE words; a chat repeats most of its
+        words), and the words not kept yet are segmented together, one index lookup per text."""
         s = self.normalize(text)
+        words = s.split(META)[1:]  # s starts with META: every word is META + the text up to the next
+        cache = self.segmented
+        known: dict[str, tuple[int, ...]] = {}  # this text's words: another thread may clear the cache
+        todo = []
+        for w in dict.fromkeys(words):
+            ids = cache.get(w)
+            if ids is None:
+                todo.append(w)
+            else:
+                known[w] = ids
+        if todo:
+            found = self._segment([META + w for w in todo])
+            if len(cache) + len(todo) > WORD_CACHE:
+                cache.clear()
+            cache.update(zip(todo, found))
+            known.update(zip(todo, found))
+        out: list[int] = []
+        for w in words:
+            out += known[w]
+        return out
+
+    def _segment(self, words: list[str]) -> list[tuple[int, ...]]:
+        """The best segmentation of each word (U+2581 and the word's characters), ids each."""
+        s = "".join(words)
         data = s.encode("utf-8")
         starts = [0]  # byte offset of each character boundary
         for ch in s:
@@ -341,12 +391,13 @@ class UnigramTokenizer:
             i, e = spans[k]
             by_start[i].append((e, found[k], score))
         best = [-math.inf] * (n + 1)
-        best[0] = 0.0
         back = [0] * (n + 1)
         piece = [0] * (n + 1)
         unk_score = self._unk_score
         for i in range(n):
-            here = best[i]
+            # Each word's scores count from 0, as when it is the whole text: a word segments the
+            # same whatever came before it.
+            here = 0.0 if s[i] == META else best[i]
             if here == -math.inf:
                 continue
             for e, idx, piece_score in by_start[i]:
@@ -356,11 +407,17 @@ class UnigramTokenizer:
             score = here + unk_score
             if score > best[i + 1]:
                 best[i + 1], back[i + 1], piece[i + 1] = score, i, self.unk
-        out = []
-        i = n
-        while i > 0:
-            out.append(piece[i])
-            i = back[i]
+        out: list[tuple[int, ...]] = []
+        end = n
+        for w in reversed(words):
+            ids = []
+            i, begin = end, end - len(w)
+            while i > begin:
+                ids.append(piece[i])
+                i = back[i]
+            ids.reverse()
+            out.append(tuple(ids))
+            end = begin
         out.reverse()
         return out
 
@@ -624,24 +681,30 @@ class E5Embedder:
         x += self._type0
         x = _layer_norm(x, *self._emb_ln, self.eps)
         scale = np.float32(1 / math.sqrt(hd))
+        # Every activation of the pass in buffers made once, not arrays made per layer.
+        qkv_buf, mid_buf, scratch = (np.empty(len(ids) * width, np.float32) for width in (3 * H, self.ffn, self.ffn))
+        hidden = [np.empty(len(ids) * H, np.float32) for _ in range(2)]
+        ctx = np.empty_like(x)
+        ctx_heads = ctx.reshape(-1, NH, hd)
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         for w in self._layer_weights():
-            qkv = linear(x, *w["qkv"])
-            ctx = np.empty_like(x)
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                n = b - a
-                q = qkv[a:b, :H].reshape(n, NH, hd).transpose(1, 0, 2)
-                k = qkv[a:b, H : 2 * H].reshape(n, NH, hd).transpose(1, 2, 0)
-                v = qkv[a:b, 2 * H :].reshape(n, NH, hd).transpose(1, 0, 2)
-                att = (q @ k) * scale
+            qkv = linear(x, *w["qkv"], out=qkv_buf)
+            qkv[:, :H] *= scale
+            # [tokens, heads, head dim] views (a copy each only for a search's few rows, once a
+            # layer), so that a sequence's attention takes slices of them, not copies
+            q_all, k_all, v_all = (qkv[:, j * H : (j + 1) * H].reshape(-1, NH, hd) for j in range(3))
+            for a, b in spans:
+                att = np.matmul(q_all[a:b].transpose(1, 0, 2), k_all[a:b].transpose(1, 2, 0))
                 att -= att.max(axis=-1, keepdims=True)
                 np.exp(att, out=att)
                 att /= att.sum(axis=-1, keepdims=True)
-                ctx[a:b] = (att @ v).transpose(1, 0, 2).reshape(n, H)
-            out = linear(ctx, *w["ao"])
+                np.matmul(att, v_all[a:b].transpose(1, 0, 2), out=ctx_heads[a:b].transpose(1, 0, 2))
+            out = linear(ctx, *w["ao"], out=hidden[0])
             out += x
             x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
-            mid = _gelu(linear(x, *w["fi"]))
-            out = linear(mid, *w["fo"])
+            mid = linear(x, *w["fi"], out=mid_buf)
+            mid = _gelu(mid, _like(scratch, mid))
+            out = linear(mid, *w["fo"], out=hidden[1])
             out += x
             x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]

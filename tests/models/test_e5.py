@@ -99,6 +99,20 @@ def test_tokenizer_viterbi_normalisation_and_unknowns(tiny):
     assert tiny.tokenize("cat") == [5, 6, 8]  # "passage: cat"
 
 
+def test_words_segment_alone_and_are_kept(tiny, monkeypatch):
+    tok = tiny.tokenizer
+    text = "cats dog кота x cats\u2581dog"
+    whole = tok.pieces(text)
+    assert whole == [8, 10, 9, 11, 12, 4, 3, 8, 10, 9]  # a literal U+2581 starts a word too
+    assert set(tok.segmented) == {"cats", "dog", "кота", "x"}  # each distinct word segmented once
+    tok.segmented["cats"] = (99,)  # a kept word is not segmented again
+    assert tok.pieces("cats") == [99]
+    monkeypatch.setattr(embed_e5, "WORD_CACHE", 2)
+    tok.segmented.clear()
+    assert tok.pieces(text) == whole  # more words than the cache holds: cleared, the same ids
+    assert len(tok.segmented) <= 4
+
+
 def test_long_text_is_embedded_in_windows_not_truncated(tiny):
     ids = tiny.tokenize("cat " * 20)
     windows = tiny.windows(ids)
@@ -130,6 +144,9 @@ def test_a_linear_layer_gives_the_same_product_either_way_round(rows):
     got = embed_e5.linear(x, w, b)
     assert got.shape == (rows, 48)
     assert np.allclose(got, x.astype(np.float64) @ w.T.astype(np.float64) + b, atol=1e-4)
+    buffer = np.full(rows * 48 + 7, np.nan, np.float32)  # a pass's buffer, longer than one product
+    into = embed_e5.linear(x, w, b, out=buffer)
+    assert np.shares_memory(into, buffer) and np.array_equal(into, got)
 
 
 def test_a_short_pass_embeds_as_a_long_one_does(tiny, monkeypatch):
