@@ -15,7 +15,6 @@ changes, so a write after that starts the next one.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -44,11 +43,9 @@ def state_file(db_path: str | os.PathLike) -> Path:
 
 def last(db_path: str | os.PathLike) -> dict[str, Any] | None:
     """The outcome of the last background sync (None when none ran)."""
-    try:
-        data = json.loads(state_file(db_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    from .paths import read_state
+
+    return read_state(state_file(db_path))
 
 
 def _changes_to_send(db_path: str | os.PathLike) -> bool:

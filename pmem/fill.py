@@ -63,11 +63,9 @@ def kick(db_path: str | os.PathLike, *, scan: bool = True, by: str = "import") -
 
 def last(db_path: str | os.PathLike) -> dict[str, Any] | None:
     """The running fill's progress or the last one's outcome (None when none ran)."""
-    try:
-        data = json.loads(state_file(db_path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    from .paths import read_state
+
+    return read_state(state_file(db_path))
 
 
 def running(db_path: str | os.PathLike) -> bool:

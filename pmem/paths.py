@@ -65,6 +65,18 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
+def read_state(path: Path) -> dict | None:
+    """A small JSON object pmem wrote beside the database (a background job's progress or outcome),
+    or None when it is missing, unreadable or not an object."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_atomic(path: Path, data: bytes, *, mode: int | None = None, prefix: str | None = None) -> None:
     """Replace `path` with `data` at once: a reader or a file syncer never sees half a file (a
     temporary beside it, fsynced, then renamed). `mode` sets the new file's permissions."""
