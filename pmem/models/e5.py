@@ -53,6 +53,9 @@ MAX_WINDOWS = 6
 WORD_CACHE = 50_000
 # Workers at most for one call's packs (each with one BLAS thread; the `threads` setting's count).
 PARALLEL_MAX = 8
+# Tokens below which a call runs as one pack on every BLAS thread, as a search or an add always
+# did; past them its packs run side by side (docs/decisions/0066-e5-data-parallel.md).
+SPLIT_TOKENS = 512
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -71,9 +74,10 @@ THRESHOLDS = PROFILE.thresholds
 def packs(lengths: list[int], parts: int = 1) -> list[tuple[int, int]]:
     """Runs of consecutive sequences (start, end), each of at most PACK_TOKENS tokens unless one
     sequence alone is longer. For one worker, each as full as it goes; for `parts` workers, a
-    multiple of `parts` runs of about equal tokens, so that no worker waits for another's last."""
+    multiple of `parts` runs of about equal tokens, so that no worker waits for another's last
+    (fewer than SPLIT_TOKENS in all: as for one worker)."""
     total = sum(lengths)
-    if parts <= 1 or len(lengths) < 2:
+    if parts <= 1 or len(lengths) < 2 or total < SPLIT_TOKENS:
         spans, start = [], 0
         while start < len(lengths):
             end, used = start, 0

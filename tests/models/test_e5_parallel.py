@@ -41,6 +41,7 @@ def tiny(tmp_path, monkeypatch) -> E5Embedder:
     path = tmp_path / "tiny.e5s1"
     write_tiny_e5s1(path)
     monkeypatch.setattr(embed_e5, "PACK_TOKENS", 12)  # the tiny texts in many packs
+    monkeypatch.setattr(embed_e5, "SPLIT_TOKENS", 0)  # and side by side however few
     return E5Embedder(path, threads=1)
 
 
@@ -53,8 +54,15 @@ def test_packs_cover_every_sequence_once_within_the_bound(parts):
         assert [a for a, _ in spans] == [0, *[b for _, b in spans[:-1]]] and spans[-1][1] == len(lengths)
         assert all(a < b for a, b in spans)
         assert all(sum(lengths[a:b]) <= embed_e5.PACK_TOKENS or b - a == 1 for a, b in spans)
-        if parts > 1 and len(lengths) >= parts:
+        if parts > 1 and len(lengths) >= parts and sum(lengths) >= embed_e5.SPLIT_TOKENS:
             assert len(spans) >= parts  # every worker has a pack
+        elif parts > 1 and sum(lengths) < embed_e5.SPLIT_TOKENS:
+            assert len(spans) == 1  # a short call: one pack, as a search
+
+
+def test_a_short_call_is_one_pack_on_every_blas_thread():
+    assert packs([12] * 10, 2) == [(0, 10)]  # ten queries: as a search always ran
+    assert packs([embed_e5.SPLIT_TOKENS // 2] * 2, 2) == [(0, 1), (1, 2)]
 
 
 def test_packs_for_two_workers_are_even():
