@@ -192,10 +192,10 @@ def set_blas_threads(n: int) -> bool:
     (see pmem.models.loading.default_threads); the `threads` setting therefore applies here too.
     The count is process-wide; asking for the count set last costs nothing."""
     n = max(1, int(n))
+    if not blas_settable():
+        return False
     with _blas_lock:
         setters = _blas_state["setters"]
-        if setters is None:
-            setters = _blas_state["setters"] = _find_blas_setters()
         if setters and _blas_state["threads"] != n:
             import ctypes
 
@@ -203,6 +203,14 @@ def set_blas_threads(n: int) -> bool:
                 setter(ctypes.c_int(n))
             _blas_state["threads"] = n
         return bool(setters)
+
+
+def blas_settable() -> bool:
+    """Whether numpy's BLAS can be told its thread count (OpenBLAS or MKL bundled with numpy)."""
+    with _blas_lock:
+        if _blas_state["setters"] is None:
+            _blas_state["setters"] = _find_blas_setters()
+        return bool(_blas_state["setters"])
 
 
 def _find_blas_setters() -> list:
@@ -712,7 +720,8 @@ class E5Embedder:
         weight = np.zeros(len(texts), np.float64)
         with self._lock:
             lengths = [len(s) for s in seqs]
-            workers = min(self.threads, PARALLEL_MAX) if self.parallel else 1
+            # workers only where each can be held to one BLAS thread (not N workers of N threads)
+            workers = min(self.threads, PARALLEL_MAX) if self.parallel and blas_settable() else 1
             spans = packs(lengths, workers)
             workers = min(workers, len(spans))
             set_blas_threads(1 if workers > 1 else self.threads)

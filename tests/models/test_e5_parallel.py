@@ -153,3 +153,11 @@ def test_e5_side_by_side_gives_the_serial_engines_vectors():
     side_by_side = model.embed_array(texts)
     assert np.abs(side_by_side - serial).max() < 1e-6  # float noise: the packs' rows differ, not the work
     assert (side_by_side * serial).sum(axis=1).min() > 0.99999
+
+
+def test_a_blas_that_cannot_be_held_to_one_thread_gets_no_workers(tiny, monkeypatch):
+    monkeypatch.setitem(embed_e5._blas_state, "setters", [])  # a numpy whose BLAS pmem cannot tell
+    tiny.use_threads(2)
+    names = meeting(tiny, monkeypatch, 1)
+    tiny.embed_array(TEXTS)
+    assert names == {threading.current_thread().name}
