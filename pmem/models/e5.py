@@ -761,9 +761,13 @@ class E5Embedder:
         helpers = [threading.Thread(target=work, name=f"pmem-e5-{n}", daemon=True) for n in range(1, workers)]
         for t in helpers:
             t.start()
-        work()
-        for t in helpers:
-            t.join()
+        try:
+            work()
+            for t in helpers:
+                t.join()
+        except BaseException as exc:  # interrupted (Ctrl-C) between packs: the workers stop at their next
+            failed.append(exc)
+            raise
         if failed:
             raise failed[0]
         return out  # type: ignore[return-value]  # every pack ran when nothing failed
