@@ -179,9 +179,10 @@ _LOADAVG = "/proc/loadavg"
 
 
 def busy_now(samples: int = BUSY_SAMPLES, gap: float = BUSY_GAP) -> float | None:
-    """Threads running or waiting for a core now, besides the one asking: the kernel's running
-    count (/proc/loadavg's fourth field, this thread included) averaged over `samples` readings
-    `gap` seconds apart. None where there is no such file (macOS, Windows)."""
+    """Threads of other processes running or waiting for a core now: the kernel's running count
+    (/proc/loadavg's fourth field) less this process's own running threads (pmem shares its cores
+    among them itself: a MiniLM loading beside e5, pmem.store.english.BULK_SHARE), averaged over
+    `samples` readings `gap` seconds apart. None where there is no such file (macOS, Windows)."""
     seen = 0
     for i in range(max(1, samples)):
         if i:
@@ -191,8 +192,26 @@ def busy_now(samples: int = BUSY_SAMPLES, gap: float = BUSY_GAP) -> float | None
                 running = int(f.read(256).split()[3].split(b"/")[0])
         except (OSError, ValueError, IndexError):
             return None
-        seen += max(0, running - 1)
+        seen += max(0, running - _own_running())
     return seen / max(1, samples)
+
+
+def _own_running() -> int:
+    """This process's threads in state R (running or ready to run), the asking one among them."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    count = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat", "rb") as f:
+                stat = f.read(512)
+        except OSError:
+            continue  # a thread that has just ended
+        end = stat.rfind(b")")  # the state follows the command name, which may hold anything
+        count += stat[end + 2 : end + 3] == b"R"
+    return max(1, count)
 
 
 def default_threads(samples: int = BUSY_SAMPLES) -> int:

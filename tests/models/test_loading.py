@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -44,12 +46,41 @@ def test_without_a_running_count_the_load_average_decides(monkeypatch, tmp_path)
         assert loading.busy_now() is None
 
 
-def test_the_running_count_is_read_and_this_thread_left_out(monkeypatch, tmp_path):
+def test_the_running_count_is_read_and_this_processs_threads_left_out(monkeypatch, tmp_path):
     fake = tmp_path / "loadavg"
     fake.write_bytes(b"3.10 2.00 1.50 3/129 31808\n")
     monkeypatch.setattr(loading, "_LOADAVG", str(fake))
+    monkeypatch.setattr(loading, "_own_running", lambda: 1)
     assert loading.busy_now() == 2.0
     assert loading.busy_now(samples=1) == 2.0
+    monkeypatch.setattr(loading, "_own_running", lambda: 2)  # a MiniLM loading beside
+    assert loading.busy_now() == 1.0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc (Linux)")
+def test_a_thread_of_this_process_at_work_is_its_own_not_another_processs():
+    """A thread hashing outside the GIL is in state R: counted as this process's own, so a model
+    loading beside another (e5 beside MiniLM) does not see its own process as the busy one."""
+    assert loading._own_running() >= 1
+    data = bytes(32 << 20)
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            hashlib.sha256(data).digest()  # lets go of the GIL past 2 KB
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        time.sleep(0.05)
+        seen = []
+        for _ in range(20):
+            seen.append(loading._own_running())
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        worker.join()
+    assert max(seen) >= 2
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="needs /proc/loadavg (Linux)")
