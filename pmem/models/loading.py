@@ -175,7 +175,7 @@ def llama(llama_cpp, **kwargs):
 # (docs/decisions/0066-e5-data-parallel.md).
 BUSY_SAMPLES = 4
 BUSY_GAP = 0.001
-_LOADAVG = "/proc/loadavg"
+LOADAVG = "/proc/loadavg"  # the running count, where Linux keeps it
 
 
 def busy_now(samples: int = BUSY_SAMPLES, gap: float = BUSY_GAP) -> float | None:
@@ -188,15 +188,15 @@ def busy_now(samples: int = BUSY_SAMPLES, gap: float = BUSY_GAP) -> float | None
         if i:
             time.sleep(gap)
         try:
-            with open(_LOADAVG, "rb") as f:
+            with open(LOADAVG, "rb") as f:
                 running = int(f.read(256).split()[3].split(b"/")[0])
         except (OSError, ValueError, IndexError):
             return None
-        seen += max(0, running - _own_running())
+        seen += max(0, running - own_running())
     return seen / max(1, samples)
 
 
-def _own_running() -> int:
+def own_running() -> int:
     """This process's threads in state R (running or ready to run), the asking one among them."""
     try:
         tasks = os.listdir("/proc/self/task")

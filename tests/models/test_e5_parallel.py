@@ -23,7 +23,7 @@ def meeting(model: E5Embedder, monkeypatch, workers: int) -> set[str]:
     BrokenBarrierError if fewer ever are); returns the names of the threads that ran packs."""
     names: set[str] = set()
     barrier = threading.Barrier(workers, timeout=20)
-    forward = model._forward
+    forward = model.forward
 
     def spy(seqs):
         name = threading.current_thread().name
@@ -32,7 +32,7 @@ def meeting(model: E5Embedder, monkeypatch, workers: int) -> set[str]:
             barrier.wait()
         return forward(seqs)
 
-    monkeypatch.setattr(model, "_forward", spy)
+    monkeypatch.setattr(model, "forward", spy)
     return names
 
 
@@ -90,7 +90,7 @@ def test_workers_give_the_vectors_of_the_same_packs_one_after_the_other(tiny, mo
 def test_a_failing_pack_fails_the_call_and_the_next_call_works(tiny, monkeypatch):
     tiny.use_threads(2)
     want = tiny.embed_array(TEXTS)
-    forward = tiny._forward
+    forward = tiny.forward
     calls = []
 
     def broken(seqs):
@@ -99,10 +99,10 @@ def test_a_failing_pack_fails_the_call_and_the_next_call_works(tiny, monkeypatch
             raise MemoryError("no room")
         return forward(seqs)
 
-    monkeypatch.setattr(tiny, "_forward", broken)
+    monkeypatch.setattr(tiny, "forward", broken)
     with pytest.raises(MemoryError):
         tiny.embed_array(TEXTS)
-    monkeypatch.setattr(tiny, "_forward", forward)
+    monkeypatch.setattr(tiny, "forward", forward)
     assert np.array_equal(tiny.embed_array(TEXTS), want)
     assert threading.active_count() < 10  # no worker left behind
 
@@ -113,8 +113,8 @@ def test_one_pack_runs_on_the_callers_thread_with_every_blas_thread(tiny, monkey
     real = embed_e5.set_blas_threads
     monkeypatch.setattr(embed_e5, "set_blas_threads", lambda n: asked.append(n) or real(n))
     names = []
-    forward = tiny._forward
-    monkeypatch.setattr(tiny, "_forward", lambda seqs: names.append(threading.current_thread().name) or forward(seqs))
+    forward = tiny.forward
+    monkeypatch.setattr(tiny, "forward", lambda seqs: names.append(threading.current_thread().name) or forward(seqs))
     tiny.embed_array(["cat"], query=True)  # a search: one short pack
     assert asked == [2] and names == [threading.current_thread().name]
     tiny.embed_array(TEXTS)
@@ -122,12 +122,12 @@ def test_one_pack_runs_on_the_callers_thread_with_every_blas_thread(tiny, monkey
 
 
 def test_use_threads_sets_the_workers_of_the_next_call(tiny, monkeypatch):
-    forward = tiny._forward
+    forward = tiny.forward
     tiny.use_threads(4)
     names = meeting(tiny, monkeypatch, 4)
     tiny.embed_array(TEXTS)
     assert len(names) == 4
-    monkeypatch.setattr(tiny, "_forward", forward)
+    monkeypatch.setattr(tiny, "forward", forward)
     tiny.use_threads(1)
     names = meeting(tiny, monkeypatch, 1)
     tiny.embed_array(TEXTS)
@@ -156,7 +156,7 @@ def test_e5_side_by_side_gives_the_serial_engines_vectors():
 
 
 def test_a_blas_that_cannot_be_held_to_one_thread_gets_no_workers(tiny, monkeypatch):
-    monkeypatch.setitem(embed_e5._blas_state, "setters", [])  # a numpy whose BLAS pmem cannot tell
+    monkeypatch.setattr(embed_e5, "blas_settable", lambda: False)  # a numpy whose BLAS pmem cannot tell
     tiny.use_threads(2)
     names = meeting(tiny, monkeypatch, 1)
     tiny.embed_array(TEXTS)

@@ -33,7 +33,7 @@ def test_threads_are_the_idle_cores_at_least_half_at_most_eight(monkeypatch):
 
 
 def test_without_a_running_count_the_load_average_decides(monkeypatch, tmp_path):
-    monkeypatch.setattr(loading, "_LOADAVG", str(tmp_path / "absent"))
+    monkeypatch.setattr(loading, "LOADAVG", str(tmp_path / "absent"))
     assert loading.busy_now() is None
     monkeypatch.setattr(loading.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(loading.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
@@ -42,18 +42,18 @@ def test_without_a_running_count_the_load_average_decides(monkeypatch, tmp_path)
     assert loading.default_threads() == 1
     for bad in (b"", b"0.1 0.2 0.3", b"0.1 0.2 0.3 x/12 99", b"\xff" * 300):
         (tmp_path / "bad").write_bytes(bad)
-        monkeypatch.setattr(loading, "_LOADAVG", str(tmp_path / "bad"))
+        monkeypatch.setattr(loading, "LOADAVG", str(tmp_path / "bad"))
         assert loading.busy_now() is None
 
 
 def test_the_running_count_is_read_and_this_processs_threads_left_out(monkeypatch, tmp_path):
     fake = tmp_path / "loadavg"
     fake.write_bytes(b"3.10 2.00 1.50 3/129 31808\n")
-    monkeypatch.setattr(loading, "_LOADAVG", str(fake))
-    monkeypatch.setattr(loading, "_own_running", lambda: 1)
+    monkeypatch.setattr(loading, "LOADAVG", str(fake))
+    monkeypatch.setattr(loading, "own_running", lambda: 1)
     assert loading.busy_now() == 2.0
     assert loading.busy_now(samples=1) == 2.0
-    monkeypatch.setattr(loading, "_own_running", lambda: 2)  # a MiniLM loading beside
+    monkeypatch.setattr(loading, "own_running", lambda: 2)  # a MiniLM loading beside
     assert loading.busy_now() == 1.0
 
 
@@ -61,7 +61,7 @@ def test_the_running_count_is_read_and_this_processs_threads_left_out(monkeypatc
 def test_a_thread_of_this_process_at_work_is_its_own_not_another_processs():
     """A thread hashing outside the GIL is in state R: counted as this process's own, so a model
     loading beside another (e5 beside MiniLM) does not see its own process as the busy one."""
-    assert loading._own_running() >= 1
+    assert loading.own_running() >= 1
     data = bytes(32 << 20)
     stop = threading.Event()
 
@@ -75,7 +75,7 @@ def test_a_thread_of_this_process_at_work_is_its_own_not_another_processs():
         time.sleep(0.05)
         seen = []
         for _ in range(20):
-            seen.append(loading._own_running())
+            seen.append(loading.own_running())
             time.sleep(0.002)
     finally:
         stop.set()
