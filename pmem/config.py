@@ -76,8 +76,8 @@ class Settings:
     server_idle_minutes: float = _setting(
         15.0, "minutes without a request after which a server that a command started leaves "
               "(server = auto)", low=0.01, high=10_000_000.0)
-    threads: int = _setting(0, "CPU threads for models (0: the idle cores, from the load average; "
-                               "at least half, at most 8)", low=0, high=1024)
+    threads: int = _setting(0, "CPU threads for models (0: the cores idle now; at least half, at most 8)",
+                            low=0, high=1024)
     dedup_threshold: float = _setting(0.86, "cosine similarity above which dream treats two memories as "
                                             "duplicates (unset: the embedding model's own, 0.86 for MiniLM, "
                                             "0.94 for e5)", low=-1.0, high=1.0)

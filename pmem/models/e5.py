@@ -51,6 +51,11 @@ PACK_TOKENS = 2048  # tokens per forward pass: bounds the activations' memory
 MAX_WINDOWS = 6
 # Words whose segmentation a tokenizer keeps (~100 bytes each; cleared when full).
 WORD_CACHE = 50_000
+# Workers at most for one call's packs (each with one BLAS thread; the `threads` setting's count).
+PARALLEL_MAX = 8
+# Tokens below which a call runs as one pack on every BLAS thread, as a search or an add always
+# did; past them its packs run side by side (docs/decisions/0066-e5-data-parallel.md).
+SPLIT_TOKENS = 512
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -64,6 +69,41 @@ def spread(n: int, k: int) -> list[int]:
 # pmem's cosine thresholds on this model's scale (e5 puts unrelated texts near 0.86, MiniLM near
 # 0.43): kept in the model's profile (pmem.models.profiles), where dream, extract and recall look them up.
 THRESHOLDS = PROFILE.thresholds
+
+
+def packs(lengths: list[int], parts: int = 1) -> list[tuple[int, int]]:
+    """Runs of consecutive sequences (start, end), each of at most PACK_TOKENS tokens unless one
+    sequence alone is longer. For one worker, each as full as it goes; for `parts` workers, a
+    multiple of `parts` runs of about equal tokens, so that no worker waits for another's last
+    (fewer than SPLIT_TOKENS in all: as for one worker)."""
+    total = sum(lengths)
+    if parts <= 1 or len(lengths) < 2 or total < SPLIT_TOKENS:
+        spans, start = [], 0
+        while start < len(lengths):
+            end, used = start, 0
+            while end < len(lengths) and (end == start or used + lengths[end] <= PACK_TOKENS):
+                used += lengths[end]
+                end += 1
+            spans.append((start, end))
+            start = end
+        return spans
+    ends = np.cumsum(lengths)
+    count = -(-max(1, -(-total // PACK_TOKENS)) // parts) * parts
+    while True:
+        count = min(count, len(lengths))
+        # each cut at the sequence boundary nearest an equal share
+        cuts = [0]
+        for k in range(1, count):
+            at = int(np.searchsorted(ends, k * total / count))
+            if at > 0 and abs(ends[at - 1] - k * total / count) <= abs(ends[at] - k * total / count):
+                at -= 1
+            cuts.append(max(at + 1, cuts[-1] + 1))
+        cuts.append(len(lengths))
+        spans = [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+        sizes = [int(ends[b - 1] - (ends[a - 1] if a else 0)) for a, b in spans]
+        if count >= len(lengths) or all(size <= PACK_TOKENS or b - a == 1 for (a, b), size in zip(spans, sizes)):
+            return spans
+        count += parts
 
 
 def _dequant(blocks: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -141,16 +181,44 @@ _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_th
                  "openblas_set_num_threads", "MKL_Set_Num_Threads")
 
 
+_blas_lock = threading.Lock()
+_blas_state: dict = {"setters": None, "threads": 0}  # the setters found once; the count last set
+
+
 def set_blas_threads(n: int) -> bool:
     """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
 
     OpenBLAS threads spin while they wait, so on a busy machine more threads can be much slower
-    (see pmem.models.loading.default_threads); the `threads` setting therefore applies here too."""
+    (see pmem.models.loading.default_threads); the `threads` setting therefore applies here too.
+    The count is process-wide; asking for the count set last costs nothing."""
+    n = max(1, int(n))
+    if not blas_settable():
+        return False
+    with _blas_lock:
+        setters = _blas_state["setters"]
+        if setters and _blas_state["threads"] != n:
+            import ctypes
+
+            for setter in setters:
+                setter(ctypes.c_int(n))
+            _blas_state["threads"] = n
+        return bool(setters)
+
+
+def blas_settable() -> bool:
+    """Whether numpy's BLAS can be told its thread count (OpenBLAS or MKL bundled with numpy)."""
+    with _blas_lock:
+        if _blas_state["setters"] is None:
+            _blas_state["setters"] = _find_blas_setters()
+        return bool(_blas_state["setters"])
+
+
+def _find_blas_setters() -> list:
     import ctypes
     import glob
 
     root = Path(np.__file__).parent
-    found = False
+    found = []
     libs = root.parent / "numpy.libs"
     patterns = (libs / "*blas*", libs / "*mkl_rt*", root / ".dylibs" / "*blas*")
     for lib in sorted(hit for pattern in patterns for hit in glob.glob(str(pattern))):
@@ -161,8 +229,7 @@ def set_blas_threads(n: int) -> bool:
         for symbol in _BLAS_SETTERS:
             setter = getattr(dll, symbol, None)
             if setter is not None:
-                setter(ctypes.c_int(max(1, int(n))))
-                found = True
+                found.append(setter)
                 break
     return found
 
@@ -487,16 +554,16 @@ class E5Embedder:
 
             threads = default_threads()
         self.threads = threads
+        self.parallel = True  # several threads: packs side by side, not one pack on several BLAS threads
         set_blas_threads(threads)
         self._lock = threading.Lock()
         self._f32_map: mmap.mmap | None = None  # the dequantised weights' cache file, once mapped
         self._parse(_Reader(self._map, path))
 
     def use_threads(self, n: int) -> None:
-        """BLAS threads for the passes after this one (`pmem serve` follows the load: Server.fit_threads)."""
+        """Threads for the passes after this one (`pmem serve` follows the load: Server.fit_threads)."""
         with self._lock:
-            if n != self.threads and set_blas_threads(n):
-                self.threads = n
+            self.threads = max(1, int(n))
 
     # --- loading ----------------------------------------------------------------------------
 
@@ -652,24 +719,62 @@ class E5Embedder:
         sums = np.zeros((len(texts), self.dim), np.float64)
         weight = np.zeros(len(texts), np.float64)
         with self._lock:
-            start = 0
-            while start < len(seqs):  # packs of sequences, longest first would waste nothing here
-                end, used = start, 0
-                while end < len(seqs) and (end == start or used + len(seqs[end]) <= PACK_TOKENS):
-                    used += len(seqs[end])
-                    end += 1
-                means = self._forward(seqs[start:end])
+            lengths = [len(s) for s in seqs]
+            # workers only where each can be held to one BLAS thread (not N workers of N threads)
+            workers = min(self.threads, PARALLEL_MAX) if self.parallel and blas_settable() else 1
+            spans = packs(lengths, workers)
+            workers = min(workers, len(spans))
+            set_blas_threads(1 if workers > 1 else self.threads)
+            for (start, end), means in zip(spans, self._passes(seqs, spans, workers)):
                 for k in range(start, end):
-                    w = max(1, len(seqs[k]) - 2)  # content tokens: windows weigh what they hold
+                    w = max(1, lengths[k] - 2)  # content tokens: windows weigh what they hold
                     sums[owner[k]] += w * means[k - start]
                     weight[owner[k]] += w
-                start = end
         vecs = sums / np.maximum(weight, 1)[:, None]
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         return (vecs / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def _forward(self, seqs: list[list[int]]) -> np.ndarray:
-        """Mean of the last hidden states of each sequence: float32 [len(seqs), dim]."""
+    def _passes(self, seqs: list[list[int]], spans: list[tuple[int, int]], workers: int) -> list[np.ndarray]:
+        """forward of each pack, on `workers` threads (this one among them), each pack whole on
+        one of them: numpy lets go of the GIL in its products and large ufuncs, so with one BLAS
+        thread each the workers run the packs side by side (docs/decisions/0066-e5-data-parallel.md)."""
+        if workers <= 1:
+            return [self.forward(seqs[a:b]) for a, b in spans]
+        self._layer_weights()  # mapped once, before the workers read them
+        out: list[np.ndarray | None] = [None] * len(spans)
+        taken = iter(range(len(spans)))
+        take = threading.Lock()
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            while not failed:
+                with take:
+                    i = next(taken, None)
+                if i is None:
+                    return
+                try:
+                    a, b = spans[i]
+                    out[i] = self.forward(seqs[a:b])
+                except BaseException as exc:  # handed to the caller, raised there
+                    failed.append(exc)
+
+        helpers = [threading.Thread(target=work, name=f"pmem-e5-{n}", daemon=True) for n in range(1, workers)]
+        for t in helpers:
+            t.start()
+        try:
+            work()
+            for t in helpers:
+                t.join()
+        except BaseException as exc:  # interrupted (Ctrl-C) between packs: the workers stop at their next
+            failed.append(exc)
+            raise
+        if failed:
+            raise failed[0]
+        return out  # type: ignore[return-value]  # every pack ran when nothing failed
+
+    def forward(self, seqs: list[list[int]]) -> np.ndarray:
+        """Mean of the last hidden states of each sequence (<s> ids </s>, as `windows` makes them),
+        all in one pass: float32 [len(seqs), dim]."""
         H, NH = self.dim, self.heads
         hd = H // NH
         lengths = [len(s) for s in seqs]
@@ -708,6 +813,8 @@ class E5Embedder:
             out += x
             x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
+
+    _forward = forward  # its name before 0066, which benchmarks run against older trees call
 
     def close(self) -> None:
         self._weights = None

@@ -13,6 +13,7 @@ import ctypes
 import math
 import os
 import threading
+import time
 from pathlib import Path
 
 from ..errors import ModelError
@@ -169,16 +170,64 @@ def llama(llama_cpp, **kwargs):
             low.llama_model_default_params = original
 
 
-def default_threads() -> int:
-    """Threads for llama.cpp when the `threads` setting is 0: the cores that are idle now.
+# Readings of the running count that default_threads averages, and the seconds between them: a
+# look of ~3 ms at what runs now, where the 1-minute load average still shows a burst that ended
+# (docs/decisions/0066-e5-data-parallel.md).
+BUSY_SAMPLES = 4
+BUSY_GAP = 0.001
+LOADAVG = "/proc/loadavg"  # the running count, where Linux keeps it
+
+
+def busy_now(samples: int = BUSY_SAMPLES, gap: float = BUSY_GAP) -> float | None:
+    """Threads of other processes running or waiting for a core now: the kernel's running count
+    (/proc/loadavg's fourth field) less this process's own running threads (pmem shares its cores
+    among them itself: a MiniLM loading beside e5, pmem.store.english.BULK_SHARE), averaged over
+    `samples` readings `gap` seconds apart. None where there is no such file (macOS, Windows)."""
+    seen = 0
+    for i in range(max(1, samples)):
+        if i:
+            time.sleep(gap)
+        try:
+            with open(LOADAVG, "rb") as f:
+                running = int(f.read(256).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        seen += max(0, running - own_running())
+    return seen / max(1, samples)
+
+
+def own_running() -> int:
+    """This process's threads in state R (running or ready to run), the asking one among them."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    count = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat", "rb") as f:
+                stat = f.read(512)
+        except OSError:
+            continue  # a thread that has just ended
+        end = stat.rfind(b")")  # the state follows the command name, which may hold anything
+        count += stat[end + 2 : end + 3] == b"R"
+    return max(1, count)
+
+
+def default_threads(samples: int = BUSY_SAMPLES) -> int:
+    """Threads for llama.cpp and e5 when the `threads` setting is 0: the cores that are idle now.
 
     llama.cpp's OpenMP threads spin while they wait, so a thread on a busy core stalls the rest:
     on this 2-core machine two threads were 1.5-2x faster than one when idle (embedding 77 vs 50
     texts/s, extraction 9 vs 15 s per 1k tokens) but 2-3x slower with the other core busy. So:
-    all cores minus the 1-minute load average, at least half of them, at most 8."""
+    all cores minus those busy now (`busy_now`: the threads running over the last few ms; the
+    1-minute load average where the system has no /proc), at least half of them, at most 8.
+    `samples` 1 reads the count once (`pmem serve`, before each request: no wait)."""
     cores = os.cpu_count() or 2
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average (Windows): be conservative
-        load = cores / 2
+    load = busy_now(samples)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average (Windows): be conservative
+            load = cores / 2
     return max(1, min(8, max(cores // 2, math.ceil(cores - load))))

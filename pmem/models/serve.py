@@ -709,7 +709,7 @@ class Server:
             return
         from .loading import default_threads
 
-        n = default_threads()
+        n = default_threads(samples=1)  # one reading: no wait in front of every request
         for model in list(self._models.values()):
             use = getattr(model, "use_threads", None)
             if use is not None:

@@ -128,19 +128,6 @@ def test_minilm_is_cached_and_semantic(minilm):
     assert _cos(a, b) > _cos(a, c) + 0.2
 
 
-def test_default_threads_follow_idle_cores(monkeypatch):
-    from pmem.models import loading as embed  # default_threads lives with the loading glue
-
-    monkeypatch.setattr(embed.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
-    assert embed.default_threads() == 2
-    monkeypatch.setattr(embed.os, "getloadavg", lambda: (1.6, 1.0, 1.0))
-    assert embed.default_threads() == 1
-    monkeypatch.setattr(embed.os, "cpu_count", lambda: 32)
-    monkeypatch.setattr(embed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert embed.default_threads() == 8
-
-
 @pytest.mark.model
 def test_minilm_loads_without_extra_buffer_types(minilm, monkeypatch):
     """Every model pmem runs through llama.cpp loads with its extra buffer types off (the AMX

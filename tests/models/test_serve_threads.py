@@ -35,7 +35,7 @@ class Model:
 def serving(monkeypatch):
     """A server on a real socket with one Model; yields (server, model, socket path, set_idle)."""
     idle = {"cores": 2}
-    monkeypatch.setattr(loading, "default_threads", lambda: idle["cores"])
+    monkeypatch.setattr(loading, "default_threads", lambda samples=loading.BUSY_SAMPLES: idle["cores"])
     folder = Path(tempfile.mkdtemp(prefix="pt-", dir="/tmp"))
     model = Model()
     servers = []
