@@ -340,7 +340,7 @@ def ranking_page(root: Path) -> str:
     lines += _profile_table(root)
     lines += _class_fields("pmem/models/profiles.py", "Thresholds", root,
                            "`pmem.models.thresholds.Thresholds`: what each cosine threshold is for")
-    models = list(thresholds.BY_MODEL.items())
+    models = sorted(thresholds.BY_MODEL.items())  # by name: a test may register a profile again
     lines += ["## Cosine thresholds per embedding model (`pmem/models/profiles.py`)", "",
               _text(" ".join((inspect.getdoc(thresholds) or "").split("\n\n")[0].split())), "",
               "| threshold | " + " | ".join(f"`{m}`" for m, _ in models) + " |",
