@@ -18,7 +18,6 @@ each evaluated, and every answer that differs (text or loop-of-symbols verdict).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil
@@ -59,7 +58,6 @@ class Answer:
     completion: list[int] = field(default_factory=list)
     checks: int = 0
     masks: int = 0
-    state: bytes | None = None  # the sequence's KV cache (prompt and answer), kept for a retry
 
 
 def _shared(prompts: list[Prompt]) -> int:
@@ -83,7 +81,6 @@ class _Sequence:
         self.answer = Answer()
         self.multibyte = 0
         self.done = False
-        self.retry = False
 
     def take(self, token: int, llm: Any, lib: Any) -> None:
         """One chosen token, as llama-cpp-python's _create_completion takes it."""
@@ -117,11 +114,10 @@ class _Sequence:
         self.done = True
 
 
-def decode(gen: Any, prompts: list[Prompt], *, keep: Any = None) -> tuple[list[Answer], int]:
+def decode(gen: Any, prompts: list[Prompt]) -> tuple[list[Answer], int]:
     """The greedy answers to `prompts`, decoded together in a context of their own beside `gen`'s
     (a LlamaGenerator: its model, its context's settings and threads), and how many prompt
-    tokens were evaluated (the shared start once). `keep(prompt, answer) -> bool`: whether to
-    keep a sequence's KV cache with its answer (`Answer.state`, for a retry)."""
+    tokens were evaluated (the shared start once)."""
     import numpy as np
 
     from pmem.models.generate import REPEAT_PENALTY
@@ -187,12 +183,6 @@ def decode(gen: Any, prompts: list[Prompt], *, keep: Any = None) -> tuple[list[A
             if not live:
                 break
             run([(int(s.ids[s.n - 1]), s.n - 1, [s.seq], True) for s in live])
-        for seq in seqs:
-            if keep is not None and keep(seq.prompt, seq.answer):
-                size = low.llama_state_seq_get_size(ctx, seq.seq)
-                buf = (ctypes.c_uint8 * size)()
-                got = low.llama_state_seq_get_data(ctx, buf, size, seq.seq)
-                seq.answer.state = bytes(buf[:got])
         return [s.answer for s in seqs], shared + len(items)
     finally:
         for seq in seqs:
