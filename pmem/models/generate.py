@@ -98,8 +98,9 @@ class LlamaGenerator(JsonGenerator):
         self._lock = threading.Lock()  # one llama context: one completion at a time
         # what this model was asked in this process: calls, tokens in and out, and how many tokens
         # the grammar checked alone or had to mask the whole vocabulary for (benchmarks read it)
-        self.stats = dict.fromkeys(("calls", "prompt_tokens", "completion_tokens", "tokens_checked",
-                                    "tokens_masked", "runaways"), 0)
+        # the prompt tokens llama.cpp evaluated (prompt_evaluated: the rest came from the KV cache)
+        self.stats = dict.fromkeys(("calls", "prompt_tokens", "prompt_evaluated", "completion_tokens",
+                                    "tokens_checked", "tokens_masked", "runaways"), 0)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
@@ -136,6 +137,8 @@ class LlamaGenerator(JsonGenerator):
             try:
                 if fresh:
                     self._llm.reset()
+                tokens, _ = prompt_of(self._llm, messages)
+                self.stats["prompt_evaluated"] += evaluated_after(self._llm, tokens)
                 if grammar == "chain":
                     result = self._llm.create_chat_completion(
                         messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
@@ -166,6 +169,57 @@ class LlamaGenerator(JsonGenerator):
         if getattr(self, "_llm", None) is not None:
             self._llm.close()
             self._llm = None
+
+
+class _Captured(Exception):
+    pass
+
+
+class _Capture:
+    """Stands in for the Llama object before its chat handler: takes what the handler asks it to
+    complete (the prompt's tokens, the stop strings) without completing it."""
+
+    verbose = False
+
+    def __init__(self, llm: Any):
+        self._llm = llm
+
+    def tokenize(self, *args: Any, **kwargs: Any) -> list[int]:
+        return self._llm.tokenize(*args, **kwargs)
+
+    def create_completion(self, **kwargs: Any) -> None:
+        raise _Captured(kwargs)
+
+
+def prompt_of(llm: Any, messages: list[dict]) -> tuple[list[int], list[bytes]]:
+    """The prompt tokens and the stop strings `llm.create_chat_completion(messages=...)` completes
+    (its chat handler asked, the model not run)."""
+    from llama_cpp import llama_chat_format
+
+    handler = (llm.chat_handler or llm._chat_handlers.get(llm.chat_format)
+               or llama_chat_format.get_chat_completion_handler(llm.chat_format))
+    try:
+        handler(llama=_Capture(llm), messages=messages)
+    except _Captured as got:
+        kwargs = got.args[0]
+    else:  # pragma: no cover - every handler ends in create_completion
+        raise ModelError("the chat handler asked for no completion")
+    stop = kwargs.get("stop") or []
+    return list(kwargs["prompt"]), [s.encode("utf-8") for s in ([stop] if isinstance(stop, str) else stop)]
+
+
+def evaluated_after(llm: Any, tokens: list[int]) -> int:
+    """How many of `tokens` llama-cpp-python's generate() evaluates after what `llm`'s context
+    holds: it keeps the longest common start, and a prompt held whole has its last token again."""
+    held = llm._input_ids[:llm.n_tokens]
+    n = 0
+    for a, b in zip(held, tokens):
+        if a != b:
+            break
+        n += 1
+    if n == len(tokens):
+        n -= 1
+    return len(tokens) - max(n, 0)
 
 
 def load_generator(spec: str | None = None, models_dir: Path | str | None = None, threads: int | None = None,

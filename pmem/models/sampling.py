@@ -73,32 +73,39 @@ class GrammarFirstTry:
             sorted=False)
         lib.llama_sampler_apply(self._sampler, ctypes.byref(array))
 
-    def __call__(self, input_ids, scores):
-        np = self._np
+    def _advance(self, input_ids) -> None:
+        """The grammar and the run of symbols moved on by what the last calls chose (now the end
+        of `input_ids`); the first call comes right after the prompt."""
         n = len(input_ids)
-        if self._start is None:  # the first call comes right after the prompt
+        if self._start is None:
             self._start = n
-        while self._start + self._accepted < n:  # what the last calls chose, now part of the input
+        while self._start + self._accepted < n:
             token = int(input_ids[self._start + self._accepted])
             self._lib.llama_sampler_accept(self._sampler, token)
             self._accepted += 1
             self._symbols = 0 if self._has_word(token) else self._symbols + 1
             self.runaway = self.runaway or self._symbols >= RUNAWAY
-        if self.runaway:  # end the answer here (the caller sees `runaway`)
-            out = np.full(len(scores), -np.inf, dtype=np.single)
-            out[self._llm.token_eos()] = 0.0
-            return out
+
+    def _penalised(self, input_ids, scores):
+        np = self._np
+        n = len(input_ids)
         logits = np.array(scores, dtype=np.single)
         if self._last_n > 0 and self._penalty != 1:
             seen = np.unique(input_ids[max(self._start, n - self._last_n):n])
             if seen.size:
                 v = logits[seen]
                 logits[seen] = np.where(v <= 0, v * self._penalty, v / self._penalty)
-        if not self._greedy:
-            self.masks += 1
-            self._all["logit"] = logits
-            self._apply(self._all)
-            return self._all["logit"].copy()
+        return logits
+
+    def pick(self, input_ids, scores) -> int:
+        """The greedy token after `input_ids` (the prompt and the answer so far) from the model's
+        logits `scores`: what a greedy completion with this processor chooses (the end-of-text
+        token once the answer ran away). pmem.models.batched decodes with it."""
+        np = self._np
+        self._advance(input_ids)
+        if self.runaway:
+            return int(self._llm.token_eos())
+        logits = self._penalised(input_ids, scores)
         token = int(np.argmax(logits))  # the first of the largest, as llama.cpp's greedy sampler
         self.checks += 1
         self._one[0] = (token, 0.0, 0.0)
@@ -108,9 +115,25 @@ class GrammarFirstTry:
             self._all["logit"] = logits
             self._apply(self._all)
             token = int(np.argmax(self._all["logit"]))
-        out = np.full(len(logits), -np.inf, dtype=np.single)
-        out[token] = 0.0
-        return out
+        return token
+
+    def __call__(self, input_ids, scores):
+        np = self._np
+        if self._greedy:
+            token = self.pick(input_ids, scores)
+            out = np.full(len(scores), -np.inf, dtype=np.single)
+            out[token] = 0.0
+            return out
+        self._advance(input_ids)
+        if self.runaway:  # end the answer here (the caller sees `runaway`)
+            out = np.full(len(scores), -np.inf, dtype=np.single)
+            out[self._llm.token_eos()] = 0.0
+            return out
+        logits = self._penalised(input_ids, scores)
+        self.masks += 1
+        self._all["logit"] = logits
+        self._apply(self._all)
+        return self._all["logit"].copy()
 
     def close(self) -> None:
         if self._sampler:

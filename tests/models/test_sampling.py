@@ -83,3 +83,25 @@ def test_a_loop_of_symbols_ends_the_answer_where_it_starts(gen):
 
     written = json.loads(in_the_chain(gen, messages, prompts.DREAM_SCHEMA, 128, 0))["text"]
     assert written and not any(ch.isalnum() for ch in written)
+
+
+def test_the_prompt_tokens_evaluated_leave_out_what_the_cache_held(gen):
+    from pmem.models.generate import prompt_of
+
+    first = prompts.dream_messages("compress", NOTES[0])
+    second = prompts.dream_messages("compress", NOTES[1])
+    tokens, stops = prompt_of(gen._llm, second)
+    assert stops == [b"<|im_end|>"]
+    before = dict(gen.stats)
+    ours_of(gen, first, prompts.DREAM_SCHEMA, 24, 0)  # fresh: the whole prompt
+    whole = gen.stats["prompt_evaluated"] - before["prompt_evaluated"]
+    assert whole == gen.stats["prompt_tokens"] - before["prompt_tokens"]
+    middle = dict(gen.stats)
+    gen.complete(second, prompts.DREAM_SCHEMA, 24, 0)  # after the first: the shared instructions kept
+    evaluated = gen.stats["prompt_evaluated"] - middle["prompt_evaluated"]
+    assert gen.stats["prompt_tokens"] - middle["prompt_tokens"] == len(tokens)
+    shared = len(prompt_of(gen._llm, [first[0]])[0])  # at least the system message's tokens
+    assert 0 < evaluated <= len(tokens) - shared + 8
+    again = dict(gen.stats)
+    gen.complete(second, prompts.DREAM_SCHEMA, 24, 1)  # a retry: the prompt held whole, its last token again
+    assert gen.stats["prompt_evaluated"] - again["prompt_evaluated"] == 1
