@@ -47,19 +47,19 @@ def asked() -> list:
 
 def test_answers_decoded_together_are_the_answers_one_at_a_time(bench, gen):
     requests = asked()
-    gen._llm.reset()
+    gen.llama.reset()
     one_at_a_time = bench.plain(gen, requests)
     together, evaluated = bench.batched(gen, requests, 4)
     assert together == one_at_a_time
     assert all(text for text, _ in together)
     # the shared start (template and instructions) evaluated once for each chunk of four
-    whole = sum(len(bench.prompt_of(gen._llm, m, t, None).tokens) for m, _, t in requests)
+    whole = sum(len(bench.prompt_of(gen.llama, m, t, None).tokens) for m, _, t in requests)
     assert evaluated < whole
 
 
 def test_an_answer_cut_at_max_tokens_is_the_plain_paths_cut(bench, gen):
     requests = [(m, s, 5) for m, s, _ in asked()[:3]]  # too short for the JSON to close
-    gen._llm.reset()
+    gen.llama.reset()
     one_at_a_time = bench.plain(gen, requests)
     together, _ = bench.batched(gen, requests, 3)
     assert together == one_at_a_time

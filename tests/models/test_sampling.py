@@ -90,7 +90,7 @@ def test_the_prompt_tokens_evaluated_leave_out_what_the_cache_held(gen):
 
     first = prompts.dream_messages("compress", NOTES[0])
     second = prompts.dream_messages("compress", NOTES[1])
-    tokens, stops = prompt_of(gen._llm, second)
+    tokens, stops = prompt_of(gen.llama, second)
     assert stops == [b"<|im_end|>"]
     before = dict(gen.stats)
     ours_of(gen, first, prompts.DREAM_SCHEMA, 24, 0)  # fresh: the whole prompt
@@ -100,8 +100,25 @@ def test_the_prompt_tokens_evaluated_leave_out_what_the_cache_held(gen):
     gen.complete(second, prompts.DREAM_SCHEMA, 24, 0)  # after the first: the shared instructions kept
     evaluated = gen.stats["prompt_evaluated"] - middle["prompt_evaluated"]
     assert gen.stats["prompt_tokens"] - middle["prompt_tokens"] == len(tokens)
-    shared = len(prompt_of(gen._llm, [first[0]])[0])  # at least the system message's tokens
+    shared = len(prompt_of(gen.llama, [first[0]])[0])  # at least the system message's tokens
     assert 0 < evaluated <= len(tokens) - shared + 8
     again = dict(gen.stats)
     gen.complete(second, prompts.DREAM_SCHEMA, 24, 1)  # a retry: the prompt held whole, its last token again
     assert gen.stats["prompt_evaluated"] - again["prompt_evaluated"] == 1
+
+
+def test_a_chat_handler_that_cannot_be_asked_leaves_the_answer_alone(gen, monkeypatch):
+    """The count is a figure for benchmarks: a handler it cannot ask (a user's own GGUF's) must not fail a call."""
+    from pmem.models import generate
+
+    messages = prompts.dream_messages("compress", NOTES[0])
+    expected = gen.complete(messages, prompts.DREAM_SCHEMA, 24, 0, fresh=True)
+
+    def broken(*_args, **_kwargs):
+        raise AttributeError("this handler wants what the capture lacks")
+
+    monkeypatch.setattr(generate, "prompt_of", broken)
+    before = dict(gen.stats)
+    assert gen.complete(messages, prompts.DREAM_SCHEMA, 24, 0, fresh=True) == expected
+    assert gen.stats["prompt_evaluated"] == before["prompt_evaluated"]
+    assert gen.stats["calls"] == before["calls"] + 1
