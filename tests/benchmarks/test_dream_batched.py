@@ -3,10 +3,6 @@ with the real chat model (docs/decisions/0065-dream-plan-batched.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from pmem import prompts
@@ -14,7 +10,6 @@ from pmem.models.generate import load_generator
 
 pytestmark = pytest.mark.model
 
-ROOT = Path(__file__).resolve().parents[2]
 NOTES = [
     ["Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
      "Caroline: The support group made me feel accepted and gave me courage to embrace myself."],
@@ -27,12 +22,8 @@ NOTES = [
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_dream_batched", ROOT / "benchmarks" / "dream_batched.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_dream_batched"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("dream_batched")
 
 
 @pytest.fixture(scope="module")

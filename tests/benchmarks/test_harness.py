@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def harness():
-    spec = importlib.util.spec_from_file_location("bench_harness", ROOT / "benchmarks" / "harness.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_harness"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def harness(load_benchmark):
+    return load_benchmark("harness")
 
 
 def test_percentiles_on_fixed_numbers(harness):
