@@ -159,3 +159,19 @@ def registered_for_the_test(profiles):
         for profile in before:
             if profiles.lookup(profile.name) is not profile:
                 profiles.register(profile)
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """load_benchmark("harness") -> benchmarks/harness.py as the module `bench_harness` (benchmarks
+    are scripts, not a package: their tests load them by file name)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).resolve().parents[1]
+                                                      / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[f"bench_{name}"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+    return load
