@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections import deque
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator
 
 from .. import prompts, timeutil
 from ..errors import PmemError
 from ..extract import decide
 from ..grounding import check_grounding
+from ..models.loading import default_threads
 from ..models.thresholds import MINILM, Thresholds
 from ..records import Memory
 from ..text import WORD, content_stems, numbers, speaker_sentences
@@ -460,7 +463,7 @@ def _plan_merge(ctx: Planning) -> None:
     """Archival memories about one subject, written as one by the chat model and grounded."""
     if ctx.vecs is None:
         return
-    result, active, claimed = ctx.result, ctx.active, ctx.claimed
+    active, claimed = ctx.active, ctx.claimed
     threshold = ctx.thresholds.merge
     # Turns of a conversation (thread members) are left to compress, whose summary stands in
     # their thread for their span: merging them lost speakers and content
@@ -493,44 +496,54 @@ def _plan_merge(ctx: Planning) -> None:
         if all(ctx.cosine(x, new) >= threshold for x in members):
             members.append(new)
             cluster_of[new] = c
-    for members in sorted(clusters, key=lambda c: min(active[i].id for i in c)):
-        if ctx.budget.over():
-            result.complete = False
-            result.notes.append("time limit reached while planning merges")
-            return
-        ms = sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
-        gen = ctx.writer()
-        ids = [m.id for m in ms]
-        if gen is None:
-            result.dropped.append({"kind": "merge", "members": ids, "reason": "no chat model to write the merge"})
-            continue
-        text, why = _model_text(gen, "merge", [m.text for m in ms])
-        if text is None:
-            result.dropped.append({"kind": "merge", "members": ids, "reason": why})
-            continue
-        text = _in_their_voice(text, ms, ctx.facets)
-        ms, lost = _keeping_all_of(text, ms)
-        ids = [m.id for m in ms]
-        if len(ms) < 2:
-            result.dropped.append({"kind": "merge", "members": [m.id for m in ms] + sorted(lost),
-                                   "reason": "would drop what its members say: " + _lost_words(lost), "text": text})
-            continue
-        ok, why = grounded(ctx.store, text, [m.text for m in ms])
-        if not ok:
-            result.dropped.append({"kind": "merge", "members": ids + sorted(lost), "reason": f"not grounded: {why}",
-                                   "text": text})
-            continue
-        if lost:
-            result.notes.append(f"a merge keeps out {len(lost)} member(s) whose words it drops: {_lost_words(lost)}")
-        score = min(ctx.cosine(ctx.index[a.id], ctx.index[b.id]) for a in ms for b in ms if a.id < b.id)
-        result.proposals.append(Proposal(
-            "merge", ids, f"{len(ms)} related memories (cosine >= {score:.3f}) written as one by "
-            f"{getattr(gen, 'name', 'the chat model')}; grounded",
-            result_text=text, score=score,
-            details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "archival",
-                     "created_at": ms[0].created_at},
-            fingerprints={m.id: _fingerprint(m) for m in ms}))
-        claimed.update(ids)
+    groups = [sorted((active[i] for i in members), key=lambda m: (m.created_at, m.id))
+              for members in sorted(clusters, key=lambda c: min(active[i].id for i in c))]
+    with closing(_written(ctx, "merge", [[m.text for m in ms] for ms in groups])) as written:
+        for ms in groups:
+            if not _merge_one(ctx, ms, written):
+                return
+
+
+def _merge_one(ctx: Planning, ms: list[Memory], written: Iterator[tuple[str | None, str]]) -> bool:
+    """The merge of `ms` proposed, or dropped with its reason; False once the time is up."""
+    result, claimed = ctx.result, ctx.claimed
+    if ctx.budget.over():
+        result.complete = False
+        result.notes.append("time limit reached while planning merges")
+        return False
+    gen = ctx.writer()
+    ids = [m.id for m in ms]
+    if gen is None:
+        result.dropped.append({"kind": "merge", "members": ids, "reason": "no chat model to write the merge"})
+        return True
+    text, why = next(written)
+    if text is None:
+        result.dropped.append({"kind": "merge", "members": ids, "reason": why})
+        return True
+    text = _in_their_voice(text, ms, ctx.facets)
+    ms, lost = _keeping_all_of(text, ms)
+    ids = [m.id for m in ms]
+    if len(ms) < 2:
+        result.dropped.append({"kind": "merge", "members": [m.id for m in ms] + sorted(lost),
+                               "reason": "would drop what its members say: " + _lost_words(lost), "text": text})
+        return True
+    ok, why = grounded(ctx.store, text, [m.text for m in ms])
+    if not ok:
+        result.dropped.append({"kind": "merge", "members": ids + sorted(lost), "reason": f"not grounded: {why}",
+                               "text": text})
+        return True
+    if lost:
+        result.notes.append(f"a merge keeps out {len(lost)} member(s) whose words it drops: {_lost_words(lost)}")
+    score = min(ctx.cosine(ctx.index[a.id], ctx.index[b.id]) for a in ms for b in ms if a.id < b.id)
+    result.proposals.append(Proposal(
+        "merge", ids, f"{len(ms)} related memories (cosine >= {score:.3f}) written as one by "
+        f"{getattr(gen, 'name', 'the chat model')}; grounded",
+        result_text=text, score=score,
+        details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "archival",
+                 "created_at": ms[0].created_at},
+        fingerprints={m.id: _fingerprint(m) for m in ms}))
+    claimed.update(ids)
+    return True
 
 
 def _in_their_voice(text: str, members: list[Memory], facets: dict[str, Facets]) -> str:
@@ -570,6 +583,41 @@ def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:
     if not text:
         return None, "the chat model wrote nothing"
     return text, ""
+
+
+def _written(ctx: Planning, kind: str, groups: list[list[str]]) -> Generator[tuple[str | None, str], None, None]:
+    """The chat model's (text, why) for each group of notes, in order, asked when the planner
+    first wants one. With the model's lanes (LlamaGenerator.lanes: one per thread pmem may use,
+    each a context of its own on one core) the next groups are written while the planner checks
+    this one; none is started once the time limit has passed. An answer does not depend on the
+    lane that writes it (LlamaGenerator._prepare), so the plan is the one a single lane makes."""
+    gen = ctx.writer()
+    lanes = 1
+    if hasattr(gen, "lanes"):
+        lanes = gen.lanes(int(ctx.settings.threads) or default_threads())
+    if lanes < 2:
+        for texts in groups:
+            yield _model_text(gen, kind, texts)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: deque = deque()
+    rest = iter(groups)
+    with ThreadPoolExecutor(lanes, thread_name_prefix="pmem-dream") as pool:
+
+        def ask_more() -> None:  # every lane busy, while there is time
+            while len(pending) < lanes and not ctx.budget.over() and (texts := next(rest, None)) is not None:
+                pending.append(pool.submit(_model_text, gen, kind, texts))
+
+        try:
+            ask_more()
+            while pending:
+                answer = pending.popleft().result()
+                ask_more()  # before the planner reads this answer: a lane writes on meanwhile
+                yield answer
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def _compress_groups(ctx: Planning, days: int) -> list[list[Memory]]:
@@ -625,40 +673,49 @@ def _plan_compress(ctx: Planning) -> None:
         return
     result = ctx.result
     days = int(ctx.settings.compress_after_days)
-    for ms in _compress_groups(ctx, days):
-        if ctx.budget.over():
-            result.complete = False
-            result.notes.append("time limit reached while planning compression")
-            return
-        ids = [m.id for m in ms]
-        texts = [m.text for m in ms]
-        day = ms[0].created_at[:10]
-        before = sum(_tokens(t) for t in texts)
-        gen = ctx.writer()
-        text, how = None, ""
-        if gen is not None:
-            text, why = _model_text(gen, "compress", texts)
-            if text is not None:
-                ok, why = grounded(ctx.store, text, texts)
-                if ok and _tokens(text) <= COMPRESS_KEEP * before:
-                    how = f"summary by {getattr(gen, 'name', 'the chat model')}, grounded"
-                else:
-                    text = None
-                    why = why if not ok else f"the model's summary kept over {COMPRESS_KEEP:.0%} of the tokens"
-            if text is None:
-                how = f"extractive summary (model output refused: {why})"
-        else:
-            how = "extractive summary (no chat model)"
+    groups = _compress_groups(ctx, days)
+    with closing(_written(ctx, "compress", [[m.text for m in ms] for ms in groups])) as written:
+        for ms in groups:
+            if ctx.budget.over():
+                result.complete = False
+                result.notes.append("time limit reached while planning compression")
+                return
+            _compress_one(ctx, ms, days, written)
+
+
+def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[tuple[str | None, str]]) -> None:
+    """The summary of one old episode proposed: the chat model's where it is grounded and short
+    enough, else an extractive one."""
+    result = ctx.result
+    ids = [m.id for m in ms]
+    texts = [m.text for m in ms]
+    day = ms[0].created_at[:10]
+    before = sum(_tokens(t) for t in texts)
+    gen = ctx.writer()
+    text, how = None, ""
+    if gen is not None:
+        text, why = next(written)
+        if text is not None:
+            ok, why = grounded(ctx.store, text, texts)
+            if ok and _tokens(text) <= COMPRESS_KEEP * before:
+                how = f"summary by {getattr(gen, 'name', 'the chat model')}, grounded"
+            else:
+                text = None
+                why = why if not ok else f"the model's summary kept over {COMPRESS_KEEP:.0%} of the tokens"
         if text is None:
-            text = extractive_summary(texts, prefix=f"{day}: ")
-        result.proposals.append(Proposal(
-            "compress", ids, f"{len(ms)} episodic memories of {day}, older than {days} days; {how}; "
-            f"{before} -> {_tokens(text)} tokens",
-            result_text=text,
-            details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "episodic",
-                     "created_at": ms[0].created_at, "extractive": how.startswith("extractive")},
-            fingerprints={m.id: _fingerprint(m) for m in ms}))
-        ctx.claimed.update(ids)
+            how = f"extractive summary (model output refused: {why})"
+    else:
+        how = "extractive summary (no chat model)"
+    if text is None:
+        text = extractive_summary(texts, prefix=f"{day}: ")
+    result.proposals.append(Proposal(
+        "compress", ids, f"{len(ms)} episodic memories of {day}, older than {days} days; {how}; "
+        f"{before} -> {_tokens(text)} tokens",
+        result_text=text,
+        details={"tags": sorted(set().union(*(m.tags for m in ms))), "tier": "episodic",
+                 "created_at": ms[0].created_at, "extractive": how.startswith("extractive")},
+        fingerprints={m.id: _fingerprint(m) for m in ms}))
+    ctx.claimed.update(ids)
 
 
 Planner = Callable[[Planning], None]

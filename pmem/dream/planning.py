@@ -274,17 +274,20 @@ def plan(store: "MemoryStore", *, only: set[str] | None = None, now: str | None 
         result.declined = _still_declined(store, (store.dream_mark() or {}).get("declined"))
     planner = SlicePlanner(store, result, kinds, now, budget, generator, thresholds, included)
     live = store.count(Filter.live())
-    if live < INCREMENTAL_FROM:
-        planner.run(store.list_memories(Filter.everything(), sort="id", limit=None), kinds)
-    else:
-        planner.run(store.expired_live(now), ("expire", "purge"))
-        if any(k in kinds for k in PAIR_KINDS):
-            _compare_large(planner, live, full, progress)
-        if "compress" in kinds:  # old episodes no dream wrote, read until compressed
-            cutoff = timeutil.iso(_parse(now) - timedelta(days=int(cfg.compress_after_days)))
-            old = store.list_memories(Filter(tiers=("episodic",), until=cutoff, pinned=False, include_expired=True,
-                                    include_superseded=True), limit=None)
-            planner.run(sorted((m for m in old if not m.derived_from), key=lambda m: m.id), ("compress",))
+    try:
+        if live < INCREMENTAL_FROM:
+            planner.run(store.list_memories(Filter.everything(), sort="id", limit=None), kinds)
+        else:
+            planner.run(store.expired_live(now), ("expire", "purge"))
+            if any(k in kinds for k in PAIR_KINDS):
+                _compare_large(planner, live, full, progress)
+            if "compress" in kinds:  # old episodes no dream wrote, read until compressed
+                cutoff = timeutil.iso(_parse(now) - timedelta(days=int(cfg.compress_after_days)))
+                old = store.list_memories(Filter(tiers=("episodic",), until=cutoff, pinned=False,
+                                                 include_expired=True, include_superseded=True), limit=None)
+                planner.run(sorted((m for m in old if not m.derived_from), key=lambda m: m.id), ("compress",))
+    finally:  # the chat model's other contexts (planners._written) given back
+        getattr(planner.generator, "release_lanes", lambda: None)()
     result.considered = len(planner.considered)
     result.elapsed_s = budget.elapsed()
     return result

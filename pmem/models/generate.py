@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
 
 from ..errors import ExtractionError, ModelError
 from .cache import ModelCache, given
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 # smaller ones only choose and label spans of the source (see extract.py).
 STRONG_PARAMS = 1_000_000_000
 REPEAT_PENALTY = 1.1  # over the last 64 tokens of an answer (llama-cpp-python's last_n_tokens_size)
+# Contexts of one model answering at once, one thread each (LlamaGenerator.lanes), for models under
+# LANE_PARAMS: a one-token decode of the 135M model keeps one core busy ~8 ms whatever the threads
+# (decision 0067), and a larger model's context costs more memory than a lane earns.
+LANES_MAX = 4
+LANE_PARAMS = 1_000_000_000
 
 
 @runtime_checkable
@@ -53,10 +59,14 @@ class JsonGenerator:
         raise NotImplementedError
 
     def generate_json(self, messages: list[dict], schema: dict, max_tokens: int = 256) -> dict:
+        return self._tries(lambda tokens, attempt: self._complete(messages, schema, tokens, attempt), max_tokens)
+
+    def _tries(self, complete: Callable[[int, int], str], max_tokens: int) -> dict:
+        """The first answer of `complete(max_tokens, attempt)` that parses as a JSON object."""
         problem = "no answer"
         for attempt in range(1 + self.retries):
             try:
-                text = self._complete(messages, schema, max_tokens, attempt)
+                text = complete(max_tokens, attempt)
             except Runaway:  # cut short in a loop of symbols: the next try samples, with more room
                 problem = "a loop of symbols"
                 max_tokens = int(max_tokens * 1.5)
@@ -95,7 +105,12 @@ class LlamaGenerator(JsonGenerator):
         self.params = int(llama_cpp.llama_model_n_params(self._llm.model))
         self.strong = self.chooses = self.params >= STRONG_PARAMS
         self._grammars: dict[str, Any] = {}
-        self._lock = threading.Lock()  # one llama context: one completion at a time
+        # llama contexts of this model, each answering one prompt at a time: the first always,
+        # more while lanes() asks for them (one thread each)
+        self._lanes: list[Any] = [self._llm]
+        self._idle: list[Any] = [self._llm]
+        self._turn = threading.Condition()
+        self._stats_lock = threading.Lock()
         # what this model was asked in this process: calls, tokens in and out, and how many tokens
         # the grammar checked alone or had to mask the whole vocabulary for (benchmarks read it)
         # the prompt tokens llama.cpp evaluated (prompt_evaluated: the rest came from the KV cache)
@@ -108,14 +123,79 @@ class LlamaGenerator(JsonGenerator):
         for prompts' tokens: `prompt_of`)."""
         return self._llm
 
-    def _evaluated(self, messages: list[dict]) -> int:
-        """The prompt tokens llama.cpp will evaluate for `messages` (a figure for benchmarks): 0
-        where a chat handler (a user's own GGUF's) cannot be asked, so a count never fails a call."""
+    def lanes(self, n: int) -> int:
+        """Up to `n` (at most LANES_MAX) contexts of this model that answer at once, one thread
+        each; how many there are. One for a model of LANE_PARAMS or more, or where another
+        context cannot be made. `release_lanes()` gives the others back."""
+        n = max(1, min(n, LANES_MAX)) if self.params < LANE_PARAMS else 1
+        with self._turn:
+            while len(self._lanes) < n:
+                from .loading import llama
+
+                try:
+                    llm = llama(self._lib, model_path=str(self.path), n_ctx=self.n_ctx, n_threads=1,
+                                n_threads_batch=1, n_gpu_layers=0, verbose=False)
+                except (ValueError, RuntimeError, OSError):
+                    break
+                self._lanes.append(llm)
+                self._idle.append(llm)
+            if len(self._lanes) > 1:
+                self._lib.llama_set_n_threads(self._llm.ctx, 1, 1)
+            return len(self._lanes)
+
+    def release_lanes(self) -> None:
+        """Back to the first context alone, with its own threads (waits for answers under way)."""
+        with self._turn:
+            while len(self._idle) < len(self._lanes):
+                self._turn.wait()
+            for llm in self._lanes[1:]:
+                llm.close()
+            self._lanes, self._idle = [self._llm], [self._llm]
+            own = int(self._llm.context_params.n_threads)
+            self._lib.llama_set_n_threads(self._llm.ctx, own, int(self._llm.context_params.n_threads_batch))
+
+    @contextmanager
+    def _lane(self) -> Iterator[Any]:
+        """A context no other answer is using, for the length of the block."""
+        with self._turn:
+            while not self._idle:
+                self._turn.wait()
+            llm = self._idle.pop()
         try:
-            tokens, _ = prompt_of(self._llm, messages)
-            return evaluated_after(self._llm, tokens)
-        except Exception:  # noqa: BLE001 - a statistic, never a reason to fail
+            yield llm
+        finally:
+            with self._turn:
+                self._idle.append(llm)
+                self._turn.notify()
+
+    @staticmethod
+    def _prepare(llm: Any, messages: list[dict], attempt: int) -> int:
+        """`llm`'s KV cache made ready for `messages`; the prompt tokens llama.cpp will evaluate.
+
+        The cache keeps only the prompt's frame (all before the last message's own text), read
+        alone: every answer reads its text after the same cached frame, so neither what a context
+        answered before nor which lane answers changes an answer (a prompt read in other pieces
+        may give other logits in the last digits, and a greedy choice between two nearly equal
+        tokens flips). A retry (`attempt` > 0) keeps the prompt it has just read. Where the chat
+        handler cannot be asked (a user's own GGUF's), llama-cpp-python keeps what it keeps, and
+        the count is 0 (a figure for benchmarks, never a reason to fail)."""
+        try:
+            tokens, _ = prompt_of(llm, messages)
+            frame, _ = prompt_of(llm, [*messages[:-1], {**messages[-1], "content": ""}])
+        except Exception:  # noqa: BLE001 - a handler that cannot be asked: nothing prepared
             return 0
+        held = _common(llm._input_ids[:llm.n_tokens], tokens)
+        if attempt > 0 and held >= len(tokens) - 1:
+            return evaluated_after(llm, tokens)
+        k = max(0, min(_common(frame, tokens), len(tokens) - 1))
+        if 0 < k <= held and getattr(llm, "_pmem_frame", None) == tokens[:k]:
+            llm.n_tokens = k
+            return len(tokens) - k
+        llm.reset()
+        if k:
+            llm.eval(tokens[:k])
+        llm._pmem_frame = tokens[:k]
+        return len(tokens)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
@@ -128,11 +208,16 @@ class LlamaGenerator(JsonGenerator):
             self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
         return self._grammars[key]
 
+    def generate_json(self, messages: list[dict], schema: dict, max_tokens: int = 256) -> dict:
+        with self._lane() as llm:  # a retry in the context that has just read the prompt
+            return self._tries(lambda tokens, attempt: self.complete(messages, schema, tokens, attempt, llm=llm),
+                               max_tokens)
+
     def _complete(self, messages: list[dict], schema: dict, max_tokens: int, attempt: int) -> str:
         return self.complete(messages, schema, max_tokens, attempt)
 
     def complete(self, messages: list[dict], schema: dict, max_tokens: int = 256, attempt: int = 0, *,
-                 grammar: str = "first-try", fresh: bool = False) -> str:
+                 grammar: str = "first-try", fresh: bool = False, llm: Any = None) -> str:
         """One answer's raw text. Attempt 0 is greedy (reproducible); a retry samples a little so
         it does not repeat the failure.
 
@@ -141,48 +226,57 @@ class LlamaGenerator(JsonGenerator):
         over the whole vocabulary at every token: what pmem did before, the reference the first is
         held to; it does not end loops of symbols). `fresh`: the prompt evaluated whole, from an
         empty KV cache (a prompt evaluated in pieces, the part another prompt shared and then the
-        rest, may give other logits in the last digits)."""
+        rest, may give other logits in the last digits). `llm`: the context to answer in (one
+        `_lane()` gave); by default a free one."""
+        if llm is None:
+            with self._lane() as free:
+                return self.complete(messages, schema, max_tokens, attempt, grammar=grammar, fresh=fresh, llm=free)
         from llama_cpp import LogitsProcessorList
 
         from .sampling import RUNAWAY, GrammarFirstTry
 
         greedy = attempt == 0
         sampler = None
-        with self._lock:
-            try:
-                if fresh:
-                    self._llm.reset()
-                self.stats["prompt_evaluated"] += self._evaluated(messages)
-                if grammar == "chain":
-                    result = self._llm.create_chat_completion(
-                        messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
-                        temperature=0.0 if greedy else 0.4, seed=attempt, repeat_penalty=REPEAT_PENALTY)
-                else:
-                    sampler = GrammarFirstTry(self._lib, self._llm, self._grammar(schema), greedy=greedy,
-                                              penalty=REPEAT_PENALTY, last_n=self._llm.last_n_tokens_size)
-                    try:
-                        result = self._llm.create_chat_completion(
-                            messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4,
-                            seed=attempt, repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
-                    finally:
-                        sampler.close()
-            except ValueError as exc:  # e.g. the prompt does not fit the context
-                raise ExtractionError(f"{self.name}: {str(exc).splitlines()[0]}") from None
-        self.stats["calls"] += 1
-        self.stats["prompt_tokens"] += int(result.get("usage", {}).get("prompt_tokens", 0))
-        self.stats["completion_tokens"] += int(result.get("usage", {}).get("completion_tokens", 0))
-        if sampler is not None:
-            self.stats["tokens_checked"] += sampler.checks
-            self.stats["tokens_masked"] += sampler.masks
-            if sampler.runaway:  # cut short (sampling.RUNAWAY); generate_json retries it
-                self.stats["runaways"] += 1
-                raise Runaway(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
+        try:
+            if fresh:
+                llm.reset()
+                llm._pmem_frame = None
+            evaluated = self._prepare(llm, messages, attempt)
+            if grammar == "chain":
+                result = llm.create_chat_completion(
+                    messages=messages, grammar=self._grammar(schema), max_tokens=max_tokens,
+                    temperature=0.0 if greedy else 0.4, seed=attempt, repeat_penalty=REPEAT_PENALTY)
+            else:
+                sampler = GrammarFirstTry(self._lib, llm, self._grammar(schema), greedy=greedy,
+                                          penalty=REPEAT_PENALTY, last_n=llm.last_n_tokens_size)
+                try:
+                    result = llm.create_chat_completion(
+                        messages=messages, max_tokens=max_tokens, temperature=0.0 if greedy else 0.4,
+                        seed=attempt, repeat_penalty=1.0, logits_processor=LogitsProcessorList([sampler]))
+                finally:
+                    sampler.close()
+        except ValueError as exc:  # e.g. the prompt does not fit the context
+            raise ExtractionError(f"{self.name}: {str(exc).splitlines()[0]}") from None
+        usage = result.get("usage", {})
+        with self._stats_lock:
+            self.stats["calls"] += 1
+            self.stats["prompt_tokens"] += int(usage.get("prompt_tokens", 0))
+            self.stats["prompt_evaluated"] += evaluated
+            self.stats["completion_tokens"] += int(usage.get("completion_tokens", 0))
+            if sampler is not None:
+                self.stats["tokens_checked"] += sampler.checks
+                self.stats["tokens_masked"] += sampler.masks
+                self.stats["runaways"] += int(sampler.runaway)
+        if sampler is not None and sampler.runaway:  # cut short (sampling.RUNAWAY); generate_json retries it
+            raise Runaway(f"{self.name} wrote {RUNAWAY} tokens in a row without a letter or digit")
         return result["choices"][0]["message"].get("content") or ""
 
     def close(self) -> None:
         if getattr(self, "_llm", None) is not None:
-            self._llm.close()
+            for llm in self._lanes:
+                llm.close()
             self._llm = None
+            self._lanes, self._idle = [], []
 
 
 class _Captured(Exception):
@@ -220,6 +314,16 @@ def prompt_of(llm: Any, messages: list[dict]) -> tuple[list[int], list[bytes]]:
         raise ModelError("the chat handler asked for no completion")
     stop = kwargs.get("stop") or []
     return list(kwargs["prompt"]), [s.encode("utf-8") for s in ([stop] if isinstance(stop, str) else stop)]
+
+
+def _common(a: Any, b: list[int]) -> int:
+    """How many tokens `a` and `b` start with alike."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def evaluated_after(llm: Any, tokens: list[int]) -> int:
