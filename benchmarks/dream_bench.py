@@ -182,6 +182,9 @@ def main() -> int:
     ap.add_argument("--keep", type=float, default=dream.COMPRESS_KEEP,
                     help="share of an episode's tokens an extractive summary keeps")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--dump", default="",
+                    help="--chat: write every merge and compress proposal and dropped merge (its texts) to this "
+                         "JSON file, to read two chat models' answers side by side")
     ap.add_argument("--pairs", action="store_true",
                     help="dedup recall and precision on benchmarks/data/dedup_pairs.json (both models)")
     ap.add_argument("--auto", type=json.loads, default={}, help='--pairs: {"model": auto threshold} to report')
@@ -227,6 +230,8 @@ def main() -> int:
     second: dict[str, int] = {}  # proposals a second dream made that the first had not
     asked_again = 0  # the first dream's reviews, left by its --apply, that the second asks again
     dropped = 0
+    chat = {"merges": 0, "summaries_by_model": 0, "summaries_extractive": 0, "merges_dropped": {}}
+    dump: list[dict] = []  # --dump: the proposals' and dropped merges' texts, by conversation
     t_plan = t_apply = t_load = 0.0
     examples = []
     for conv in locomo.load()[: args.convs]:
@@ -256,6 +261,8 @@ def main() -> int:
         t_apply += time.perf_counter() - t0
         for p in plan.proposals:
             kinds[p.kind] = kinds.get(p.kind, 0) + 1
+        if args.chat:
+            count_chat(chat, plan, store, conv["sample_id"], dump if args.dump else None)
 
         truth = {frozenset(p) for p in planted}
         predicted = set()
@@ -311,12 +318,50 @@ def main() -> int:
         "seconds_load_and_embed": round(t_load, 1),
         "false_positive_examples": examples[:5],
     }
+    if args.chat:  # what the chat model contributed, and what it was asked (LlamaGenerator.stats)
+        figures["chat"] = {**chat, "model": chat_stats()}
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(dump, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(figures, indent=2, ensure_ascii=False))
     else:
         for k, v in figures.items():
             print(f"{k:24} {v}")
     return 0
+
+
+def count_chat(chat: dict, plan, store: MemoryStore, conv_id: str, dump: list | None) -> None:
+    """Add one plan's merges, model-written vs extractive summaries and dropped merges (by the
+    reason's first words) to `chat`; with `dump`, keep their texts (read before the plan is applied)."""
+    for p in plan.proposals:
+        if p.kind == "merge":
+            chat["merges"] += 1
+        elif p.kind == "compress":
+            key = "summaries_extractive" if p.details.get("extractive") else "summaries_by_model"
+            chat[key] += 1
+        if dump is not None and p.kind in ("merge", "compress"):
+            dump.append({"conv": conv_id, "kind": p.kind, "members": [store.get(i).text for i in p.members],
+                         "text": p.result_text, "extractive": p.details.get("extractive"), "reason": p.reason})
+    for d in plan.dropped:
+        if d.get("kind") != "merge":
+            continue
+        why = " ".join(d.get("reason", "").split(":")[0].split()[:4])
+        chat["merges_dropped"][why] = chat["merges_dropped"].get(why, 0) + 1
+        if dump is not None:
+            dump.append({"conv": conv_id, "kind": "dropped merge",
+                         "members": [m.text for m in map(store.get, d.get("members", [])) if m],
+                         "text": d.get("text"), "reason": d.get("reason")})
+
+
+def chat_stats() -> dict:
+    """The loaded chat models' stats (LlamaGenerator.stats), summed: calls, tokens, runaways."""
+    from pmem.models.cache import PROCESS
+
+    model: dict = {}
+    for g in PROCESS.generators.values():
+        for k, v in getattr(g, "stats", {}).items():
+            model[k] = model.get(k, 0) + v
+    return model
 
 
 # -- the paraphrase set (--pairs) -----------------------------------------------------------------
