@@ -131,9 +131,10 @@ def turns_of(store: MemoryStore, evidence: dict, memory_id: str, cache: dict, st
 
 
 def recall_at(store: MemoryStore, conv: dict, evidence: dict, k: int = 10,
-              budget: int = 1500) -> tuple[int, int, int, int, int]:
+              budget: int = 1500, per_question: list | None = None) -> tuple[int, int, int, int, int]:
     """(hits, strict hits, questions, tokens of all top-k results together, hits within `budget`
-    tokens packed like `pmem recall`: the best 60 results, each taken if it still fits)."""
+    tokens packed like `pmem recall`: the best 60 results, each taken if it still fits).
+    `per_question` gets each question's [hit, strict hit, hit within budget], to pair two runs."""
     hits = strict_hits = tokens = budget_hits = 0
     cache: dict = {}
     flt = Filter(tiers=TIERS)
@@ -154,6 +155,9 @@ def recall_at(store: MemoryStore, conv: dict, evidence: dict, k: int = 10,
             strict |= turns_of(store, evidence, h.memory.id, cache, strict=True)
         hits += bool(found & set(q["evidence"]))
         strict_hits += bool(strict & set(q["evidence"]))
+        if per_question is not None:
+            per_question.append({"question": q["question"], "hits": [bool(found & set(q["evidence"])),
+                                 bool(strict & set(q["evidence"])), bool(packed & set(q["evidence"]))]})
     return hits, strict_hits, len(qs), tokens, budget_hits
 
 
@@ -183,8 +187,8 @@ def main() -> int:
                     help="share of an episode's tokens an extractive summary keeps")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--dump", default="",
-                    help="--chat: write every merge and compress proposal and dropped merge (its texts) to this "
-                         "JSON file, to read two chat models' answers side by side")
+                    help="--chat: write every merge and compress proposal and dropped merge (its texts), and "
+                         "each question's hits after the dream, to this JSON file: two chat models side by side")
     ap.add_argument("--pairs", action="store_true",
                     help="dedup recall and precision on benchmarks/data/dedup_pairs.json (both models)")
     ap.add_argument("--auto", type=json.loads, default={}, help='--pairs: {"model": auto threshold} to report')
@@ -280,7 +284,9 @@ def main() -> int:
         n, tok = active(store)
         totals["mem_after"] += n
         totals["tok_after"] += tok
-        h, hs, _, tk, bh = recall_at(store, conv, evidence)
+        answered: list | None = [] if args.dump else None
+        h, hs, _, tk, bh = recall_at(store, conv, evidence, per_question=answered)
+        dump += [{"conv": conv["sample_id"], "kind": "question", **a} for a in answered or []]
         totals["budget_after"] += bh
         totals["top10_tokens_after"] += tk
         totals["hits_after"] += h
