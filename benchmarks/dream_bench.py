@@ -131,9 +131,10 @@ def turns_of(store: MemoryStore, evidence: dict, memory_id: str, cache: dict, st
 
 
 def recall_at(store: MemoryStore, conv: dict, evidence: dict, k: int = 10,
-              budget: int = 1500) -> tuple[int, int, int, int, int]:
+              budget: int = 1500, per_question: list | None = None) -> tuple[int, int, int, int, int]:
     """(hits, strict hits, questions, tokens of all top-k results together, hits within `budget`
-    tokens packed like `pmem recall`: the best 60 results, each taken if it still fits)."""
+    tokens packed like `pmem recall`: the best 60 results, each taken if it still fits).
+    `per_question` gets each question's [hit, strict hit, hit within budget], to pair two runs."""
     hits = strict_hits = tokens = budget_hits = 0
     cache: dict = {}
     flt = Filter(tiers=TIERS)
@@ -154,6 +155,9 @@ def recall_at(store: MemoryStore, conv: dict, evidence: dict, k: int = 10,
             strict |= turns_of(store, evidence, h.memory.id, cache, strict=True)
         hits += bool(found & set(q["evidence"]))
         strict_hits += bool(strict & set(q["evidence"]))
+        if per_question is not None:
+            per_question.append({"question": q["question"], "hits": [bool(found & set(q["evidence"])),
+                                 bool(strict & set(q["evidence"])), bool(packed & set(q["evidence"]))]})
     return hits, strict_hits, len(qs), tokens, budget_hits
 
 
@@ -182,6 +186,9 @@ def main() -> int:
     ap.add_argument("--keep", type=float, default=dream.COMPRESS_KEEP,
                     help="share of an episode's tokens an extractive summary keeps")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--dump", default="",
+                    help="--chat: write every merge and compress proposal and dropped merge (its texts), and "
+                         "each question's hits after the dream, to this JSON file: two chat models side by side")
     ap.add_argument("--pairs", action="store_true",
                     help="dedup recall and precision on benchmarks/data/dedup_pairs.json (both models)")
     ap.add_argument("--auto", type=json.loads, default={}, help='--pairs: {"model": auto threshold} to report')
@@ -227,6 +234,8 @@ def main() -> int:
     second: dict[str, int] = {}  # proposals a second dream made that the first had not
     asked_again = 0  # the first dream's reviews, left by its --apply, that the second asks again
     dropped = 0
+    chat = {"merges": 0, "summaries_by_model": 0, "summaries_extractive": 0, "merges_dropped": {}}
+    dump: list[dict] = []  # --dump: the proposals' and dropped merges' texts, by conversation
     t_plan = t_apply = t_load = 0.0
     examples = []
     for conv in locomo.load()[: args.convs]:
@@ -256,6 +265,8 @@ def main() -> int:
         t_apply += time.perf_counter() - t0
         for p in plan.proposals:
             kinds[p.kind] = kinds.get(p.kind, 0) + 1
+        if args.chat:
+            count_chat(chat, plan, store, conv["sample_id"], dump if args.dump else None)
 
         truth = {frozenset(p) for p in planted}
         predicted = set()
@@ -273,7 +284,9 @@ def main() -> int:
         n, tok = active(store)
         totals["mem_after"] += n
         totals["tok_after"] += tok
-        h, hs, _, tk, bh = recall_at(store, conv, evidence)
+        answered: list | None = [] if args.dump else None
+        h, hs, _, tk, bh = recall_at(store, conv, evidence, per_question=answered)
+        dump += [{"conv": conv["sample_id"], "kind": "question", **a} for a in answered or []]
         totals["budget_after"] += bh
         totals["top10_tokens_after"] += tk
         totals["hits_after"] += h
@@ -311,12 +324,50 @@ def main() -> int:
         "seconds_load_and_embed": round(t_load, 1),
         "false_positive_examples": examples[:5],
     }
+    if args.chat:  # what the chat model contributed, and what it was asked (LlamaGenerator.stats)
+        figures["chat"] = {**chat, "model": chat_stats()}
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(dump, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(figures, indent=2, ensure_ascii=False))
     else:
         for k, v in figures.items():
             print(f"{k:24} {v}")
     return 0
+
+
+def count_chat(chat: dict, plan, store: MemoryStore, conv_id: str, dump: list | None) -> None:
+    """Add one plan's merges, model-written vs extractive summaries and dropped merges (by the
+    reason's first words) to `chat`; with `dump`, keep their texts (read before the plan is applied)."""
+    for p in plan.proposals:
+        if p.kind == "merge":
+            chat["merges"] += 1
+        elif p.kind == "compress":
+            key = "summaries_extractive" if p.details.get("extractive") else "summaries_by_model"
+            chat[key] += 1
+        if dump is not None and p.kind in ("merge", "compress"):
+            dump.append({"conv": conv_id, "kind": p.kind, "members": [store.get(i).text for i in p.members],
+                         "text": p.result_text, "extractive": p.details.get("extractive"), "reason": p.reason})
+    for d in plan.dropped:
+        if d.get("kind") != "merge":
+            continue
+        why = " ".join(d.get("reason", "").split(":")[0].split()[:4])
+        chat["merges_dropped"][why] = chat["merges_dropped"].get(why, 0) + 1
+        if dump is not None:
+            dump.append({"conv": conv_id, "kind": "dropped merge",
+                         "members": [m.text for m in map(store.get, d.get("members", [])) if m],
+                         "text": d.get("text"), "reason": d.get("reason")})
+
+
+def chat_stats() -> dict:
+    """The loaded chat models' stats (LlamaGenerator.stats), summed: calls, tokens, runaways."""
+    from pmem.models.cache import PROCESS
+
+    model: dict = {}
+    for g in PROCESS.generators.values():
+        for k, v in getattr(g, "stats", {}).items():
+            model[k] = model.get(k, 0) + v
+    return model
 
 
 # -- the paraphrase set (--pairs) -----------------------------------------------------------------
