@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections import deque
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -500,23 +499,25 @@ def _plan_merge(ctx: Planning) -> None:
               for members in sorted(clusters, key=lambda c: min(active[i].id for i in c))]
     with closing(_written(ctx, "merge", [[m.text for m in ms] for ms in groups])) as written:
         for ms in groups:
-            if not _merge_one(ctx, ms, written):
+            if ctx.budget.over() or not _merge_one(ctx, ms, written):
+                ctx.result.complete = False
+                ctx.result.notes.append("time limit reached while planning merges")
                 return
 
 
 def _merge_one(ctx: Planning, ms: list[Memory], written: Iterator[tuple[str | None, str]]) -> bool:
-    """The merge of `ms` proposed, or dropped with its reason; False once the time is up."""
+    """The merge of `ms` proposed, or dropped with its reason; False (nothing planned) when the
+    time limit passed before its text was begun."""
     result, claimed = ctx.result, ctx.claimed
-    if ctx.budget.over():
-        result.complete = False
-        result.notes.append("time limit reached while planning merges")
-        return False
     gen = ctx.writer()
     ids = [m.id for m in ms]
     if gen is None:
         result.dropped.append({"kind": "merge", "members": ids, "reason": "no chat model to write the merge"})
         return True
-    text, why = next(written)
+    answer = next(written, None)
+    if answer is None:
+        return False
+    text, why = answer
     if text is None:
         result.dropped.append({"kind": "merge", "members": ids, "reason": why})
         return True
@@ -587,36 +588,37 @@ def _model_text(gen, kind: str, texts: list[str]) -> tuple[str | None, str]:
 
 def _written(ctx: Planning, kind: str, groups: list[list[str]]) -> Generator[tuple[str | None, str], None, None]:
     """The chat model's (text, why) for each group of notes, in order, asked when the planner
-    first wants one. With the model's lanes (LlamaGenerator.lanes: one per thread pmem may use,
-    each a context of its own on one core) the next groups are written while the planner checks
-    this one; none is started once the time limit has passed. An answer does not depend on the
-    lane that writes it (LlamaGenerator._prepare), so the plan is the one a single lane makes."""
+    first wants one; it ends early once the time limit has passed. With the model's lanes
+    (LlamaGenerator.lanes: one per thread pmem may use, each a context of its own on one core)
+    every lane writes the next group not yet begun while the planner checks the answers before
+    (a long answer holds up no other lane), and none begins once the time limit has passed. An
+    answer does not depend on the lane that writes it (LlamaGenerator._prepare): the plan is the
+    one a single lane makes."""
     gen = ctx.writer()
     lanes = 1
     if hasattr(gen, "lanes"):
         lanes = gen.lanes(int(ctx.settings.threads) or default_threads())
     if lanes < 2:
         for texts in groups:
+            if ctx.budget.over():
+                return
             yield _model_text(gen, kind, texts)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    pending: deque = deque()
-    rest = iter(groups)
+    def ask(texts: list[str]) -> tuple[str | None, str] | None:
+        return None if ctx.budget.over() else _model_text(gen, kind, texts)
+
     with ThreadPoolExecutor(lanes, thread_name_prefix="pmem-dream") as pool:
-
-        def ask_more() -> None:  # every lane busy, while there is time
-            while len(pending) < lanes and not ctx.budget.over() and (texts := next(rest, None)) is not None:
-                pending.append(pool.submit(_model_text, gen, kind, texts))
-
+        futures = [pool.submit(ask, texts) for texts in groups]
         try:
-            ask_more()
-            while pending:
-                answer = pending.popleft().result()
-                ask_more()  # before the planner reads this answer: a lane writes on meanwhile
+            for future in futures:
+                answer = future.result()
+                if answer is None:
+                    return
                 yield answer
         finally:
-            for future in pending:
+            for future in futures:
                 future.cancel()
 
 
@@ -676,16 +678,16 @@ def _plan_compress(ctx: Planning) -> None:
     groups = _compress_groups(ctx, days)
     with closing(_written(ctx, "compress", [[m.text for m in ms] for ms in groups])) as written:
         for ms in groups:
-            if ctx.budget.over():
+            if ctx.budget.over() or not _compress_one(ctx, ms, days, written):
                 result.complete = False
                 result.notes.append("time limit reached while planning compression")
                 return
-            _compress_one(ctx, ms, days, written)
 
 
-def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[tuple[str | None, str]]) -> None:
+def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[tuple[str | None, str]]) -> bool:
     """The summary of one old episode proposed: the chat model's where it is grounded and short
-    enough, else an extractive one."""
+    enough, else an extractive one; False (nothing planned) when the time limit passed before the
+    model's text was begun."""
     result = ctx.result
     ids = [m.id for m in ms]
     texts = [m.text for m in ms]
@@ -694,7 +696,10 @@ def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[
     gen = ctx.writer()
     text, how = None, ""
     if gen is not None:
-        text, why = next(written)
+        answer = next(written, None)
+        if answer is None:
+            return False
+        text, why = answer
         if text is not None:
             ok, why = grounded(ctx.store, text, texts)
             if ok and _tokens(text) <= COMPRESS_KEEP * before:
@@ -716,6 +721,7 @@ def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[
                  "created_at": ms[0].created_at, "extractive": how.startswith("extractive")},
         fingerprints={m.id: _fingerprint(m) for m in ms}))
     ctx.claimed.update(ids)
+    return True
 
 
 Planner = Callable[[Planning], None]

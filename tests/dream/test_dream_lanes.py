@@ -41,9 +41,9 @@ class Lanes(FakeGenerator):
     """A chat model with `n` lanes: a summary is its first note (grounded, shorter); the even calls
     take longer, so that later answers are ready before earlier ones."""
 
-    def __init__(self, n: int, delay: float = 0.05):
+    def __init__(self, n: int, delay: float = 0.05, odd: float = 0.0):
         super().__init__()
-        self.n, self.delay = n, delay
+        self.n, self.delay, self.odd = n, delay, odd
         self.asked: list[int] = []
         self.released = 0
         self.started: list[float] = []
@@ -64,7 +64,7 @@ class Lanes(FakeGenerator):
             self.running += 1
             self.most = max(self.most, self.running)
         try:
-            time.sleep(self.delay if k % 2 == 0 else 0)
+            time.sleep(self.delay if k % 2 == 0 else self.odd)
             if messages[0]["content"] == prompts.DREAM_SYSTEM["compress"]:
                 first = messages[-1]["content"].splitlines()[1][2:]
                 return {"text": first.split(",")[0] + "."}
@@ -99,11 +99,11 @@ def test_two_lanes_make_the_plan_one_lane_makes(store):
 
 def test_no_answer_starts_after_the_time_limit(store):
     busy_store(store)
-    gen = Lanes(2, delay=0.3)
+    gen = Lanes(2, delay=0.3, odd=0.3)
     start = time.monotonic()
     plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen, max_seconds=0.5)
     assert not plan.complete and "time limit reached while planning compression" in plan.notes
-    assert len(gen.started) < len(TOPICS)
+    assert len(gen.started) == 4  # two answers at 0 s, two at 0.3 s; the next two would begin at 0.6 s
     assert all(t - start < 0.5 + 0.05 for t in gen.started)  # none began once the limit had passed
     assert gen.released == 1
 
