@@ -143,6 +143,13 @@ class LlamaGenerator(JsonGenerator):
                 self._lib.llama_set_n_threads(self._llm.ctx, 1, 1)
             return len(self._lanes)
 
+    @property
+    def lane_threads(self) -> list[int]:
+        """The threads each open context of this model runs, as llama.cpp counts them (the first
+        context's first)."""
+        with self._turn:
+            return [int(self._lib.llama_n_threads(llm.ctx)) for llm in self._lanes]
+
     def release_lanes(self) -> None:
         """Back to the first context alone, with its own threads (waits for answers under way)."""
         with self._turn:

@@ -10,7 +10,7 @@ import pytest
 
 from pmem import prompts
 from pmem.models import generate
-from pmem.models.generate import load_generator
+from pmem.models.generate import LlamaGenerator, load_generator
 
 pytestmark = pytest.mark.model
 
@@ -39,10 +39,6 @@ def gen():
     g.release_lanes()
 
 
-def threads_of(gen, llm) -> int:
-    return int(gen._lib.llama_n_threads(llm.ctx))
-
-
 def test_an_answer_does_not_depend_on_what_the_context_read_before(gen):
     alone = [gen.complete(messages_of(*a), prompts.DREAM_SCHEMA, 40, 0, fresh=True) for a in ASKED]
     assert len(set(alone)) == len(ASKED)  # four different answers
@@ -57,18 +53,20 @@ def test_an_answer_does_not_depend_on_what_the_context_read_before(gen):
 
 
 def test_two_lanes_write_at_once_what_one_lane_writes(gen, monkeypatch):
-    first = gen.llama
-    own = threads_of(gen, first)
-    # one serial answer on two threads (the lanes' on one; two threads are slow where the other
-    # core is busy, as on a shared CI machine: llama.cpp's threads wait for each other spinning)
-    gen._lib.llama_set_n_threads(first.ctx, 2, 2)
-    serial = [gen.generate_json(messages_of(*ASKED[0]), prompts.DREAM_SCHEMA, 40)]
-    gen._lib.llama_set_n_threads(first.ctx, 1, 1)
+    own = gen.lane_threads
+    assert len(own) == 1
+    # one answer from a context on two threads (the lanes' have one; two threads are slow where the
+    # other core is busy, as on a shared CI machine: llama.cpp's threads wait for each other spinning)
+    two = LlamaGenerator(gen.path, threads=2)
+    try:
+        serial = [two.generate_json(messages_of(*ASKED[0]), prompts.DREAM_SCHEMA, 40)]
+        assert two.lane_threads == [2]
+    finally:
+        two.close()
     serial += [gen.generate_json(messages_of(*a), prompts.DREAM_SCHEMA, 40) for a in ASKED[1:]]
-    gen._lib.llama_set_n_threads(first.ctx, own, own)
 
     assert gen.lanes(2) == 2
-    assert [threads_of(gen, llm) for llm in gen._lanes] == [1, 1]
+    assert gen.lane_threads == [1, 1]
     used, running, most = set(), [0], [0]
     lock = threading.Lock()
     complete = generate.LlamaGenerator.complete
@@ -91,9 +89,9 @@ def test_two_lanes_write_at_once_what_one_lane_writes(gen, monkeypatch):
     assert len(used) == 2 and most[0] == 2
 
     gen.release_lanes()
-    assert gen._lanes == [first] and threads_of(gen, first) == own
+    assert gen.lane_threads == own
 
 
 def test_a_large_model_gets_one_lane(gen, monkeypatch):
     monkeypatch.setattr(gen, "params", generate.LANE_PARAMS)
-    assert gen.lanes(4) == 1 and len(gen._lanes) == 1
+    assert gen.lanes(4) == 1 and len(gen.lane_threads) == 1
