@@ -7,6 +7,7 @@ memory intact. One test per family of cases; a family's cases run a few processe
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -43,7 +44,7 @@ def template(tmp_path_factory):
 @pytest.mark.parametrize("family", ["commands", *FAMILIES])
 def test_bad_input_ends_in_one_line_and_its_exit_code(family, template):
     root, home, canary = template
-    todo = [c for c in bad.cases() if family_of(c.name) == family]
+    todo = [c for c in bad.cases() if family_of(c.name) == family and c.sigint_after is None]
     # the huge cases time themselves (max_seconds): run them one at a time
     workers = 1 if family == "huge input" else max(2, min(4, os.cpu_count() or 2))
     with ThreadPoolExecutor(workers) as pool:
@@ -57,3 +58,16 @@ def describe(r: dict) -> str:
     return (f"- {r['name']}: exit {r['exit']} (expected {r['expected']}), traceback={r['traceback']}, "
             f"one line={r['one_line']}, canary={r['canary']}, stored ok={r['stored_ok']}, "
             f"{r['seconds']} s\n  {r['stderr'][-300:]!r}")
+
+
+def test_ctrl_c_ends_in_its_exit_code(template):
+    """The cases that interrupt pmem (SIGINT): apart, since a process started in the background by a
+    shell without job control ignores SIGINT, and so do its children (`nohup bash .ci/run &`)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        pytest.skip("SIGINT is ignored in this process (started in the background), so in pmem too")
+    root, home, canary = template
+    todo = [c for c in bad.cases() if c.sigint_after is not None]
+    assert todo
+    results = [bad.run_home(c, home, root, f"sigint-{i}", canary) for i, c in enumerate(todo)]
+    missed = [r for r in results if bad.missed(r)]
+    assert not missed, f"{len(missed)} of {len(results)} cases missed:\n" + "\n".join(map(describe, missed))
