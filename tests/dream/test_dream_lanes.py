@@ -6,25 +6,13 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
+from dream.test_dream import NOW, _loose_merge, add  # noqa: F401 - the fixture applies here too
 from pmem import dream, prompts
 
 from fakes import FakeGenerator
 
-NOW = "2026-01-01T00:00:00Z"
 TOPICS = ["hiking on the lake trail", "painting a sunrise", "the support group", "swimming with the kids",
           "the camping trip", "baking bread"]
-
-
-@pytest.fixture(autouse=True)
-def _loose_merge(store):
-    store.config = store.config.with_values(merge_threshold=0.7)  # the fake embedder scores related notes ~0.73
-
-
-def add(store, text, **kw):
-    kw.setdefault("allow_duplicate", True)
-    return store.add(text, **kw)[0]
 
 
 def busy_store(store) -> None:
