@@ -598,10 +598,8 @@ def _written(ctx: Planning, kind: str, groups: list[list[str]]) -> Generator[tup
     lanes = 1
     if hasattr(gen, "lanes"):
         lanes = gen.lanes(int(ctx.settings.threads) or default_threads())
-    if lanes < 2:
+    if lanes < 2:  # the planner checks the time limit before it asks for each
         for texts in groups:
-            if ctx.budget.over():
-                return
             yield _model_text(gen, kind, texts)
         return
     from concurrent.futures import ThreadPoolExecutor

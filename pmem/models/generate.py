@@ -127,11 +127,11 @@ class LlamaGenerator(JsonGenerator):
         """Up to `n` (at most LANES_MAX) contexts of this model that answer at once, one thread
         each; how many there are. One for a model of LANE_PARAMS or more, or where another
         context cannot be made. `release_lanes()` gives the others back."""
+        from .loading import llama
+
         n = max(1, min(n, LANES_MAX)) if self.params < LANE_PARAMS else 1
         with self._turn:
             while len(self._lanes) < n:
-                from .loading import llama
-
                 try:
                     llm = llama(self._lib, model_path=str(self.path), n_ctx=self.n_ctx, n_threads=1,
                                 n_threads_batch=1, n_gpu_layers=0, verbose=False)
@@ -153,6 +153,8 @@ class LlamaGenerator(JsonGenerator):
     def release_lanes(self) -> None:
         """Back to the first context alone, with its own threads (waits for answers under way)."""
         with self._turn:
+            if len(self._lanes) == 1:  # none opened: the first keeps its threads
+                return
             while len(self._idle) < len(self._lanes):
                 self._turn.wait()
             for llm in self._lanes[1:]:
@@ -231,10 +233,10 @@ class LlamaGenerator(JsonGenerator):
         `grammar`: "first-try" (GrammarFirstTry: the grammar checked for the chosen token alone
         where it can be, the same answer) or "chain" (llama.cpp's grammar sampler in its chain,
         over the whole vocabulary at every token: what pmem did before, the reference the first is
-        held to; it does not end loops of symbols). `fresh`: the prompt evaluated whole, from an
-        empty KV cache (a prompt evaluated in pieces, the part another prompt shared and then the
-        rest, may give other logits in the last digits). `llm`: the context to answer in (one
-        `_lane()` gave); by default a free one."""
+        held to; it does not end loops of symbols). `fresh`: from an empty KV cache (the frame
+        read again, then the rest: the same answer, every token of the prompt counted as
+        evaluated; `_prepare`). `llm`: the context to answer in (one `_lane()` gave); by default
+        a free one."""
         if llm is None:
             with self._lane() as free:
                 return self.complete(messages, schema, max_tokens, attempt, grammar=grammar, fresh=fresh, llm=free)
@@ -336,12 +338,7 @@ def _common(a: Any, b: list[int]) -> int:
 def evaluated_after(llm: Any, tokens: list[int]) -> int:
     """How many of `tokens` llama-cpp-python's generate() evaluates after what `llm`'s context
     holds: it keeps the longest common start, and a prompt held whole has its last token again."""
-    held = llm._input_ids[:llm.n_tokens]
-    n = 0
-    for a, b in zip(held, tokens):
-        if a != b:
-            break
-        n += 1
+    n = _common(llm._input_ids[:llm.n_tokens], tokens)
     if n == len(tokens):
         n -= 1
     return len(tokens) - max(n, 0)

@@ -24,12 +24,12 @@ COUNTS = {"type": "object", "properties": {"count": {"type": "integer"}, "who": 
 
 def in_the_chain(gen, messages, schema, max_tokens, attempt):
     """What llama-cpp-python answers with the grammar in its own sampler chain (what pmem did before),
-    the prompt evaluated whole."""
+    from an empty KV cache."""
     return gen.complete(messages, schema, max_tokens, attempt, grammar="chain", fresh=True)
 
 
 def ours_of(gen, messages, schema, max_tokens, attempt):
-    """The answer pmem gets now, the prompt evaluated whole as well."""
+    """The answer pmem gets now, from an empty KV cache as well."""
     return gen.complete(messages, schema, max_tokens, attempt, fresh=True)
 
 
