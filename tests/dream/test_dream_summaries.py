@@ -1,0 +1,108 @@
+"""A dream's summaries keep their episode's facts: a model's summary that drops most of its content
+words is refused, and a model whose first summaries are refused writes no more of them."""
+
+from __future__ import annotations
+
+from dream.test_dream import NOW, _loose_merge, add  # noqa: F401 - the fixture applies here too
+from dream.test_dream_lanes import Lanes
+from pmem import dream, prompts
+from pmem.dream import planners
+
+from fakes import FakeGenerator
+
+DAYS = 11
+
+
+def old_days(store, days: int = DAYS) -> list[list[str]]:
+    """`days` old days of three turns each: one summary a day."""
+    out = []
+    for d in range(days):
+        out.append([add(store, f"Caroline: on day {d} we hiked trail {d}{i} by the lake with {name}.", tier="episodic",
+                        created_at=f"2023-05-{d + 10:02d}T10:0{i}:00Z").id
+                    for i, name in enumerate(["Bob", "Ann", "Joe"])])
+    return out
+
+
+class Summaries(FakeGenerator):
+    """A summary of each day: `good` ones keep every turn's words, the others only the first few."""
+
+    def __init__(self, good=lambda k: True):
+        super().__init__()
+        self.good = good
+        self.summaries = 0
+
+    def generate_json(self, messages, schema, max_tokens=256):
+        self.calls += 1
+        k = self.summaries
+        self.summaries += 1
+        notes = [line[2:] for line in messages[-1]["content"].splitlines() if line.startswith("- ")]
+        if self.good(k):  # every note's words, in fewer tokens
+            trails = [n.split("trail ")[1].split()[0] for n in notes]
+            names = [n.rstrip(".").split()[-1] for n in notes]
+            day = notes[0].split()[3]
+            text = f"On day {day} Caroline hiked trails {', '.join(trails)} by the lake with {', '.join(names)}."
+            return {"text": text}
+        return {"text": notes[0].split(" trail")[0] + "."}  # "Caroline: on day 3 we hiked."
+
+
+def reasons(plan) -> list[str]:
+    return [p.reason for p in plan.proposals if p.kind == "compress"]
+
+
+def test_a_summary_that_drops_most_of_its_episode_is_refused(store):
+    (day,) = old_days(store, 1)
+    texts = [store.get(i).text for i in day]
+    assert planners.summary_cover("Caroline: on day 0 we hiked.", texts) < planners.SUMMARY_COVER
+    (p,) = dream.plan(store, only={"compress"}, now=NOW, generator=Summaries(good=lambda k: False)).proposals
+    assert p.details["extractive"] and "content words, under 50%" in p.reason
+    assert planners.summary_cover(p.result_text, texts) >= planners.SUMMARY_COVER
+    (p,) = dream.plan(store, only={"compress"}, now=NOW, generator=Summaries()).proposals
+    assert not p.details["extractive"] and "grounded" in p.reason
+    assert p.result_text == "On day 0 Caroline hiked trails 00, 01, 02 by the lake with Bob, Ann, Joe."
+
+
+def test_a_model_whose_first_summaries_fail_writes_no_more(store):
+    old_days(store)
+    gen = Summaries(good=lambda k: k == 3)  # one of the first eight passes
+    plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen)
+    assert gen.calls == planners.SUMMARY_TRIAL
+    rs = reasons(plan)
+    assert len(rs) == DAYS and sum("grounded" in r for r in rs) == 1
+    left = DAYS - planners.SUMMARY_TRIAL
+    assert all("first 8 summaries: 1 kept" in r for r in rs[-left:])
+    assert any(f"the other {left} summaries are extractive" in n for n in plan.notes)
+    assert plan.complete
+
+
+def test_a_model_that_passes_its_trial_writes_every_summary(store):
+    old_days(store)
+    gen = Summaries(good=lambda k: k in (2, 6))  # two of the first eight: enough
+    plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen)
+    assert gen.calls == DAYS
+    assert sum("grounded" in r for r in reasons(plan)) == 2
+    assert not any("extractive" in n for n in plan.notes)
+    gen = Summaries()
+    assert all("grounded" in r for r in reasons(dream.plan(store, only={"compress"}, now=NOW, generator=gen)))
+
+
+class FailingLanes(Lanes):
+    """Two lanes whose summaries drop most of their episode (the even answers slower)."""
+
+    def generate_json(self, messages, schema, max_tokens=256):
+        out = super().generate_json(messages, schema, max_tokens)
+        if messages[0]["content"] == prompts.DREAM_SYSTEM["compress"]:
+            return {"text": out["text"].split(" trail")[0] + "."}
+        return out
+
+
+def test_the_trial_on_two_lanes_makes_the_one_lane_plan(store):
+    old_days(store)
+    one, two = FailingLanes(1), FailingLanes(2)
+    serial = dream.plan(store, only={"compress"}, now=NOW, generator=one)
+    both = dream.plan(store, only={"compress"}, now=NOW, generator=two)
+    assert len(one.started) == planners.SUMMARY_TRIAL
+    assert planners.SUMMARY_TRIAL <= len(two.started) <= planners.SUMMARY_TRIAL + 1  # one lane ran ahead at most
+    a, b = serial.to_dict(), both.to_dict()
+    for d in (a, b):
+        d.pop("elapsed_s"), d.pop("generator", None)
+    assert a == b
