@@ -143,6 +143,28 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
 
 
 @dataclass
+class SummaryTrial:
+    """Whether a dream goes on asking the chat model for summaries (one a plan, whatever it reads
+    at a time). Its first SUMMARY_TRIAL decide: with fewer than SUMMARY_TRIAL_KEPT of them passing
+    every gate, the rest are extractive. A small
+    model's summaries keep a fraction of their facts (SmolLM2-135M on 5 LoCoMo conversations: a
+    median 15% of the content words, 8 of 182 grounded ones past SUMMARY_COVER; the extractive
+    one 81%), and writing them was three quarters of a plan's time. Decided on the answers in
+    order, so the plan does not depend on how many lanes wrote them."""
+
+    asked: int = 0
+    kept: int = 0
+    asking: bool = True
+
+    def judged(self) -> bool:
+        """True once, when the trial has just ended with the model refused."""
+        if self.asking and self.asked >= SUMMARY_TRIAL and self.kept < SUMMARY_TRIAL_KEPT:
+            self.asking = False
+            return True
+        return False
+
+
+@dataclass
 class Planning:
     """What every planner reads and writes: one per set of memories a plan reads (the store, or
     on a large one a slice and what it resembles; SlicePlanner).
@@ -169,6 +191,7 @@ class Planning:
     facets: dict[str, Facets] = field(default_factory=dict)  # memory id -> sameness.facets (FacetsOf)
     word_vectors: "WordVectors | None" = None  # single words under the vectors' model, for dedup
     texts: "WordVectors | None" = None  # texts embedded alike on both sides (query=True), for dedup
+    summaries: SummaryTrial = field(default_factory=SummaryTrial)  # the plan's (SlicePlanner's)
     _gen_tried: bool = False
 
     def pairable(self, keep: Callable[[Memory], bool]) -> list[int]:
@@ -677,10 +700,11 @@ def _plan_compress(ctx: Planning) -> None:
     result = ctx.result
     days = int(ctx.settings.compress_after_days)
     groups = _compress_groups(ctx, days)
-    trial = _SummaryTrial()
+    trial = ctx.summaries
     # The trial's groups are asked for first and alone, so that a model it refuses writes no more
     # than they (lanes run ahead of the planner's checks).
-    for part in (groups[:SUMMARY_TRIAL], groups[SUMMARY_TRIAL:]):
+    left = max(0, SUMMARY_TRIAL - trial.asked) if trial.asking else 0
+    for part in (groups[:left], groups[left:]):
         asking = trial.asking
         with closing(_written(ctx, "compress", [[m.text for m in ms] for ms in part if asking])) as written:
             for ms in part:
@@ -688,31 +712,10 @@ def _plan_compress(ctx: Planning) -> None:
                     result.complete = False
                     result.notes.append("time limit reached while planning compression")
                     return
-        if trial.judged() and len(groups) > SUMMARY_TRIAL:
+        if trial.judged():
             result.notes.append(f"the chat model's summaries kept too few facts ({trial.kept} of its first "
                                 f"{trial.asked} kept {SUMMARY_COVER:.0%} of their episode's content words): "
-                                f"the other {len(groups) - SUMMARY_TRIAL} summaries are extractive")
-
-
-@dataclass
-class _SummaryTrial:
-    """Whether a dream goes on asking the chat model for summaries. Its first SUMMARY_TRIAL decide:
-    with fewer than SUMMARY_TRIAL_KEPT of them passing every gate, the rest are extractive. A small
-    model's summaries keep a fraction of their facts (SmolLM2-135M on 5 LoCoMo conversations: a
-    median 15% of the content words, 8 of 182 grounded ones past SUMMARY_COVER; the extractive
-    one 81%), and writing them was three quarters of a plan's time. Decided on the answers in
-    order, so the plan does not depend on how many lanes wrote them."""
-
-    asked: int = 0
-    kept: int = 0
-    asking: bool = True
-
-    def judged(self) -> bool:
-        """True once, when the trial has just ended with the model refused."""
-        if self.asking and self.asked >= SUMMARY_TRIAL and self.kept < SUMMARY_TRIAL_KEPT:
-            self.asking = False
-            return True
-        return False
+                                "this dream's other summaries are extractive")
 
 
 def summary_cover(text: str, sources: list[str]) -> float:
@@ -722,7 +725,7 @@ def summary_cover(text: str, sources: list[str]) -> float:
 
 
 def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[tuple[str | None, str]] | None,
-                  trial: _SummaryTrial) -> bool:
+                  trial: SummaryTrial) -> bool:
     """The summary of one old episode proposed: the chat model's where it is grounded, short
     enough and keeps SUMMARY_COVER of the episode's content words, else an extractive one (also
     when `written` is None: the trial refused the model); False (nothing planned) when the time

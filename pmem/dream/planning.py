@@ -12,7 +12,7 @@ from ..models.thresholds import Thresholds
 from ..records import Memory
 from .marks import _basis
 from .pairs import PAIRS_EXACT_MAX, neighbours, vectors_of
-from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, WordVectors, _Stems, subject_value
+from .planners import _NEEDS_VECTORS, PLANNERS, FacetsOf, Planning, SummaryTrial, WordVectors, _Stems, subject_value
 from .records import APPLY_ORDER, DEFAULT_KINDS, KINDS, PAIR_KINDS, Budget, Plan, Progress, _parse, declined_key
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class SlicePlanner:
         self.considered: set[str] = set()
         self.word_vectors = WordVectors(store)  # kept across slices
         self.texts = WordVectors(store, query=True)
+        self.summaries = SummaryTrial()  # the chat model's summaries judged once a plan
 
     def usable(self, m: Memory) -> bool:
         """Not forgotten or merged, and not pinned unless `include` names it."""
@@ -73,7 +74,7 @@ class SlicePlanner:
             expired=expired, active=active, vecs=vectors_of(self.store, active) if needs_vectors and active else None,
             index={m.id: i for i, m in enumerate(active)}, words=_Stems(active), facets=FacetsOf(active),
             word_vectors=self.word_vectors, texts=self.texts,
-            claimed=claimed, generator=self.generator, thresholds=self.thresholds)
+            claimed=claimed, generator=self.generator, thresholds=self.thresholds, summaries=self.summaries)
         if near is not None:
             import numpy as np
 

@@ -70,7 +70,7 @@ def test_a_model_whose_first_summaries_fail_writes_no_more(store):
     assert len(rs) == DAYS and sum("grounded" in r for r in rs) == 1
     left = DAYS - planners.SUMMARY_TRIAL
     assert all("first 8 summaries: 1 kept" in r for r in rs[-left:])
-    assert any(f"the other {left} summaries are extractive" in n for n in plan.notes)
+    assert any("this dream's other summaries are extractive" in n for n in plan.notes)
     assert plan.complete
 
 
@@ -106,3 +106,14 @@ def test_the_trial_on_two_lanes_makes_the_one_lane_plan(store):
     for d in (a, b):
         d.pop("elapsed_s"), d.pop("generator", None)
     assert a == b
+
+
+def test_a_large_stores_plan_asks_for_the_trials_summaries_only(store, monkeypatch):
+    monkeypatch.setattr(dream.planning, "INCREMENTAL_FROM", 20)  # a large store, compared in slices
+    monkeypatch.setattr(dream.planning, "SLICE", 9)
+    old_days(store, 2 * DAYS)  # 66 turns: 8 slices
+    gen = Summaries(good=lambda k: False)
+    plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen)
+    assert plan.complete and plan.considered == 6 * DAYS
+    assert len(reasons(plan)) > planners.SUMMARY_TRIAL and gen.calls == planners.SUMMARY_TRIAL
+    assert sum("summaries kept too few facts" in n for n in plan.notes) == 1
