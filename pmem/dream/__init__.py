@@ -35,9 +35,10 @@ Proposal kinds, in the order they are planned and applied:
             keeps, else the proposal is dropped. It keeps the members' speaker and, in meta
             "sources", each member's id, speaker, source, place and meta.
 - compress  episodic memories older than compress_after_days, grouped by day and then by topic
-            (adjacent similarity), summarised by the chat model (grounded) or, when the model is
-            unavailable or its summary is not grounded, extractively (members' most informative
-            sentences, verbatim). Members get merged_into the summary (episodic tier).
+            (adjacent similarity), summarised by the chat model (grounded, and keeping half the
+            episode's content words) or, when the model is unavailable, its summary falls short,
+            or its first SUMMARY_TRIAL summaries mostly did, extractively (members' most
+            informative sentences, verbatim). Members get merged_into the summary (episodic tier).
 
 Pinned (core) memories are never touched unless named in `include`. Memories a dream wrote
 (derived_from not empty) are not merged or compressed again, which with the rules above makes
