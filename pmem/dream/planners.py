@@ -724,6 +724,19 @@ def summary_cover(text: str, sources: list[str]) -> float:
     return len(src & (content_stems(text) | numbers(text))) / len(src) if src else 1.0
 
 
+def _summary_refused(ctx: Planning, text: str, texts: list[str], tokens: int) -> str:
+    """Why the chat model's summary of an episode of `tokens` tokens is not taken ("" when it is):
+    it keeps under SUMMARY_COVER of the episode's content words, over COMPRESS_KEEP of its
+    tokens, or is not grounded in it (the cheap checks first)."""
+    cover = summary_cover(text, texts)
+    if cover < SUMMARY_COVER:
+        return f"the model's summary kept {cover:.0%} of the episode's content words, under {SUMMARY_COVER:.0%}"
+    if _tokens(text) > COMPRESS_KEEP * tokens:
+        return f"the model's summary kept over {COMPRESS_KEEP:.0%} of the tokens"
+    ok, why = grounded(ctx.store, text, texts)
+    return "" if ok else why
+
+
 def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[tuple[str | None, str]] | None,
                   trial: SummaryTrial) -> bool:
     """The summary of one old episode proposed: the chat model's where it is grounded, short
@@ -746,20 +759,12 @@ def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[
         text, why = answer
         trial.asked += 1
         if text is not None:
-            ok, why = grounded(ctx.store, text, texts)
-            cover = summary_cover(text, texts)
-            if ok and _tokens(text) <= COMPRESS_KEEP * before and cover >= SUMMARY_COVER:
+            why = _summary_refused(ctx, text, texts, before)
+            if why:
+                text = None
+            else:
                 how = f"summary by {getattr(gen, 'name', 'the chat model')}, grounded"
                 trial.kept += 1
-            else:
-                text = None
-                if not ok:
-                    pass
-                elif cover < SUMMARY_COVER:
-                    why = (f"the model's summary kept {cover:.0%} of the episode's content words, "
-                           f"under {SUMMARY_COVER:.0%}")
-                else:
-                    why = f"the model's summary kept over {COMPRESS_KEEP:.0%} of the tokens"
         if text is None:
             how = f"extractive summary (model output refused: {why})"
     else:
