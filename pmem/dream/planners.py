@@ -30,7 +30,7 @@ COMPRESS_TOPIC = MINILM.compress_topic  # 0.35 on MiniLM's scale (each model: pm
 COMPRESS_KEEP = 0.6     # share of a group's tokens an extractive summary may keep
 SUMMARY_COVER = 0.5     # share of an episode's content words (and numbers) a model's summary must keep
 SUMMARY_TRIAL = 8       # model summaries a dream asks for before it judges them
-SUMMARY_TRIAL_KEPT = 2  # of those, how many must pass for the model to write the rest
+SUMMARY_KEPT = 0.25     # the share of the model's summaries so far that must pass for it to write the next
 SUBJECT_MIN_WORDS = 2
 VALUE_MAX_WORDS = 6
 
@@ -145,20 +145,20 @@ def load_generator_quietly(store: "MemoryStore") -> tuple[Any, str | None]:
 @dataclass
 class SummaryTrial:
     """Whether a dream goes on asking the chat model for summaries (one a plan, whatever it reads
-    at a time). Its first SUMMARY_TRIAL decide: with fewer than SUMMARY_TRIAL_KEPT of them passing
-    every gate, the rest are extractive. A small
-    model's summaries keep a fraction of their facts (SmolLM2-135M on 5 LoCoMo conversations: a
-    median 15% of the content words, 8 of 182 grounded ones past SUMMARY_COVER; the extractive
-    one 81%), and writing them was three quarters of a plan's time. Decided on the answers in
-    order, so the plan does not depend on how many lanes wrote them."""
+    at a time). From the SUMMARY_TRIAL-th answer on, once fewer than SUMMARY_KEPT of its
+    summaries so far passed every gate, the rest are extractive. A small model's summaries keep a
+    fraction of their facts (SmolLM2-135M on 5 LoCoMo conversations: a median 15% of the content
+    words, 8 of 182 grounded ones past SUMMARY_COVER; the extractive one 81%), and writing them
+    was three quarters of a plan's time. Judged on the answers in order, so the plan does not
+    depend on how many lanes wrote them."""
 
     asked: int = 0
     kept: int = 0
     asking: bool = True
 
     def judged(self) -> bool:
-        """True once, when the trial has just ended with the model refused."""
-        if self.asking and self.asked >= SUMMARY_TRIAL and self.kept < SUMMARY_TRIAL_KEPT:
+        """True once, when the model has just been refused."""
+        if self.asking and self.asked >= SUMMARY_TRIAL and self.kept < SUMMARY_KEPT * self.asked:
             self.asking = False
             return True
         return False
@@ -702,20 +702,26 @@ def _plan_compress(ctx: Planning) -> None:
     groups = _compress_groups(ctx, days)
     trial = ctx.summaries
     # The trial's groups are asked for first and alone, so that a model it refuses writes no more
-    # than they (lanes run ahead of the planner's checks).
+    # than they; after it the lanes run ahead of the planner's checks, and stop when one refuses.
     left = max(0, SUMMARY_TRIAL - trial.asked) if trial.asking else 0
     for part in (groups[:left], groups[left:]):
-        asking = trial.asking
-        with closing(_written(ctx, "compress", [[m.text for m in ms] for ms in part if asking])) as written:
+        written = _written(ctx, "compress", [[m.text for m in ms] for ms in part]) if trial.asking else None
+        try:
             for ms in part:
-                if ctx.budget.over() or not _compress_one(ctx, ms, days, written if asking else None, trial):
+                if ctx.budget.over() or not _compress_one(ctx, ms, days, written, trial):
                     result.complete = False
                     result.notes.append("time limit reached while planning compression")
                     return
-        if trial.judged():
-            result.notes.append(f"the chat model's summaries kept too few facts ({trial.kept} of its first "
-                                f"{trial.asked} kept {SUMMARY_COVER:.0%} of their episode's content words): "
-                                "this dream's other summaries are extractive")
+                if written is not None and trial.judged():
+                    written.close()  # the answers not begun are cancelled
+                    written = None
+                    result.notes.append(
+                        f"the chat model's summaries kept too few facts ({trial.kept} of {trial.asked} kept "
+                        f"{SUMMARY_COVER:.0%} of their episode's content words): this dream's other summaries "
+                        "are extractive")
+        finally:
+            if written is not None:
+                written.close()
 
 
 def summary_cover(text: str, sources: list[str]) -> float:
@@ -751,7 +757,7 @@ def _compress_one(ctx: Planning, ms: list[Memory], days: int, written: Iterator[
     gen = ctx.writer()
     text, how = None, ""
     if gen is not None and written is None:
-        how = f"extractive summary (the chat model's first {trial.asked} summaries: {trial.kept} kept)"
+        how = f"extractive summary (the chat model's summaries: {trial.kept} of {trial.asked} kept)"
     elif gen is not None:
         answer = next(written, None)
         if answer is None:

@@ -69,30 +69,54 @@ def test_a_model_whose_first_summaries_fail_writes_no_more(store):
     rs = reasons(plan)
     assert len(rs) == DAYS and sum("grounded" in r for r in rs) == 1
     left = DAYS - planners.SUMMARY_TRIAL
-    assert all("first 8 summaries: 1 kept" in r for r in rs[-left:])
-    assert any("this dream's other summaries are extractive" in n for n in plan.notes)
+    assert all("the chat model's summaries: 1 of 8 kept" in r for r in rs[-left:])
+    assert any("(1 of 8 kept 50%" in n and "this dream's other summaries are extractive" in n for n in plan.notes)
     assert plan.complete
 
 
-def test_a_model_that_passes_its_trial_writes_every_summary(store):
+def test_a_model_is_left_once_too_few_of_its_summaries_pass(store):
     old_days(store)
-    gen = Summaries(good=lambda k: k in (2, 6))  # two of the first eight: enough
+    gen = Summaries(good=lambda k: k in (2, 6))  # a quarter of the first eight, then none
+    plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen)
+    assert gen.calls == planners.SUMMARY_TRIAL + 1  # 2 of 9 is under a quarter
+    assert sum("grounded" in r for r in reasons(plan)) == 2
+    assert any("(2 of 9 kept" in n for n in plan.notes)
+
+
+def test_a_model_whose_summaries_keep_passing_writes_every_one(store):
+    old_days(store)
+    gen = Summaries(good=lambda k: k % 3 == 0)  # a third of them
     plan = dream.plan(store, only={"compress"}, now=NOW, generator=gen)
     assert gen.calls == DAYS
-    assert sum("grounded" in r for r in reasons(plan)) == 2
+    assert sum("grounded" in r for r in reasons(plan)) == 4
     assert not any("extractive" in n for n in plan.notes)
     gen = Summaries()
     assert all("grounded" in r for r in reasons(dream.plan(store, only={"compress"}, now=NOW, generator=gen)))
 
 
 class FailingLanes(Lanes):
-    """Two lanes whose summaries drop most of their episode (the even answers slower)."""
+    """Two lanes whose summaries drop most of their episode after the first `good` (the even
+    answers slower)."""
+
+    def __init__(self, n: int, good: int = 0, delay: float = 0.05, odd: float = 0.0):
+        super().__init__(n, delay, odd)
+        self.good, self.summaries = good, 0
 
     def generate_json(self, messages, schema, max_tokens=256):
         out = super().generate_json(messages, schema, max_tokens)
         if messages[0]["content"] == prompts.DREAM_SYSTEM["compress"]:
-            return {"text": out["text"].split(" trail")[0] + "."}
+            with self._lock:
+                k = self.summaries
+                self.summaries += 1
+            if k >= self.good:
+                return {"text": out["text"].split(" trail")[0] + "."}
         return out
+
+
+def plain(plan) -> dict:
+    d = plan.to_dict()
+    d.pop("elapsed_s"), d.pop("generator", None)
+    return d
 
 
 def test_the_trial_on_two_lanes_makes_the_one_lane_plan(store):
@@ -101,11 +125,19 @@ def test_the_trial_on_two_lanes_makes_the_one_lane_plan(store):
     serial = dream.plan(store, only={"compress"}, now=NOW, generator=one)
     both = dream.plan(store, only={"compress"}, now=NOW, generator=two)
     assert len(one.started) == planners.SUMMARY_TRIAL
-    assert planners.SUMMARY_TRIAL <= len(two.started) <= planners.SUMMARY_TRIAL + 1  # one lane ran ahead at most
-    a, b = serial.to_dict(), both.to_dict()
-    for d in (a, b):
-        d.pop("elapsed_s"), d.pop("generator", None)
-    assert a == b
+    assert len(two.started) == planners.SUMMARY_TRIAL  # the lanes run no further ahead than the trial
+    assert plain(both) == plain(serial)
+
+
+def test_lanes_that_run_ahead_after_the_trial_make_the_one_lane_plan(store):
+    old_days(store, 2 * DAYS)
+    one, two = FailingLanes(1, good=2), FailingLanes(2, good=2, delay=0.03, odd=0.03)
+    serial = dream.plan(store, only={"compress"}, now=NOW, generator=one)
+    both = dream.plan(store, only={"compress"}, now=NOW, generator=two)
+    assert len(one.started) == planners.SUMMARY_TRIAL + 1  # 2 of 9: left
+    assert planners.SUMMARY_TRIAL + 1 <= len(two.started) <= planners.SUMMARY_TRIAL + 3  # begun before it
+    assert plain(both) == plain(serial)
+    assert sum("grounded" in r for r in reasons(serial)) == 2
 
 
 def test_a_large_stores_plan_asks_for_the_trials_summaries_only(store, monkeypatch):
