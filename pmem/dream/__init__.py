@@ -37,7 +37,7 @@ Proposal kinds, in the order they are planned and applied:
 - compress  episodic memories older than compress_after_days, grouped by day and then by topic
             (adjacent similarity), summarised by the chat model (grounded, and keeping half the
             episode's content words) or, when the model is unavailable, its summary falls short,
-            or its first SUMMARY_TRIAL summaries mostly did, extractively (members' most
+            or under SUMMARY_KEPT of its summaries so far passed, extractively (members' most
             informative sentences, verbatim). Members get merged_into the summary (episodic tier).
 
 Pinned (core) memories are never touched unless named in `include`. Memories a dream wrote
