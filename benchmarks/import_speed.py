@@ -5,6 +5,7 @@
     python benchmarks/import_speed.py --threads 2    # PMEM_THREADS=2: what an idle 2-core machine gets
     python benchmarks/import_speed.py --server running   # a `pmem serve` already up (a command before started it)
     python benchmarks/import_speed.py --anchor /work/anchor-venv/bin/llm --runs 3   # and `llm embed-multi` of the turns
+    python benchmarks/import_speed.py --busy-start 1.5   # a core busy for the import's first 1.5 s
 
 Writes one LoCoMo development conversation (conv-43 by default, 680 turns) as pmem JSONL, then
 imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run in a fresh
@@ -125,8 +126,10 @@ def anchor_run(llm: str, gguf: Path, data: Path, work: Path) -> tuple[float, flo
 
 
 def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path,
-            threads: int = 0) -> tuple[float, float, int, tuple[float, float]]:
-    """(wall seconds, CPU seconds of the command, memories stored, the background fill's (wall, CPU))."""
+            threads: int = 0, busy: float = 0.0) -> tuple[float, float, int, tuple[float, float]]:
+    """(wall seconds, CPU seconds of the command, memories stored, the background fill's (wall, CPU));
+    with `busy`, another process keeps a core busy for that many seconds from just before the
+    command starts (something else running when a person starts an import)."""
     home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
     env = tree.env({k: v for k, v in os.environ.items() if not k.startswith("PMEM_")},
                    PMEM_HOME=str(home), PMEM_MODELS_DIR=str(models), NO_COLOR="1")
@@ -143,7 +146,13 @@ def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path,
         served = server_cpu(env)
     # cwd: the home, since `python -m` puts the working directory first on sys.path (run from a
     # checkout, that checkout's pmem would shadow the tree on PYTHONPATH)
+    burner = None
+    if busy:
+        burner = subprocess.Popen([sys.executable, "-c", f"import time\nt = time.time()\nwhile time.time() - t < {busy}: pass"])
+        time.sleep(0.1)
     sample = tree.run(["pmem", "import", str(data), "--json"], env=env, cwd=home, check=False)
+    if burner is not None:
+        burner.wait()
     took, cpu = sample.wall_s, sample.cpu_s
     if served is not None:  # the import's work the server did counts too
         now = server_cpu(env)
@@ -168,6 +177,8 @@ def main() -> None:
     ap.add_argument("--sample", default="conv-43", help="the LoCoMo conversation")
     ap.add_argument("--warm", type=int, default=1, help="untimed runs of each tree first")
     ap.add_argument("--threads", type=int, default=0, help="PMEM_THREADS for the commands (0: automatic)")
+    ap.add_argument("--busy-start", type=float, default=0.0, metavar="SECONDS",
+                    help="another process keeps a core busy for SECONDS from just before each pmem import starts")
     ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "pmem-import-speed-models")
     ap.add_argument("--anchor", help="the `llm` executable (with llm-gguf) to time `llm embed-multi` of the turns with")
     ap.add_argument("--anchor-gguf", type=Path, help="the MiniLM GGUF the anchor embeds with "
@@ -192,7 +203,8 @@ def main() -> None:
             took, cpu, stored = anchor_run(args.anchor, gguf, data, work)
             fill = (0.0, 0.0)
         else:
-            took, cpu, stored, fill = one_run(trees[name], data, models, args.server, work, args.threads)
+            took, cpu, stored, fill = one_run(trees[name], data, models, args.server, work, args.threads,
+                                              args.busy_start)
         if counted:
             bench.add(name, "import", "wall_s", took)
             bench.add(name, "import", "cpu_s", cpu)
@@ -202,7 +214,7 @@ def main() -> None:
                   + (f"; English fill after it {fill[0]:.2f} s, CPU {fill[1]:.2f} s" if fill[0] else ""), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\n{turns} turns, server {args.server}, threads {args.threads or 'automatic'}, {args.runs} runs each, "
-          f"load {os.getloadavg()[0]:.1f}")
+          f"load {os.getloadavg()[0]:.1f}" + (f", a core busy for the first {args.busy_start:g} s" if args.busy_start else ""))
     med = {k: bench.median(k, "import") for k in names}
     cpu_med = {k: bench.median(k, "import", "cpu_s") for k in names}
     for name in names:

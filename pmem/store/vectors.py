@@ -328,11 +328,17 @@ class VectorIndex:
             embedder = embedder.local()  # type: ignore[attr-defined]  # `pmem serve` is for short requests; bulk work runs here
         engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
         threads = getattr(engine, "threads", 0) if hasattr(engine, "use_threads") else 0
+        automatic = not int(self.config.threads)
+        if threads and automatic:
+            from ..models.loading import default_threads
         out: list[bytes] = []
         try:
             for start in range(0, len(texts), batch):
                 if threads:  # the cores MiniLM does not hold now (english.BULK_SHARE)
-                    engine.use_threads(max(1, threads - self.english.busy_threads()))
+                    # With `threads` automatic, from the second batch on the cores idle now: a
+                    # busy moment when the model loaded does not hold for a whole import.
+                    now = default_threads(samples=2) if start and automatic else threads
+                    engine.use_threads(max(1, now - self.english.busy_threads()))
                 chunk = texts[start:start + batch]
                 out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
                 if progress:

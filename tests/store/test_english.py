@@ -305,7 +305,8 @@ def test_a_bulk_write_shares_the_cores_between_the_two_models(tmp_path, fake_con
     rest while MiniLM runs and on all of them after; its own count again at the end."""
     started, release = threading.Event(), threading.Event()
     main = Threaded(en.MAIN, started, release, threads=2)
-    s = MemoryStore(tmp_path / "bulk.db", config=fake_config.with_values(embed_model=en.MAIN), embedder=main)
+    config = fake_config.with_values(embed_model=en.MAIN, threads=2)  # not what the machine runs now
+    s = MemoryStore(tmp_path / "bulk.db", config=config, embedder=main)
     main.english = s.vectors.english
     s.vectors.english.embedder = second = SecondOnCores(started, release, threads=2)
     texts = [f"{p} {t} {w} (note {i})." for i, (p, t, w) in
