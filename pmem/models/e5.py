@@ -20,6 +20,9 @@ L2-normalised, of "query: " + text or "passage: " + text.
 Differences from the wheel's engine: matrices run in float32 (it quantises activations to
 int8), and control pieces (<s>, </s>, ...) are never matched inside a text. Cosine to its
 vectors is >= 0.99 (tests/models/test_e5.py holds that against the shared reference vectors).
+A call of many texts (an import, a join) runs the layers in int8 through ONNX Runtime where it
+is installed (pmem.models.e5_int8); a single text (a search, an add) and short calls stay here,
+in float32.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ import struct
 import threading
 import zlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
 from ..errors import ModelError
 from .profiles import E5_SMALL as PROFILE
+
+if TYPE_CHECKING:
+    from .e5_int8 import Int8Layers
 
 MAGIC = b"E5S1"
 NAME = PROFILE.name
@@ -537,7 +543,7 @@ class E5Embedder:
     thresholds = THRESHOLDS  # cosine thresholds on this model's scale, for dream/extract/recall
     profile = PROFILE  # its file, prefixes, dimension and thresholds (pmem.models.profiles)
 
-    def __init__(self, path: Path | str, threads: int = 0, name: str | None = None):
+    def __init__(self, path: Path | str, threads: int = 0, name: str | None = None, int8: bool = True):
         path = Path(path).expanduser()
         try:
             with open(path, "rb") as f:
@@ -558,6 +564,9 @@ class E5Embedder:
         set_blas_threads(threads)
         self._lock = threading.Lock()
         self._f32_map: mmap.mmap | None = None  # the dequantised weights' cache file, once mapped
+        # bulk embedding's int8 graph (pmem.models.e5_int8): None until a call asks, False where it
+        # cannot run (or `int8` is False: every pass in float32)
+        self.int8_layers: "Int8Layers | bool | None" = None if int8 else False
         self._parse(_Reader(self._map, path))
 
     def use_threads(self, n: int) -> None:
@@ -720,12 +729,17 @@ class E5Embedder:
         weight = np.zeros(len(texts), np.float64)
         with self._lock:
             lengths = [len(s) for s in seqs]
+            # several texts of SPLIT_TOKENS or more (an import, a join): in int8; one text (a search, an add) never
+            int8 = len(texts) > 1 and sum(lengths) >= SPLIT_TOKENS and self.int8_ready()
+            if int8:  # packs of like lengths: the graph's attention pads each sequence to its pack's longest
+                order = sorted(range(len(seqs)), key=lengths.__getitem__)
+                seqs, owner, lengths = [seqs[k] for k in order], [owner[k] for k in order], [lengths[k] for k in order]
             # workers only where each can be held to one BLAS thread (not N workers of N threads)
-            workers = min(self.threads, PARALLEL_MAX) if self.parallel and blas_settable() else 1
+            workers = min(self.threads, PARALLEL_MAX) if self.parallel and (blas_settable() or int8) else 1
             spans = packs(lengths, workers)
             workers = min(workers, len(spans))
             set_blas_threads(1 if workers > 1 else self.threads)
-            for (start, end), means in zip(spans, self._passes(seqs, spans, workers)):
+            for (start, end), means in zip(spans, self._passes(seqs, spans, workers, int8)):
                 for k in range(start, end):
                     w = max(1, lengths[k] - 2)  # content tokens: windows weigh what they hold
                     sums[owner[k]] += w * means[k - start]
@@ -734,12 +748,13 @@ class E5Embedder:
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         return (vecs / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def _passes(self, seqs: list[list[int]], spans: list[tuple[int, int]], workers: int) -> list[np.ndarray]:
+    def _passes(self, seqs: list[list[int]], spans: list[tuple[int, int]], workers: int,
+                int8: bool = False) -> list[np.ndarray]:
         """forward of each pack, on `workers` threads (this one among them), each pack whole on
         one of them: numpy lets go of the GIL in its products and large ufuncs, so with one BLAS
         thread each the workers run the packs side by side (docs/decisions/0066-e5-data-parallel.md)."""
         if workers <= 1:
-            return [self.forward(seqs[a:b]) for a, b in spans]
+            return [self.forward(seqs[a:b], int8=int8) for a, b in spans]
         self._layer_weights()  # mapped once, before the workers read them
         out: list[np.ndarray | None] = [None] * len(spans)
         taken = iter(range(len(spans)))
@@ -754,7 +769,7 @@ class E5Embedder:
                     return
                 try:
                     a, b = spans[i]
-                    out[i] = self.forward(seqs[a:b])
+                    out[i] = self.forward(seqs[a:b], int8=int8)
                 except BaseException as exc:  # handed to the caller, raised there
                     failed.append(exc)
 
@@ -772,9 +787,11 @@ class E5Embedder:
             raise failed[0]
         return out  # type: ignore[return-value]  # every pack ran when nothing failed
 
-    def forward(self, seqs: list[list[int]]) -> np.ndarray:
+    def forward(self, seqs: list[list[int]], observe: Callable | None = None, int8: bool = False) -> np.ndarray:
         """Mean of the last hidden states of each sequence (<s> ids </s>, as `windows` makes them),
-        all in one pass: float32 [len(seqs), dim]."""
+        all in one pass: float32 [len(seqs), dim]. int8: the layers in the int8 graph
+        (pmem.models.e5_int8, loaded by `embed_array`); `observe(layer, part, x)` sees each
+        product's input (the int8 graph's calibration)."""
         H, NH = self.dim, self.heads
         hd = H // NH
         lengths = [len(s) for s in seqs]
@@ -785,6 +802,10 @@ class E5Embedder:
         x += self._pos[pos]
         x += self._type0
         x = _layer_norm(x, *self._emb_ln, self.eps)
+        layers = self.int8_layers
+        if int8 and layers and not isinstance(layers, bool):
+            x = layers.run(x, lengths)
+            return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
         scale = np.float32(1 / math.sqrt(hd))
         # Every activation of the pass in buffers made once, not arrays made per layer.
         qkv_buf, mid_buf, scratch = (np.empty(len(ids) * width, np.float32) for width in (3 * H, self.ffn, self.ffn))
@@ -792,7 +813,9 @@ class E5Embedder:
         ctx = np.empty_like(x)
         ctx_heads = ctx.reshape(-1, NH, hd)
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-        for w in self._layer_weights():
+        for i, w in enumerate(self._layer_weights()):
+            if observe:
+                observe(i, "qkv", x)
             qkv = linear(x, *w["qkv"], out=qkv_buf)
             qkv[:, :H] *= scale
             # [tokens, heads, head dim] views (a copy each only for a search's few rows, once a
@@ -804,17 +827,57 @@ class E5Embedder:
                 np.exp(att, out=att)
                 att /= att.sum(axis=-1, keepdims=True)
                 np.matmul(att, v_all[a:b].transpose(1, 0, 2), out=ctx_heads[a:b].transpose(1, 0, 2))
+            if observe:
+                observe(i, "ao", ctx)
             out = linear(ctx, *w["ao"], out=hidden[0])
             out += x
             x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
+            if observe:
+                observe(i, "fi", x)
             mid = linear(x, *w["fi"], out=mid_buf)
             mid = _gelu(mid, _like(scratch, mid))
+            if observe:
+                observe(i, "fo", mid)
             out = linear(mid, *w["fo"], out=hidden[1])
             out += x
             x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
 
     _forward = forward  # its name before 0066, which benchmarks run against older trees call
+
+    def int8_ready(self) -> bool:
+        """Whether bulk passages run in int8 here (pmem.models.e5_int8, decision 0070): the graph
+        loaded once, from its cache beside the model or built from a float32 pass over its
+        calibration texts; False where onnxruntime is missing, PMEM_E5_INT8 is off or it fails."""
+        if self.int8_layers is None:
+            self.int8_layers = False
+            from . import e5_int8
+
+            if e5_int8.enabled():
+                st = self.path.stat()
+                try:
+                    stamp = struct.pack("<QQ", st.st_size, st.st_mtime_ns)
+                    self.int8_layers = e5_int8.Int8Layers(self.path.with_name(self.path.name + ".int8"), stamp,
+                                                          self.int8_model)
+                except Exception:  # noqa: BLE001  # a runtime that cannot run the graph: float32, as before
+                    self.int8_layers = False
+        return bool(self.int8_layers)
+
+    def int8_model(self) -> bytes:
+        """The int8 graph's ONNX bytes: the channel maxima of each product's input over a float32
+        pass of e5_int8.CALIBRATION, then e5_int8.build (about 1 s, once a model file)."""
+        from . import e5_int8
+
+        amax: list[dict] = [{} for _ in range(self.layers)]
+
+        def observe(i: int, part: str, x: np.ndarray) -> None:
+            m = np.abs(x).max(axis=0)
+            amax[i][part] = np.maximum(amax[i][part], m) if part in amax[i] else m
+
+        seqs = [w for text in e5_int8.CALIBRATION for w in self.windows(self.tokenize(text), limit=MAX_WINDOWS)]
+        for a, b in packs([len(s) for s in seqs]):
+            self.forward(seqs[a:b], observe=observe)
+        return e5_int8.build(self._layer_weights(), amax, self.heads, self.eps)
 
     def close(self) -> None:
         self._weights = None

@@ -18,6 +18,12 @@ from .test_e5 import write_tiny_e5s1
 TEXTS = ["cat", "dog dogs", "cat " * 9, "кота", "cats dog кота", "dog " * 5, "x cat", "dogs", "cat dog " * 3]
 
 
+@pytest.fixture(autouse=True)
+def float32(monkeypatch):
+    """The float32 engine's workers (bulk passages in int8: tests/models/test_e5_int8.py)."""
+    monkeypatch.setenv("PMEM_E5_INT8", "off")
+
+
 def meeting(model: E5Embedder, monkeypatch, workers: int) -> set[str]:
     """Make each thread's first pack of `model` wait until `workers` threads are in one (a
     BrokenBarrierError if fewer ever are); returns the names of the threads that ran packs."""
@@ -25,12 +31,12 @@ def meeting(model: E5Embedder, monkeypatch, workers: int) -> set[str]:
     barrier = threading.Barrier(workers, timeout=20)
     forward = model.forward
 
-    def spy(seqs):
+    def spy(seqs, **kw):
         name = threading.current_thread().name
         if name not in names:
             names.add(name)
             barrier.wait()
-        return forward(seqs)
+        return forward(seqs, **kw)
 
     monkeypatch.setattr(model, "forward", spy)
     return names
@@ -93,11 +99,11 @@ def test_a_failing_pack_fails_the_call_and_the_next_call_works(tiny, monkeypatch
     forward = tiny.forward
     calls = []
 
-    def broken(seqs):
+    def broken(seqs, **kw):
         calls.append(1)
         if len(calls) == 2:
             raise MemoryError("no room")
-        return forward(seqs)
+        return forward(seqs, **kw)
 
     monkeypatch.setattr(tiny, "forward", broken)
     with pytest.raises(MemoryError):
@@ -114,7 +120,8 @@ def test_one_pack_runs_on_the_callers_thread_with_every_blas_thread(tiny, monkey
     monkeypatch.setattr(embed_e5, "set_blas_threads", lambda n: asked.append(n) or real(n))
     names = []
     forward = tiny.forward
-    monkeypatch.setattr(tiny, "forward", lambda seqs: names.append(threading.current_thread().name) or forward(seqs))
+    monkeypatch.setattr(tiny, "forward",
+                        lambda seqs, **kw: names.append(threading.current_thread().name) or forward(seqs, **kw))
     tiny.embed_array(["cat"], query=True)  # a search: one short pack
     assert asked == [2] and names == [threading.current_thread().name]
     tiny.embed_array(TEXTS)

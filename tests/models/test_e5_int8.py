@@ -1,0 +1,160 @@
+"""Bulk embedding through e5's int8 graph (pmem.models.e5_int8, decision 0070).
+
+The graph is ONNX Runtime's, built from the float32 weights: checked against pmem's float32
+engine (tiny synthetic models and the real multilingual-e5-small), for where it runs, what it
+caches and what happens without it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmem.models import e5_int8
+from pmem.models.e5 import SPLIT_TOKENS, E5Embedder
+
+from .test_e5 import write_tiny_e5s1
+
+pytest.importorskip("onnxruntime")
+
+WORDS = ["cat", "dog", "cats", "кота", "dogs", "cat dog", "dog cat cats", "\tcat"]
+
+
+def _texts(n: int) -> list[str]:
+    return [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + i % 3)) for i in range(n)]
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    monkeypatch.delenv("PMEM_E5_INT8", raising=False)
+    path = tmp_path / "tiny.e5s1"
+    write_tiny_e5s1(path)
+    return path
+
+
+def _float32(path: Path) -> E5Embedder:
+    return E5Embedder(path, threads=1, int8=False)
+
+
+def test_bulk_passages_run_in_int8_near_float32(tiny):
+    texts = _texts(200)
+    want = _float32(tiny).embed_array(texts)
+    e = E5Embedder(tiny, threads=2)
+    got = e.embed_array(texts)
+    assert isinstance(e.int8_layers, e5_int8.Int8Layers)  # the graph ran, not the float32 engine
+    cos = (got * want).sum(axis=1)
+    assert cos.min() > 0.99 and not np.allclose(got, want, atol=1e-6)  # near, and not the same numbers
+    assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    # the order of the texts is kept, whatever order the packs ran in
+    assert ((e.embed_array(texts[::-1])[::-1] * got).sum(axis=1)).min() > 0.995
+
+
+def test_one_text_and_short_calls_stay_float32(tiny):
+    f32, e = _float32(tiny), E5Embedder(tiny, threads=1)
+    texts = _texts(200)
+    long_text = " ".join(texts)  # one text of many windows: a search or an add, never int8
+    assert sum(len(s) for s in e.windows(e.tokenize(long_text))) >= SPLIT_TOKENS
+    assert np.array_equal(e.embed_array([long_text], query=True), f32.embed_array([long_text], query=True))
+    few = texts[:5]
+    assert sum(len(s) for t in few for s in e.windows(e.tokenize(t))) < SPLIT_TOKENS
+    assert np.array_equal(e.embed_array(few), f32.embed_array(few))
+    assert e.int8_layers is None  # never loaded: a search or an add costs nothing of it
+    # many texts as queries (the store's symmetric scheme embeds what it stores as queries): int8
+    got = e.embed_array(texts, query=True)
+    assert isinstance(e.int8_layers, e5_int8.Int8Layers)
+    assert ((got * f32.embed_array(texts, query=True)).sum(axis=1)).min() > 0.99
+
+
+@pytest.mark.parametrize("value", ["off", "0", "false"])
+def test_pmem_e5_int8_off_keeps_float32(tiny, monkeypatch, value):
+    monkeypatch.setenv("PMEM_E5_INT8", value)
+    texts = _texts(200)
+    assert np.array_equal(E5Embedder(tiny, threads=1).embed_array(texts), _float32(tiny).embed_array(texts))
+    assert not tiny.with_name(tiny.name + ".int8").exists()
+
+
+def test_without_onnxruntime_float32_as_before(tiny, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    e5_int8.runtime.cache_clear()
+    try:
+        texts = _texts(200)
+        assert not e5_int8.enabled()
+        assert np.array_equal(E5Embedder(tiny, threads=1).embed_array(texts), _float32(tiny).embed_array(texts))
+    finally:
+        e5_int8.runtime.cache_clear()  # the next test imports the real one
+
+
+def test_the_graph_is_cached_privately_and_rebuilt_when_stale_or_broken(tiny, monkeypatch):
+    texts = _texts(200)
+    first = E5Embedder(tiny, threads=1).embed_array(texts)
+    cache = tiny.with_name(tiny.name + ".int8")
+    assert cache.exists() and stat.S_IMODE(cache.stat().st_mode) == 0o600
+    built = []
+    real = E5Embedder.int8_model
+    monkeypatch.setattr(E5Embedder, "int8_model", lambda self: built.append(1) or real(self))
+    assert np.array_equal(E5Embedder(tiny, threads=1).embed_array(texts), first)
+    assert built == []  # read from the cache
+    cache.write_bytes(cache.read_bytes()[:200])  # cut short: built again, never believed
+    assert np.array_equal(E5Embedder(tiny, threads=1).embed_array(texts), first)
+    assert built == [1] and len(cache.read_bytes()) > 200
+    write_tiny_e5s1(tiny, seed=3)  # another model under the same name
+    os.utime(tiny, ns=(1, 1))
+    other = E5Embedder(tiny, threads=1).embed_array(texts)
+    assert built == [1, 1] and not np.allclose(other, first, atol=1e-2)
+
+
+def test_padding_puts_each_token_back_where_it_was():
+    lengths = [3, 1, 4]
+    pad, unpad, bias = e5_int8.padding(lengths)
+    assert pad.shape == (3, 4) and bias.shape == (3, 1, 1, 4)
+    rows = np.arange(sum(lengths))
+    assert np.array_equal(pad.reshape(-1)[unpad], rows)  # padded, then unpadded: the packed order
+    assert (bias.reshape(3, 4) == 0).sum(axis=1).tolist() == lengths
+    assert bias.min() <= -1e4
+
+
+def test_a_varint_of_a_negative_int64_takes_ten_bytes():
+    assert e5_int8.varint(300) == b"\xac\x02"
+    assert len(e5_int8.varint(-1)) == 10 and e5_int8.varint(-1)[-1] == 0x01
+
+
+# --- the real model ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    from pmem.models import provision
+
+    env = os.environ.get("PMEM_TEST_MODELS_DIR")
+    models = Path(env) if env else tmp_path_factory.getbasetemp() / "models"
+    return provision.ensure_model("multilingual-e5-small", models, progress=False)
+
+
+@pytest.mark.model
+def test_real_e5_bulk_int8_stays_within_tolerance(real):
+    import json
+
+    from .test_e5 import REFERENCE
+
+    if not REFERENCE.exists():
+        pytest.skip(f"reference vectors not found at {REFERENCE}")
+    ref = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    texts = [r["text"] for kind in ("passages", "queries") for r in ref[kind]]  # 12 languages, one windowed
+    f32 = E5Embedder(real, int8=False)
+    want = f32.embed_array(texts)
+    e = E5Embedder(real)
+    got = e.embed_array(texts)
+    assert isinstance(e.int8_layers, e5_int8.Int8Layers)
+    cos = (got * want).sum(axis=1)
+    # the reference's bound for every text (the worst: 603 tokens of "x x x"), most far closer
+    assert cos.min() >= 0.99 and np.median(cos) >= 0.998, (cos.min(), np.median(cos))
+    # what a search ranks: each text's nearest other text is the same under both
+    sim_f, sim_q = want @ want.T, got @ got.T
+    np.fill_diagonal(sim_f, -1)
+    np.fill_diagonal(sim_q, -1)
+    assert (sim_f.argmax(axis=1) == sim_q.argmax(axis=1)).all()
