@@ -90,7 +90,9 @@ def test_retrieval_figures_hold_the_baseline(benchmarks, tmp_path):
     for key, base in baseline["figures"].items():
         now = figures[key]
         assert now["n"] == base["n"], f"{key}: {now['n']} questions, the baseline had {base['n']}"
-        allowed = max(tolerance, 1 / base["n"] + 1e-9)
+        # one question, as the figures show it: each is rounded to 3 decimals, so one question of
+        # 77 (0.012987) reads as 0.013 between 0.857 and 0.844
+        allowed = max(tolerance, 1 / base["n"] + 0.001)
         if now["value"] < base["value"] - allowed:
             fell.append(f"{key}: {now['value']:.3f} < {base['value']:.3f} (allowed {allowed:.3f}, n={base['n']})")
     assert not fell, "retrieval quality fell below the baseline:\n" + "\n".join(fell)
