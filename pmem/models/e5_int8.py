@@ -262,9 +262,7 @@ def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes
         qkv_b[2 * H :] /= c_ao
 
         def product(inp: str, weight: np.ndarray, bias: np.ndarray, c: np.ndarray | None, name: str) -> str:
-            if name.split(".")[1] in FLOAT32:  # this product in float32: x @ w.T + b
-                if c is not None:
-                    c = None
+            if name.split(".")[1] in FLOAT32:  # this product in float32 (no smoothing): x @ w.T + b
                 mm = g.node("MatMul", [inp, g.init(name + "w", np.ascontiguousarray(weight.T))], [name + "mm"])
                 return g.node("Add", [mm, g.init(name + "b", bias.astype(np.float32))], [name + "y"])
             if c is not None:  # x / c, the weight's rows times c
