@@ -34,6 +34,8 @@ from typing import Callable
 
 import numpy as np
 
+from .. import paths
+
 ALPHA = 0.7  # SmoothQuant's migration strength: 0.6-0.8 agree to 5e-4 (decision 0070)
 FORMAT = b"E5I8v1\0\0"  # the cache file's head: bump when the graph, CALIBRATION or ALPHA change
 # Products of a layer (qkv, ao, fi, fo) left in float32: the FFN's second, whose int8 error was
@@ -342,24 +344,13 @@ class Int8Layers:
             except Exception:  # noqa: BLE001  # a cache cut short or written by hand: built again
                 pass
         model = make()
-        _write(cache, head, model)
+        try:  # a models directory that cannot be written only costs the next process the build
+            paths.write_atomic(cache, head + model, mode=0o600)
+        except OSError:
+            pass
         self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     def run(self, x: np.ndarray, lengths: list[int]) -> np.ndarray:
         pad, unpad, bias = padding(lengths)
         return self.session.run(None, {"x": np.ascontiguousarray(x, np.float32), "pad": pad, "unpad": unpad,
                                        "bias": bias})[0]
-
-
-def _write(path: Path, head: bytes, data: bytes) -> None:
-    """head + data into path, mode 0600, atomically; a models directory that cannot be written
-    only costs the next process the build."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
