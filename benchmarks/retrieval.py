@@ -9,6 +9,8 @@
     python benchmarks/retrieval.py --suite         # every set of benchmarks/fusion_sets.py, each mode, in-process:
                                                    # paraphrase and multilingual top-1/top-3, LoCoMo R@5/R@10 and
                                                    # evidence in the recall block, and the mixed store of all of them
+    python benchmarks/retrieval.py --suite --questions A.jsonl   # ... and each question's outcome
+    python benchmarks/retrieval.py --paired A.jsonl B.jsonl      # two of those, question by question
 
 One memory per dialogue turn ("Speaker: text", dated by its session), one database per conversation;
 each session's turns are a thread (`thread`, `thread_pos` in the imported JSONL), so each turn's
@@ -53,7 +55,12 @@ def main() -> int:
     ap.add_argument("--sets", nargs="+", default=["paraphrase", "multilingual", "locomo", "mixed"],
                     help="--suite: which sets")
     ap.add_argument("--cache", default="", help="--suite: keep vectors in this folder between runs")
+    ap.add_argument("--questions", default="", help="--suite: also write each question's outcome to this file")
+    ap.add_argument("--paired", nargs=2, metavar=("BEFORE", "AFTER"), default=[],
+                    help="compare two --questions files question by question (see paired())")
     args = ap.parse_args()
+    if args.paired:
+        return paired(*args.paired)
     if args.suite:
         return suite(args)
     if args.model:
@@ -160,16 +167,22 @@ def suite(args) -> int:
     model = args.model or Settings().embed_model
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("PMEM_HOME", tmp)
-        out = measure(Path(tmp), model, args.sets, Path(args.cache) if args.cache else None)
+        rows: list[dict] | None = [] if args.questions else None
+        out = measure(Path(tmp), model, args.sets, Path(args.cache) if args.cache else None, questions=rows)
+    if args.questions:
+        Path(args.questions).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows or []),
+                                        encoding="utf-8")
     print(json.dumps(out, indent=1, ensure_ascii=False))
     return 0
 
 
-def measure(tmp: Path, model: str, sets, cache: Path | None, conversations=None, modes=MODES) -> dict:
+def measure(tmp: Path, model: str, sets, cache: Path | None, conversations=None, modes=MODES,
+            questions: list[dict] | None = None) -> dict:
     """The suite's figures: {"<set> store": {set: {mode: {group: figures}}}} with top1/top3 for the
     paraphrase and multilingual sets, R@5/R@10 for LoCoMo, and "evidence in block" under the mode
     "recall block"; each group's "n" is its questions. Stores are built in `tmp`; vectors are kept
-    in `cache` when given. Used by --suite and by tests/retrieval/test_quality_gate.py."""
+    in `cache` when given; `questions`, when a list, gets each question's outcome in each mode
+    (paired()). Used by --suite and by tests/retrieval/test_quality_gate.py."""
     import fusion_sets
 
     from pmem import config, recall
@@ -196,12 +209,21 @@ def measure(tmp: Path, model: str, sets, cache: Path | None, conversations=None,
                 ranked = [key_of.setdefault(h.memory.id, h.memory.meta["key"]) for h in hits]
                 count(f"{name}|{q.set}|{mode}|{q.split}", ranked, q.targets)
                 count(f"{name}|{q.set}|{mode}|{q.group}", ranked, q.targets)
+                if questions is not None:
+                    first = next((i for i, key in enumerate(ranked, start=1) if key in q.targets), None)
+                    questions.append({"store": name, "set": q.set, "mode": mode, "split": q.split,
+                                      "group": q.group, "question": q.text, "first": first,
+                                      "scores": [h.rank_score for h in hits[:(first or 10) + 1]]})
             if name == "locomo":
                 block = recall(store, q.text, fmt="json")
                 inside = bool(q.targets & {m.meta["key"] for m in block.memories()})
                 a = acc.setdefault(f"{name}|{q.set}|recall block|all", [0, 0, 0, 0, 0])
                 a[0] += 1
                 a[4] += inside
+                if questions is not None:  # "first" 1: every target in the block
+                    questions.append({"store": name, "set": q.set, "mode": "recall block", "split": "all",
+                                      "group": "all", "question": q.text, "first": 1 if inside else None,
+                                      "scores": []})
         for saver in (emb, getattr(emb, "inner", None), second):
             if hasattr(saver, "save"):
                 saver.save()
@@ -217,6 +239,47 @@ def measure(tmp: Path, model: str, sets, cache: Path | None, conversations=None,
             fig = {"n": n, "top1": round(h1 / n, 3), "top3": round(h3 / n, 3)}
         out.setdefault(f"{store} store", {}).setdefault(qset, {}).setdefault(mode, {})[group] = fig
     return out
+
+
+def paired(before: str, after: str) -> int:
+    """Two --questions files of the same suite, question by question: for each store, set, mode and
+    split, how many questions a figure (top1, top3, R@5, R@10) gained and lost, the two-sided sign
+    test's p for that split (exact binomial on the changed questions), and for each question lost
+    at top 1, how far its target led the next memory before. A figure's move of one question is
+    then seen for what it is: 1/n, with the questions that moved the other way beside it."""
+    from math import comb
+
+    def load(path: str) -> dict:
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+        return {(r["store"], r["set"], r["mode"], r["split"], r["question"]): r for r in rows}
+
+    a, b = load(before), load(after)
+    cells: dict = {}
+    for key, ra in a.items():
+        rb = b.get(key)
+        if rb is None:
+            continue
+        cell = cells.setdefault(key[:4], {"n": 0, "figures": {}, "lost at top1": []})
+        cell["n"] += 1
+        for k in (1, 3, 5, 10):
+            hit_a, hit_b = (r["first"] is not None and r["first"] <= k for r in (ra, rb))
+            fig = cell["figures"].setdefault(f"top{k}", [0, 0])
+            fig[0] += hit_b and not hit_a
+            fig[1] += hit_a and not hit_b
+        if ra["first"] == 1 and rb["first"] != 1 and len(ra["scores"]) > 1:
+            cell["lost at top1"].append(round(ra["scores"][0] - ra["scores"][1], 6))
+    out = []
+    for (store, qset, mode, split), cell in sorted(cells.items()):
+        figs = {}
+        for name, (gained, lost) in cell["figures"].items():
+            m = gained + lost
+            p = min(1.0, 2 * sum(comb(m, i) for i in range(min(gained, lost) + 1)) / 2 ** m) if m else 1.0
+            figs[name] = {"gained": gained, "lost": lost, "net": round((gained - lost) / cell["n"], 4),
+                          "p": round(p, 3)}
+        out.append({"cell": f"{store} store / {qset} / {mode} / {split}", "n": cell["n"], **figs,
+                    "lost at top1, lead before": sorted(cell["lost at top1"])})
+    print(json.dumps(out, indent=1, ensure_ascii=False))
+    return 0
 
 
 if __name__ == "__main__":
