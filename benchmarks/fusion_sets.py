@@ -68,6 +68,11 @@ def embedder(model: str, cache_dir: Path | None):
     from pmem.models.embed import SymmetricEmbedder, load_embedder
 
     inner = load_embedder(model, server="off")
+    engine = getattr(inner, "inner", inner)
+    if hasattr(engine, "use_int8"):  # the setting embed_bulk, as a store applies it (here under the cache)
+        from pmem import config
+
+        engine.use_int8(config.load().embed_bulk == "int8")
     if cache_dir is None:
         return inner
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,12 @@ class Settings:
                   "minilm (all-MiniLM-L6-v2: search scores a pair of an English question and an English "
                   "memory by both models; `pmem reindex` fills it for older memories) or none",
         choices=("minilm", "none"))
+    embed_bulk: str = _setting(
+        "int8", "how an import, a join's fill or a reindex runs multilingual-e5-small: int8 (ONNX Runtime's "
+                "int8 products where installed, about twice as fast; each vector within cosine 0.9995 of its "
+                "float32 one, so two memories a question finds almost equally near may trade places) or "
+                "float32 (the numbers a search and `pmem add` compute)",
+        choices=("int8", "float32"))
     chat_model: str = _setting("SmolLM2-135M-Instruct",
                                "chat model for extract and dream: a known name or a GGUF path")
     extract_mode: str = _setting(

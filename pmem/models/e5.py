@@ -21,8 +21,8 @@ Differences from the wheel's engine: matrices run in float32 (it quantises activ
 int8), and control pieces (<s>, </s>, ...) are never matched inside a text. Cosine to its
 vectors is >= 0.99 (tests/models/test_e5.py holds that against the shared reference vectors).
 A call of many texts (an import, a join) runs the layers in int8 through ONNX Runtime where it
-is installed (pmem.models.e5_int8); a single text (a search, an add) and short calls stay here,
-in float32.
+is installed and the setting `embed_bulk` is int8 (pmem.models.e5_int8); a single text (a search,
+an add) and short calls stay here, in float32.
 """
 
 from __future__ import annotations
@@ -567,7 +567,12 @@ class E5Embedder:
         # bulk embedding's int8 graph (pmem.models.e5_int8): None until a call asks, False where it
         # cannot run (or `int8` is False: every pass in float32)
         self.int8_layers: "Int8Layers | bool | None" = None if int8 else False
+        self.int8_bulk = True  # whether bulk calls may take it (use_int8: the setting embed_bulk)
         self._parse(_Reader(self._map, path))
+
+    def use_int8(self, on: bool) -> None:
+        """Whether the calls after this one may run in int8 (`embed_bulk`, passed by pmem.store)."""
+        self.int8_bulk = bool(on)
 
     def use_threads(self, n: int) -> None:
         """Threads for the passes after this one (`pmem serve` follows the load: Server.fit_threads)."""
@@ -730,7 +735,7 @@ class E5Embedder:
         with self._lock:
             lengths = [len(s) for s in seqs]
             # several texts of SPLIT_TOKENS or more (an import, a join): in int8; one text (a search, an add) never
-            int8 = len(texts) > 1 and sum(lengths) >= SPLIT_TOKENS and self.int8_ready()
+            int8 = self.int8_bulk and len(texts) > 1 and sum(lengths) >= SPLIT_TOKENS and self.int8_ready()
             if int8:  # packs of like lengths: the graph's attention pads each sequence to its pack's longest
                 order = sorted(range(len(seqs)), key=lengths.__getitem__)
                 seqs, owner, lengths = [seqs[k] for k in order], [owner[k] for k in order], [lengths[k] for k in order]
@@ -848,7 +853,7 @@ class E5Embedder:
     def int8_ready(self) -> bool:
         """Whether bulk passages run in int8 here (pmem.models.e5_int8, decision 0070): the graph
         loaded once, from its cache beside the model or built from a float32 pass over its
-        calibration texts; False where onnxruntime is missing, PMEM_E5_INT8 is off or it fails."""
+        calibration texts; False where onnxruntime is missing or it fails."""
         if self.int8_layers is None:
             self.int8_layers = False
             from . import e5_int8

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import struct
 from pathlib import Path
 from typing import Callable
@@ -41,7 +40,6 @@ FORMAT = b"E5I8v1\0\0"  # the cache file's head: bump when the graph, CALIBRATIO
 # Products of a layer (qkv, ao, fi, fo) left in float32: the FFN's second, whose int8 error was
 # most of the vectors' (decision 0070)
 FLOAT32: tuple[str, ...] = ("fo",)
-OFF_VALUES = ("0", "off", "false", "no")  # PMEM_E5_INT8=off: every pass in float32
 
 # Texts whose activations set the smoothing: chat turns, facts and notes in the languages pmem's
 # users write, short and long. Written for this purpose; changing them changes FORMAT.
@@ -96,10 +94,8 @@ CALIBRATION = (
 )
 
 def enabled() -> bool:
-    """Whether bulk embedding may run here in int8: PMEM_E5_INT8 not off and onnxruntime importable
-    (a platform without its wheel keeps the float32 engine)."""
-    if os.environ.get("PMEM_E5_INT8", "").strip().lower() in OFF_VALUES:
-        return False
+    """Whether bulk embedding can run here in int8: onnxruntime importable (a platform without its
+    wheel keeps the float32 engine). The setting `embed_bulk` chooses (E5Embedder.use_int8)."""
     return runtime() is not None
 
 

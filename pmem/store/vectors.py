@@ -324,9 +324,14 @@ class VectorIndex:
         english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
-        if (len(texts) > BULK_EMBED or self._bulk) and getattr(embedder, "remote", False):
-            embedder = embedder.local()  # type: ignore[attr-defined]  # `pmem serve` is for short requests; bulk work runs here
+        int8 = self.config.embed_bulk == "int8"  # e5's calls of many texts: in int8 or float32
+        if (len(texts) > BULK_EMBED or self._bulk or (len(texts) > 1 and not int8)) \
+                and getattr(embedder, "remote", False):
+            # `pmem serve` is for short requests (and its int8 for several texts): bulk work runs here
+            embedder = embedder.local()  # type: ignore[attr-defined]
         engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
+        if hasattr(engine, "use_int8"):
+            engine.use_int8(int8)
         threads = getattr(engine, "threads", 0) if hasattr(engine, "use_threads") else 0
         automatic = not int(self.config.threads)
         if threads and automatic:

@@ -30,8 +30,7 @@ def _texts(n: int) -> list[str]:
 
 
 @pytest.fixture
-def tiny(tmp_path, monkeypatch):
-    monkeypatch.delenv("PMEM_E5_INT8", raising=False)
+def tiny(tmp_path):
     path = tmp_path / "tiny.e5s1"
     write_tiny_e5s1(path)
     return path
@@ -70,12 +69,58 @@ def test_one_text_and_short_calls_stay_float32(tiny):
     assert ((got * f32.embed_array(texts, query=True)).sum(axis=1)).min() > 0.99
 
 
-@pytest.mark.parametrize("value", ["off", "0", "false"])
-def test_pmem_e5_int8_off_keeps_float32(tiny, monkeypatch, value):
-    monkeypatch.setenv("PMEM_E5_INT8", value)
+def test_use_int8_false_keeps_float32(tiny):
     texts = _texts(200)
-    assert np.array_equal(E5Embedder(tiny, threads=1).embed_array(texts), _float32(tiny).embed_array(texts))
-    assert not tiny.with_name(tiny.name + ".int8").exists()
+    e = E5Embedder(tiny, threads=1)
+    e.use_int8(False)
+    assert np.array_equal(e.embed_array(texts), _float32(tiny).embed_array(texts))
+    assert e.int8_layers is None and not tiny.with_name(tiny.name + ".int8").exists()
+
+
+# 200 different texts (a store embeds each text once), 64 a call: past SPLIT_TOKENS each call
+LONGER = [" ".join(WORDS[(i >> (3 * k)) % len(WORDS)] for k in range(6)) for i in range(200)]
+
+
+def _stored(tiny: Path, db: Path, bulk: str, embedder=None) -> np.ndarray:
+    """The vectors a store with `embed_bulk = bulk` writes for 200 memories at once (an import)."""
+    from pmem import MemoryStore
+    from pmem.config import Settings
+    from pmem.store.vectors import deserialize
+
+    store = MemoryStore(db, config=Settings().with_values(embed_bulk=bulk),
+                        embedder=embedder or E5Embedder(tiny, threads=1))
+    try:
+        stored = store.insert([store.new_memory(t) for t in LONGER])
+        seqs = dict(store.conn.execute("SELECT id, seq FROM memories").fetchall())
+        return np.array([deserialize(store.vectors.get(seqs[m.id])) for m in stored], np.float32)
+    finally:
+        store.close()
+
+
+def test_the_setting_embed_bulk_chooses_for_an_import(tiny, tmp_path):
+    want = _float32(tiny).embed_array(LONGER)
+    exact = _stored(tiny, tmp_path / "f.db", "float32")
+    assert np.allclose(exact, want, atol=1e-6)
+    fast = _stored(tiny, tmp_path / "i.db", "int8")
+    assert not np.allclose(fast, want, atol=1e-6) and ((fast * want).sum(axis=1)).min() > 0.99
+
+
+def test_float32_bulk_never_asks_the_server_for_several_texts(tiny, tmp_path):
+    """A `pmem serve` model runs its calls of several texts in int8: with embed_bulk = float32 a
+    store embeds those here, in float32, and the server is asked for none."""
+    here = E5Embedder(tiny, threads=1)
+
+    class Served:  # a RemoteEmbedder's face: its name and size, `remote`, and local()
+        name, dim, remote, query_aware = here.name, here.dim, True, True
+
+        def embed(self, texts, query=False):
+            raise AssertionError(f"the server was asked for {len(texts)} texts")
+
+        def local(self):
+            return here
+
+    exact = _stored(tiny, tmp_path / "s.db", "float32", embedder=Served())
+    assert np.allclose(exact, _float32(tiny).embed_array(LONGER), atol=1e-6)
 
 
 def test_without_onnxruntime_float32_as_before(tiny, monkeypatch):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pmem.models import e5 as embed_e5
+from pmem.models import e5_int8
 from pmem.models.e5 import E5Embedder, packs
 
 from .test_e5 import write_tiny_e5s1
@@ -21,7 +22,7 @@ TEXTS = ["cat", "dog dogs", "cat " * 9, "кота", "cats dog кота", "dog " 
 @pytest.fixture(autouse=True)
 def float32(monkeypatch):
     """The float32 engine's workers (bulk passages in int8: tests/models/test_e5_int8.py)."""
-    monkeypatch.setenv("PMEM_E5_INT8", "off")
+    monkeypatch.setattr(e5_int8, "enabled", lambda: False)
 
 
 def meeting(model: E5Embedder, monkeypatch, workers: int) -> set[str]:
