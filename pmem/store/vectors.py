@@ -268,7 +268,14 @@ class VectorIndex:
             self._embedder = load_embedder(self.model_name(), threads=self.config.threads,
                                            server=self.config.server,
                                            idle_minutes=self.config.server_idle_minutes, cache=self.models)
+        self._bulk_precision(self._embedder)  # whoever embeds many texts with it (a dream's words too)
         return self._embedder
+
+    def _bulk_precision(self, embedder: "Embedder") -> None:
+        """e5's calls of many texts in int8 or float32, as the setting embed_bulk says."""
+        engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
+        if hasattr(engine, "use_int8"):
+            engine.use_int8(self.config.embed_bulk == "int8")
 
     def model_name(self) -> str:
         """The embedding model this store embeds with: the configured one; when none is configured,
@@ -329,9 +336,8 @@ class VectorIndex:
                 and getattr(embedder, "remote", False):
             # `pmem serve` is for short requests (and its int8 for several texts): bulk work runs here
             embedder = embedder.local()  # type: ignore[attr-defined]
+        self._bulk_precision(embedder)  # the local model a bulk call takes, too
         engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
-        if hasattr(engine, "use_int8"):
-            engine.use_int8(int8)
         threads = getattr(engine, "threads", 0) if hasattr(engine, "use_threads") else 0
         automatic = not int(self.config.threads)
         if threads and automatic:

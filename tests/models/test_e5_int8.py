@@ -90,6 +90,8 @@ def _stored(tiny: Path, db: Path, bulk: str, embedder=None) -> np.ndarray:
     store = MemoryStore(db, config=Settings().with_values(embed_bulk=bulk),
                         embedder=embedder or E5Embedder(tiny, threads=1))
     try:
+        if embedder is None:  # the store's model as any caller gets it (a dream's word vectors too)
+            assert store.embedder.int8_bulk == (bulk == "int8")  # type: ignore[attr-defined]
         stored = store.insert([store.new_memory(t) for t in LONGER])
         seqs = dict(store.conn.execute("SELECT id, seq FROM memories").fetchall())
         return np.array([deserialize(store.vectors.get(seqs[m.id])) for m in stored], np.float32)
