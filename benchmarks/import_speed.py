@@ -6,6 +6,7 @@
     python benchmarks/import_speed.py --server running   # a `pmem serve` already up (a command before started it)
     python benchmarks/import_speed.py --anchor /work/anchor-venv/bin/llm --runs 3   # and `llm embed-multi` of the turns
     python benchmarks/import_speed.py --busy-start 1.5   # a core busy for the import's first 1.5 s
+    python benchmarks/import_speed.py --setting embed_bulk=float32   # a setting for both trees' commands
 
 Writes one LoCoMo development conversation (conv-43 by default, 680 turns) as pmem JSONL, then
 imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run in a fresh
@@ -126,7 +127,8 @@ def anchor_run(llm: str, gguf: Path, data: Path, work: Path) -> tuple[float, flo
 
 
 def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path,
-            threads: int = 0, busy: float = 0.0) -> tuple[float, float, int, tuple[float, float]]:
+            threads: int = 0, busy: float = 0.0,
+            settings: dict[str, str] | None = None) -> tuple[float, float, int, tuple[float, float]]:
     """(wall seconds, CPU seconds of the command, memories stored, the background fill's (wall, CPU));
     with `busy`, another process keeps a core busy for that many seconds from just before the
     command starts (something else running when a person starts an import)."""
@@ -139,6 +141,8 @@ def one_run(tree: Tree, data: Path, models: Path, server: str, work: Path,
         env["PMEM_SERVER"] = server
     if threads:
         env["PMEM_THREADS"] = str(threads)
+    for key, value in (settings or {}).items():  # --setting: a tree that has no such setting ignores it
+        env["PMEM_" + key.upper()] = value
     served = None
     if server == "running":
         subprocess.run([sys.executable, "-m", "pmem", "serve", "--detach", "--idle", "10m"], env=env,
@@ -177,6 +181,8 @@ def main() -> None:
     ap.add_argument("--sample", default="conv-43", help="the LoCoMo conversation")
     ap.add_argument("--warm", type=int, default=1, help="untimed runs of each tree first")
     ap.add_argument("--threads", type=int, default=0, help="PMEM_THREADS for the commands (0: automatic)")
+    ap.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                    help="a pmem setting for every command (PMEM_KEY=VALUE; a tree without it ignores it)")
     ap.add_argument("--busy-start", type=float, default=0.0, metavar="SECONDS",
                     help="another process keeps a core busy for SECONDS from just before each pmem import starts")
     ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "pmem-import-speed-models")
@@ -187,6 +193,9 @@ def main() -> None:
                     default=Path(os.environ.get("PMEM_TEST_MODELS_DIR") or ROOT / ".models-cache"))
     args = ap.parse_args()
 
+    if any("=" not in kv for kv in args.setting):
+        ap.error("--setting takes KEY=VALUE")
+    settings = dict(kv.split("=", 1) for kv in args.setting)
     work = Path(tempfile.mkdtemp(prefix="pmem-import-speed-"))
     data = work / "conversation.jsonl"
     turns = write_jsonl(data, args.sample)
@@ -204,7 +213,7 @@ def main() -> None:
             fill = (0.0, 0.0)
         else:
             took, cpu, stored, fill = one_run(trees[name], data, models, args.server, work, args.threads,
-                                              args.busy_start)
+                                              args.busy_start, settings)
         if counted:
             bench.add(name, "import", "wall_s", took)
             bench.add(name, "import", "cpu_s", cpu)
@@ -214,6 +223,7 @@ def main() -> None:
                   + (f"; English fill after it {fill[0]:.2f} s, CPU {fill[1]:.2f} s" if fill[0] else ""), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\n{turns} turns, server {args.server}, threads {args.threads or 'automatic'}, {args.runs} runs each, "
+          f"settings {settings or 'default'}, "
           f"load {os.getloadavg()[0]:.1f}" + (f", a core busy for the first {args.busy_start:g} s" if args.busy_start else ""))
     med = {k: bench.median(k, "import") for k in names}
     cpu_med = {k: bench.median(k, "import", "cpu_s") for k in names}
