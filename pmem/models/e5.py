@@ -565,9 +565,10 @@ class E5Embedder:
         self._lock = threading.Lock()
         self._f32_map: mmap.mmap | None = None  # the dequantised weights' cache file, once mapped
         # bulk embedding's int8 graph (pmem.models.e5_int8): None until a call asks, False where it
-        # cannot run (or `int8` is False: every pass in float32)
-        self.int8_layers: "Int8Layers | bool | None" = None if int8 else False
-        self.int8_bulk = True  # whether bulk calls may take it (use_int8: the setting embed_bulk)
+        # cannot run; `int8_bulk`: whether bulk calls may take it (False: every pass in float32;
+        # use_int8, from the setting embed_bulk)
+        self.int8_layers: "Int8Layers | bool | None" = None
+        self.int8_bulk = int8
         self._parse(_Reader(self._map, path))
 
     def use_int8(self, on: bool) -> None:
