@@ -6,20 +6,20 @@ instructions on ARM) run the same products 3.5-4x faster (decision 0070). This m
 that graph from the float32 weights pmem.models.e5 already holds, with no `onnx` package: the
 protobuf the runtime reads is written here (`_Proto`).
 
-Three of a layer's four products (qkv, attention out, FFN in) take their weight as int8, one
-scale per output column, and their input quantised per pack by the runtime
-(DynamicQuantizeMatMul); the FFN's second product (FLOAT32), whose int8 error was most of the
-vectors', stays float32. A per-pack scale is coarse where a few input channels run far larger than
-the rest, so each int8 product's input is divided per channel by c = amax^ALPHA / wmax^(1-ALPHA)
-first and the weight's rows multiplied by c (SmoothQuant), the activations' channel maxima `amax`
-read once from a float32 pass over CALIBRATION: for the attention's output that division is folded
-into V's weights, free; elsewhere it is one multiplication. Attention runs on padded
-[sequence, head, length, length] blocks (the packs sort their sequences by length first), every
-product on the packed tokens.
+Every product takes its weight as int8 (one scale per output column) and its input quantised a
+row at a time: each token's own scale, and a zero point fixed per kind of product (ZERO), which
+MatMulIntegerToFloat takes as it is, the rows' scales multiplied in after. A token's row is
+coarse where a few input channels run far larger than the rest (the layer norms' outputs), so the
+inputs of qkv and the FFN's first product are divided per channel by
+c = amax^ALPHA / wmax^(1-ALPHA) first and the weight's rows multiplied by c (SmoothQuant), the
+activations' channel maxima `amax` read once from a float32 pass over CALIBRATION; for the
+attention's output that division is folded into V's weights, free. The FFN's second product reads
+GELU's output, whose rows differ in range more than its channels do: no smoothing. Attention runs
+on padded [sequence, head, length, length] blocks (the packs sort their sequences by length
+first), every product on the packed tokens.
 
 Within the vectors' tolerance: cosine to pmem's float32 vectors >= 0.9995 on LoCoMo turns, to the
-shared reference engine's >= 0.99 (tests/models/test_e5_int8.py). A vector depends a little on
-the texts packed beside it (the per-pack scale), never by more. A single text (a search, an add),
+shared reference engine's >= 0.99 (tests/models/test_e5_int8.py). A single text (a search, an add),
 and calls of fewer than e5.SPLIT_TOKENS tokens, stay in float32: a search loads none of this.
 """
 
@@ -36,10 +36,10 @@ import numpy as np
 from .. import paths
 
 ALPHA = 0.7  # SmoothQuant's migration strength: 0.6-0.8 agree to 5e-4 (decision 0070)
-FORMAT = b"E5I8v1\0\0"  # the cache file's head: bump when the graph, CALIBRATION or ALPHA change
-# Products of a layer (qkv, ao, fi, fo) left in float32: the FFN's second, whose int8 error was
-# most of the vectors' (decision 0070)
-FLOAT32: tuple[str, ...] = ("fo",)
+FORMAT = b"E5I8v2\0\0"  # the cache file's head: bump when the graph, CALIBRATION or ALPHA change
+# Each product's zero point (uint8) for its rows: what its inputs' rows run below 0 against above
+# (qkv's and FFN in's smoothed layer norms, about even; FFN out's GELU, never below -0.17)
+ZERO = {"qkv": 96, "ao": 128, "fi": 128, "fo": 24}
 
 # Texts whose activations set the smoothing: chat turns, facts and notes in the languages pmem's
 # users write, short and long. Written for this purpose; changing them changes FORMAT.
@@ -164,7 +164,7 @@ def _tensor(name: str, a: np.ndarray) -> _Proto:
     return t.num(2, _TYPES[a.dtype]).raw(8, name).raw(9, raw)
 
 
-def _value_info(name: str, elem: int, dims: list) -> _Proto:
+def value_info(name: str, elem: int, dims: list) -> _Proto:
     shape = _Proto()
     for d in dims:
         shape.msg(1, _Proto().raw(2, d) if isinstance(d, str) else _Proto().num(1, d))
@@ -172,7 +172,7 @@ def _value_info(name: str, elem: int, dims: list) -> _Proto:
     return _Proto().raw(1, name).msg(2, _Proto().msg(1, tensor_type))
 
 
-class _Graph:
+class Graph:
     def __init__(self) -> None:
         self.nodes: list[_Proto] = []
         self.inits: list[_Proto] = []
@@ -237,6 +237,38 @@ def quantise(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q.T), scale.astype(np.float32)
 
 
+def constants(g: Graph) -> None:
+    """What every product of the graph shares."""
+    g.init("tiny", np.array(1e-12, np.float32))  # a row of zeros: any scale
+    g.init("rows", np.array([-1], np.int64))
+    g.init("one", np.array(1.0, np.float32))
+
+
+def product(g: Graph, inp: str, weight: np.ndarray, bias: np.ndarray, c: np.ndarray | None, name: str) -> str:
+    """inp @ weight.T + bias, inp quantised per row: scale r = max(row max / (255 - zero),
+    -row min / zero), u = round(inp / r) + zero in uint8; y = r * (u - zero) @ (q * s) + bias.
+    With c: inp / c, and the weight's rows times c. The product's kind (qkv, ao, fi, fo) is the
+    second part of `name`; `g` holds constants()."""
+    if c is not None:
+        inp = g.node("Mul", [inp, g.init(name + "ic", (1 / c).astype(np.float32))], [name + "xs"])
+        weight = weight * c[None, :]
+    q, s = quantise(weight)
+    zero = ZERO[name.split(".")[1]]
+    hi = g.node("ReduceMax", [inp], [name + "hi"], axes=[-1], keepdims=1)
+    lo = g.node("ReduceMin", [inp], [name + "lo"], axes=[-1], keepdims=1)
+    hi = g.node("Mul", [hi, g.init(name + "ih", np.array(1 / (255 - zero), np.float32))], [name + "hs"])
+    lo = g.node("Mul", [lo, g.init(name + "il", np.array(-1 / zero, np.float32))], [name + "ls"])
+    r = g.node("Max", [hi, lo, "tiny"], [name + "r"])  # [T, 1]
+    flat = g.node("Reshape", [r, "rows"], [name + "rf"])
+    z = g.init(name + "z", np.array(zero, np.uint8))
+    zeros = g.node("Expand", [z, g.node("Shape", [flat], [name + "n"])], [name + "zs"])
+    u = g.node("QuantizeLinear", [inp, flat, zeros], [name + "u"], axis=0)
+    acc = g.node("MatMulIntegerToFloat", [u, g.init(name + "q", q), "one", g.init(name + "s", s), z],
+                 [name + "acc"], domain="com.microsoft")
+    y = g.node("Mul", [acc, r], [name + "yr"])
+    return g.node("Add", [y, g.init(name + "b", bias.astype(np.float32))], [name + "y"])
+
+
 def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes:
     """The ONNX model of e5's layers: inputs x [T, H] (the embeddings after their layer norm),
     pad [B, L] (each sequence's token rows, padded with any row), unpad [T] (each token's place in
@@ -245,10 +277,11 @@ def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes
     channel maxima of its four products."""
     H = layers[0]["qkv"][0].shape[1]
     hd = H // heads
-    g = _Graph()
+    g = Graph()
     g.init("pad_shape", np.array([0, 0, heads, hd], np.int64))
     g.init("flat", np.array([-1, H], np.int64))
     g.init("thirds", np.array([H, H, H], np.int64))
+    constants(g)
     x = "x"
     for i, (w, m) in enumerate(zip(layers, amax)):
         p = f"l{i}."
@@ -259,19 +292,7 @@ def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes
         qkv_w[2 * H :] /= c_ao[:, None]  # the attention output's smoothing in V: ctx = P V is linear in V
         qkv_b[2 * H :] /= c_ao
 
-        def product(inp: str, weight: np.ndarray, bias: np.ndarray, c: np.ndarray | None, name: str) -> str:
-            if name.split(".")[1] in FLOAT32:  # this product in float32 (no smoothing): x @ w.T + b
-                mm = g.node("MatMul", [inp, g.init(name + "w", np.ascontiguousarray(weight.T))], [name + "mm"])
-                return g.node("Add", [mm, g.init(name + "b", bias.astype(np.float32))], [name + "y"])
-            if c is not None:  # x / c, the weight's rows times c
-                inp = g.node("Mul", [inp, g.init(name + "ic", (1 / c).astype(np.float32))], [name + "xs"])
-                weight = weight * c[None, :]
-            q, s = quantise(weight)
-            b = g.init(name + "b", bias.astype(np.float32))
-            return g.node("DynamicQuantizeMatMul", [inp, g.init(name + "q", q), g.init(name + "s", s), "", b],
-                          [name + "y"], domain="com.microsoft")
-
-        qkv = product(x, qkv_w, qkv_b, smoothing(m["qkv"], qkv_w), p + "qkv.")
+        qkv = product(g, x, qkv_w, qkv_b, smoothing(m["qkv"], qkv_w), p + "qkv.")
         padded = g.node("Gather", [qkv, "pad"], [p + "padded"], axis=0)  # [B, L, 3H]
         q_, k_, v_ = (p + "q", p + "k", p + "v")
         g.node("Split", [padded, "thirds"], [q_, k_, v_], axis=-1)
@@ -287,20 +308,20 @@ def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes
         ctx = g.node("Reshape", [ctx, "flat"], [p + "ctxf"])
         ctx = g.node("Gather", [ctx, "unpad"], [p + "ctx"], axis=0)  # [T, H], already divided by c_ao
         ao_w = w["ao"][0] * c_ao[None, :]
-        ao = product(ctx, ao_w, w["ao"][1], None, p + "ao.")
+        ao = product(g, ctx, ao_w, w["ao"][1], None, p + "ao.")
         r1 = g.node("Add", [ao, x], [p + "r1"])
         x1 = g.node("LayerNormalization", [r1, g.init(p + "aln.w", w["aln"][0]), g.init(p + "aln.b", w["aln"][1])],
                     [p + "x1"], axis=-1, epsilon=float(eps))
-        fi = product(x1, w["fi"][0], w["fi"][1], smoothing(m["fi"], w["fi"][0]), p + "fi.")
+        fi = product(g, x1, w["fi"][0], w["fi"][1], smoothing(m["fi"], w["fi"][0]), p + "fi.")
         gelu = g.node("Gelu", [fi], [p + "gelu"], domain="com.microsoft")  # exact (erf), as e5 was trained
-        fo = product(gelu, w["fo"][0], w["fo"][1], smoothing(m["fo"], w["fo"][0]), p + "fo.")
+        fo = product(g, gelu, w["fo"][0], w["fo"][1], None, p + "fo.")
         r2 = g.node("Add", [fo, x1], [p + "r2"])
         out = "y" if i == len(layers) - 1 else p + "out"
         x = g.node("LayerNormalization", [r2, g.init(p + "oln.w", w["oln"][0]), g.init(p + "oln.b", w["oln"][1])],
                    [out], axis=-1, epsilon=float(eps))
-    inputs = [_value_info("x", 1, ["T", H]), _value_info("pad", 7, ["B", "L"]), _value_info("unpad", 7, ["T"]),
-              _value_info("bias", 1, ["B", 1, 1, "L"])]
-    return g.model(inputs, [_value_info("y", 1, ["T", H])])
+    inputs = [value_info("x", 1, ["T", H]), value_info("pad", 7, ["B", "L"]), value_info("unpad", 7, ["T"]),
+              value_info("bias", 1, ["B", 1, 1, "L"])]
+    return g.model(inputs, [value_info("y", 1, ["T", H])])
 
 
 def padding(lengths: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -321,7 +342,7 @@ class Int8Layers:
 
     def __init__(self, cache: Path, stamp: bytes, make: Callable[[], bytes]):
         ort = runtime()
-        head = FORMAT + ",".join(FLOAT32).encode().ljust(16, b"\0") + stamp  # another choice, another graph
+        head = FORMAT + stamp
         model = None
         try:
             with open(cache, "rb") as f:

@@ -53,6 +53,42 @@ def test_bulk_passages_run_in_int8_near_float32(tiny):
     assert ((e.embed_array(texts[::-1])[::-1] * got).sum(axis=1)).min() > 0.995
 
 
+def test_a_vector_is_the_same_whatever_is_packed_beside_it(tiny):
+    """Each token's row has its own scale: a text's int8 vector does not depend on the other texts
+    of its call (their order, or which they are), as a scale a pack made it."""
+    texts = _texts(300)
+    e = E5Embedder(tiny, threads=1)
+    alone = e.embed_array(texts[:200])
+    others = e.embed_array(texts[200:] + texts[:200][::-1])[100:][::-1]
+    assert isinstance(e.int8_layers, e5_int8.Int8Layers)
+    assert np.array_equal(alone, others)
+
+
+def test_one_product_quantises_each_row_with_its_own_scale():
+    """The graph's product on its own, against numpy: rows a thousand-fold apart in size keep their
+    precision (one scale for all would round the smallest to zeros); a row of zeros gives the bias.
+    qkv's inputs as a layer norm's (about even around 0), fo's as GELU's (never below -0.17)."""
+    import math
+
+    ort = e5_int8.runtime()
+    rng = np.random.default_rng(0)
+    w, bias = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    base = rng.standard_normal((4, 64))
+    gelu = base * 0.5 * (1 + np.vectorize(math.erf)(base / math.sqrt(2)))
+    sizes = np.array([[1e-3], [1.0], [1e3], [0.0]])
+    for kind, x in (("qkv", base * sizes), ("fo", gelu * sizes)):
+        x = x.astype(np.float32)
+        g = e5_int8.Graph()
+        e5_int8.constants(g)
+        y = e5_int8.product(g, "x", w, bias, None, f"l0.{kind}.")
+        model = g.model([e5_int8.value_info("x", 1, ["T", 64])], [e5_int8.value_info(y, 1, ["T", 8])])
+        got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        exact = x @ w.T
+        err = np.abs(got - bias - exact).max(axis=1)[:3] / np.abs(exact).max(axis=1)[:3]
+        assert (err < 0.02).all(), (kind, err)
+        assert np.allclose(got[3], bias)
+
+
 def test_one_text_and_short_calls_stay_float32(tiny):
     f32, e = _float32(tiny), E5Embedder(tiny, threads=1)
     texts = _texts(200)
