@@ -805,7 +805,12 @@ def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict
 # MiniLM too, and beside a cold search on two cores it took the cores that search was loading its
 # own with (docs/decisions/0059-first-search.md). It starts as the command exits, or this long after
 # the command asked for it if the command is still running (the MCP server, the TUI, an import).
+# While another thread of the command is running then (an import's passes hold both cores: a
+# server loading beside them took ~0.7 s of a 5 s import), it waits on, RECHECK at a time, until
+# the command rests or exits, START_LATEST at most (a long import still gets one for the hooks).
 START_AFTER = 5.0
+RECHECK = 1.0
+START_LATEST = 60.0
 _deferred: dict[str, Any] = {}  # the launch start_in_background put off: argv, log, env, timer
 _deferred_lock = threading.Lock()
 _at_exit: list[bool] = []  # launch_deferred registered with atexit, once per process
@@ -816,8 +821,8 @@ def start_in_background(idle_minutes: float | None = 15.0, by: str = "", at_once
     (this command loads its own model meanwhile). It leaves after `idle_minutes` without a request
     (None: it stays until stopped). Two commands starting one at once give one server: the second
     finds the first's lock and exits (serve_cmd). The launch is put off until this process exits,
-    START_AFTER seconds at most, or `launch_deferred()` (`at_once`: now). Returns whether one was
-    launched or put off."""
+    START_AFTER seconds (more while the command is still working, START_LATEST at most), or
+    `launch_deferred()` (`at_once`: now). Returns whether one was launched or put off."""
     if not SUPPORTED:
         return False
     argv = ["serve", "--started-by", (by or "a pmem command")[:200] + f" (pid {os.getpid()})"]
@@ -832,7 +837,7 @@ def start_in_background(idle_minutes: float | None = 15.0, by: str = "", at_once
         return _launch(argv, log, None)
     import atexit
 
-    timer = threading.Timer(START_AFTER, launch_deferred)
+    timer = threading.Timer(START_AFTER, _when_resting, args=(time.monotonic(),))
     timer.daemon = True
     with _deferred_lock:
         if _deferred:
@@ -844,6 +849,24 @@ def start_in_background(idle_minutes: float | None = 15.0, by: str = "", at_once
             _at_exit.append(True)
     timer.start()
     return True
+
+
+def _when_resting(asked: float) -> None:
+    """The timer's launch: put off again while another thread of this command runs (its own
+    thread aside), until START_LATEST after the command asked; where threads cannot be seen
+    (no /proc), at once."""
+    from .loading import own_running
+
+    if own_running() > 1 and time.monotonic() - asked < START_LATEST:
+        with _deferred_lock:
+            if not _deferred:  # launched at exit, or dropped, meanwhile
+                return
+            timer = threading.Timer(RECHECK, _when_resting, args=(asked,))
+            timer.daemon = True
+            _deferred["timer"] = timer
+        timer.start()
+        return
+    launch_deferred()
 
 
 def launch_deferred() -> bool:
