@@ -805,9 +805,9 @@ def detach(argv: list[str], log: Path | None = None, wait: float = 60.0) -> dict
 # MiniLM too, and beside a cold search on two cores it took the cores that search was loading its
 # own with (docs/decisions/0059-first-search.md). It starts as the command exits, or this long after
 # the command asked for it if the command is still running (the MCP server, the TUI, an import).
-# While another thread of the command is running then (an import's passes hold both cores: a
-# server loading beside them took ~0.7 s of a 5 s import), it waits on, RECHECK at a time, until
-# the command rests or exits, START_LATEST at most (a long import still gets one for the hooks).
+# While another thread of the command is running then (an import's passes hold both cores: 680
+# turns took 5.98 s with a server loading beside them, 5.76 s without), it waits on, RECHECK at a
+# time, until the command rests or exits, START_LATEST at most (a long import gets one for hooks).
 START_AFTER = 5.0
 RECHECK = 1.0
 START_LATEST = 60.0
