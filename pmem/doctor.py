@@ -98,6 +98,9 @@ def run_checks(settings: Settings | PmemError, db_override=None,
             ok = p.is_file() and provision.is_gguf(p)
             checks.append(Check(key, ok, f"{p}" + ("" if ok else ": missing or not a GGUF file"),
                                 f"pmem config set {key} PATH_TO_A_GGUF"))
+        bulk = _bulk_check(cfg) if key == "embed_model" else None
+        if bulk is not None:
+            checks.append(bulk)
     checks.append(_chat_runs_check(cfg))
     checks.append(_server_check(cfg))
     checks.append(_hooks_check())
@@ -228,6 +231,26 @@ def _hooks_check() -> Check:
     if not lines:
         return Check("agent hooks", True, "no errors logged")
     return Check("agent hooks", True, f"last error: {lines[-1][:300]} (all in {path})")
+
+
+def _bulk_check(cfg: Settings) -> Check | None:
+    """How e5 embeds many texts at once (an import, a join's fill, a reindex): its int8 graph
+    through ONNX Runtime, or float32 and why (docs/decisions/0070-e5-int8-bulk.md). None for a
+    model that has no such graph (a GGUF, the fake embedder)."""
+    from .models import e5_int8, provision
+
+    spec = cfg.embed_model
+    if spec not in provision.known_models() or provision.model_file(spec).suffix != ".e5s1":
+        return None
+    if cfg.embed_bulk == "float32":
+        return Check("bulk embedding", True, "float32 (embed_bulk = float32): imports at float32's speed, "
+                                             "every vector exactly float32's", level="info")
+    ort = e5_int8.runtime()
+    if ort is None:
+        return Check("bulk embedding", True, "float32: onnxruntime cannot be loaded here, so imports run at "
+                                             "float32's speed", "pip install onnxruntime", level="info")
+    return Check("bulk embedding", True, f"int8 through ONNX Runtime {ort.__version__} (imports, joins, "
+                                         "reindex; searches and `pmem add` stay float32)")
 
 
 def _server_check(cfg: Settings) -> Check:

@@ -129,3 +129,33 @@ def test_doctor_counts_memories_a_sync_stored_before_embedding(store):
     assert check.ok and check.level == "info" and "3 memories" in check.detail and "pmem sync" in check.fix
     assert store.fill_missing() == 3
     assert [c for c in doctor.run_checks(load(), db_override=store.path) if c.name == "missing vectors"] == []
+
+
+def test_doctor_says_how_an_import_embeds(monkeypatch):
+    """int8 through ONNX Runtime by default; float32 with embed_bulk = float32, or where
+    onnxruntime cannot load (and how to get it); nothing for a model with no int8 graph."""
+    import sys
+
+    from pmem import doctor
+    from pmem.config import Settings
+    from pmem.models import e5_int8
+
+    def bulk(**values):
+        settings = Settings().with_values(chat_model="/nonexistent/chat.gguf", **values)  # no chat model run
+        found = [c for c in doctor.run_checks(settings) if c.name == "bulk embedding"]
+        return found[0] if found else None
+
+    pytest.importorskip("onnxruntime")
+    shown = bulk()
+    assert shown.level == "ok" and shown.detail.startswith("int8 through ONNX Runtime 1.")
+    shown = bulk(embed_bulk="float32")
+    assert shown.level == "info" and shown.detail.startswith("float32 (embed_bulk = float32)")
+    assert bulk(embed_model="fake") is None and bulk(embed_model="all-MiniLM-L6-v2") is None
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    e5_int8.runtime.cache_clear()
+    try:
+        shown = bulk()
+        assert shown.level == "info" and "onnxruntime cannot be loaded" in shown.detail
+        assert shown.fix == "pip install onnxruntime"
+    finally:
+        e5_int8.runtime.cache_clear()
