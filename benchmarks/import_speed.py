@@ -7,6 +7,7 @@
     python benchmarks/import_speed.py --anchor /work/anchor-venv/bin/llm --runs 3   # and `llm embed-multi` of the turns
     python benchmarks/import_speed.py --busy-start 1.5   # a core busy for the import's first 1.5 s
     python benchmarks/import_speed.py --setting embed_bulk=float32   # a setting for both trees' commands
+    python benchmarks/import_speed.py --base c0f63bc --tree HEAD   # two revisions (the figures of 0070's last round)
 
 Writes one LoCoMo development conversation (conv-43 by default, 680 turns) as pmem JSONL, then
 imports it with each tree in turn (PYTHONPATH=<tree>, the same Python), each run in a fresh
