@@ -90,49 +90,46 @@ def test_a_launch_dropped_never_starts(launched, monkeypatch):
     assert launched == [] and srv.launch_deferred() is False and srv.drop_deferred() is False
 
 
-def _spin(stop) -> None:
-    while not stop.is_set():  # a thread of the command at work (an import's pass): running, never waiting
-        pass
 
-
-def test_a_command_at_work_gets_its_cores_until_it_rests(launched, monkeypatch):
-    """START_AFTER comes while another thread of the command runs: the launch waits for it to
-    rest (a server loading its models beside an import's passes took the cores they ran on)."""
+@pytest.fixture
+def at_work(monkeypatch):
+    """Another thread of this command at work (an import's pass: running, never waiting) until
+    the test sets the event; START_AFTER and RECHECK short."""
     import threading
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
 
     monkeypatch.setattr(srv, "START_AFTER", 0.05)
     monkeypatch.setattr(srv, "RECHECK", 0.05)
     stop = threading.Event()
-    worker = threading.Thread(target=_spin, args=(stop,), daemon=True)
+    worker = threading.Thread(target=spin, daemon=True)
     worker.start()
-    try:
-        assert srv.start_in_background(15.0, by="pmem import")
-        time.sleep(0.6)  # many rechecks: the worker still running
-        assert launched == []
-    finally:
-        stop.set()
-        worker.join()
+    yield stop
+    stop.set()
+    worker.join()
+
+
+def _wait_for(launched: list) -> None:
     deadline = time.monotonic() + 10
     while not launched and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def test_a_command_at_work_gets_its_cores_until_it_rests(launched, at_work):
+    """START_AFTER comes while another thread of the command runs: the launch waits for it to
+    rest (a server loading its models beside an import's passes took the cores they ran on)."""
+    assert srv.start_in_background(15.0, by="pmem import")
+    time.sleep(0.6)  # many rechecks: the worker still running
+    assert launched == []
+    at_work.set()
+    _wait_for(launched)
     assert len(launched) == 1 and srv.launch_deferred() is False
 
 
-def test_a_command_at_work_still_gets_one_after_start_latest(launched, monkeypatch):
-    import threading
-
-    monkeypatch.setattr(srv, "START_AFTER", 0.05)
-    monkeypatch.setattr(srv, "RECHECK", 0.05)
+def test_a_command_at_work_still_gets_one_after_start_latest(launched, at_work, monkeypatch):
     monkeypatch.setattr(srv, "START_LATEST", 0.4)
-    stop = threading.Event()
-    worker = threading.Thread(target=_spin, args=(stop,), daemon=True)
-    worker.start()
-    try:
-        assert srv.start_in_background(15.0, by="pmem import")
-        deadline = time.monotonic() + 10
-        while not launched and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(launched) == 1  # while the worker still runs: a long import gets its server
-    finally:
-        stop.set()
-        worker.join()
+    assert srv.start_in_background(15.0, by="pmem import")
+    _wait_for(launched)
+    assert len(launched) == 1 and not at_work.is_set()  # while the worker still runs: a long import gets one
