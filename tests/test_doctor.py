@@ -148,6 +148,10 @@ def test_doctor_says_how_an_import_embeds(monkeypatch):
     pytest.importorskip("onnxruntime")
     shown = bulk()
     assert shown.level == "ok" and shown.detail.startswith("int8 through ONNX Runtime 1.")
+    assert ("uint8 weights: this CPU has no VNNI" in shown.detail) is e5_int8.saturates()
+    monkeypatch.setattr(e5_int8, "saturates", lambda: True)  # a CPU whose int8 products saturate
+    assert "int8 through ONNX Runtime 1." in bulk().detail and "uint8 weights: this CPU has no VNNI" in bulk().detail
+    monkeypatch.undo()
     shown = bulk(embed_bulk="float32")
     assert shown.level == "info" and shown.detail.startswith("float32 (embed_bulk = float32)")
     assert bulk(embed_model="fake") is None and bulk(embed_model="all-MiniLM-L6-v2") is None

@@ -191,6 +191,50 @@ _blas_lock = threading.Lock()
 _blas_state: dict = {"setters": None, "threads": 0}  # the setters found once; the count last set
 
 
+def layers_forward(x: np.ndarray, spans: list[tuple[int, int]], layers: list[dict], heads: int, ffn: int,
+                   eps: float, observe: Callable | None = None) -> np.ndarray:
+    """A BERT encoder's layers in float32 over packed token rows x [T, H] (after the embeddings'
+    layer norm), each sequence its rows spans[i] (a <= row < b); `layers` as
+    E5Embedder._layer_weights gives them; `observe(layer, part, x)` sees each product's input."""
+    H, NH = x.shape[1], heads
+    hd = H // NH
+    scale = np.float32(1 / math.sqrt(hd))
+    # Every activation of the pass in buffers made once, not arrays made per layer.
+    qkv_buf, mid_buf, scratch = (np.empty(len(x) * width, np.float32) for width in (3 * H, ffn, ffn))
+    hidden = [np.empty(len(x) * H, np.float32) for _ in range(2)]
+    ctx = np.empty_like(x)
+    ctx_heads = ctx.reshape(-1, NH, hd)
+    for i, w in enumerate(layers):
+        if observe:
+            observe(i, "qkv", x)
+        qkv = linear(x, *w["qkv"], out=qkv_buf)
+        qkv[:, :H] *= scale
+        # [tokens, heads, head dim] views (a copy each only for a search's few rows, once a
+        # layer), so that a sequence's attention takes slices of them, not copies
+        q_all, k_all, v_all = (qkv[:, j * H : (j + 1) * H].reshape(-1, NH, hd) for j in range(3))
+        for a, b in spans:
+            att = np.matmul(q_all[a:b].transpose(1, 0, 2), k_all[a:b].transpose(1, 2, 0))
+            att -= att.max(axis=-1, keepdims=True)
+            np.exp(att, out=att)
+            att /= att.sum(axis=-1, keepdims=True)
+            np.matmul(att, v_all[a:b].transpose(1, 0, 2), out=ctx_heads[a:b].transpose(1, 0, 2))
+        if observe:
+            observe(i, "ao", ctx)
+        out = linear(ctx, *w["ao"], out=hidden[0])
+        out += x
+        x = _layer_norm(out, w["aln"][0], w["aln"][1], eps)
+        if observe:
+            observe(i, "fi", x)
+        mid = linear(x, *w["fi"], out=mid_buf)
+        mid = _gelu(mid, _like(scratch, mid))
+        if observe:
+            observe(i, "fo", mid)
+        out = linear(mid, *w["fo"], out=hidden[1])
+        out += x
+        x = _layer_norm(out, w["oln"][0], w["oln"][1], eps)
+    return x
+
+
 def set_blas_threads(n: int) -> bool:
     """Ask numpy's BLAS for n threads (OpenBLAS/MKL bundled with numpy); False if it can't be told.
 
@@ -799,7 +843,6 @@ class E5Embedder:
         (pmem.models.e5_int8, loaded by `embed_array`); `observe(layer, part, x)` sees each
         product's input (the int8 graph's calibration)."""
         H, NH = self.dim, self.heads
-        hd = H // NH
         lengths = [len(s) for s in seqs]
         bounds = np.cumsum([0, *lengths])
         ids = np.fromiter((t for s in seqs for t in s), np.int64, bounds[-1])
@@ -812,41 +855,8 @@ class E5Embedder:
         if int8 and layers and not isinstance(layers, bool):
             x = layers.run(x, lengths)
             return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
-        scale = np.float32(1 / math.sqrt(hd))
-        # Every activation of the pass in buffers made once, not arrays made per layer.
-        qkv_buf, mid_buf, scratch = (np.empty(len(ids) * width, np.float32) for width in (3 * H, self.ffn, self.ffn))
-        hidden = [np.empty(len(ids) * H, np.float32) for _ in range(2)]
-        ctx = np.empty_like(x)
-        ctx_heads = ctx.reshape(-1, NH, hd)
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-        for i, w in enumerate(self._layer_weights()):
-            if observe:
-                observe(i, "qkv", x)
-            qkv = linear(x, *w["qkv"], out=qkv_buf)
-            qkv[:, :H] *= scale
-            # [tokens, heads, head dim] views (a copy each only for a search's few rows, once a
-            # layer), so that a sequence's attention takes slices of them, not copies
-            q_all, k_all, v_all = (qkv[:, j * H : (j + 1) * H].reshape(-1, NH, hd) for j in range(3))
-            for a, b in spans:
-                att = np.matmul(q_all[a:b].transpose(1, 0, 2), k_all[a:b].transpose(1, 2, 0))
-                att -= att.max(axis=-1, keepdims=True)
-                np.exp(att, out=att)
-                att /= att.sum(axis=-1, keepdims=True)
-                np.matmul(att, v_all[a:b].transpose(1, 0, 2), out=ctx_heads[a:b].transpose(1, 0, 2))
-            if observe:
-                observe(i, "ao", ctx)
-            out = linear(ctx, *w["ao"], out=hidden[0])
-            out += x
-            x = _layer_norm(out, w["aln"][0], w["aln"][1], self.eps)
-            if observe:
-                observe(i, "fi", x)
-            mid = linear(x, *w["fi"], out=mid_buf)
-            mid = _gelu(mid, _like(scratch, mid))
-            if observe:
-                observe(i, "fo", mid)
-            out = linear(mid, *w["fo"], out=hidden[1])
-            out += x
-            x = _layer_norm(out, w["oln"][0], w["oln"][1], self.eps)
+        x = layers_forward(x, spans, self._layer_weights(), NH, self.ffn, self.eps, observe)
         return np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
 
     _forward = forward  # its name before 0066, which benchmarks run against older trees call
@@ -871,7 +881,8 @@ class E5Embedder:
 
     def int8_model(self) -> bytes:
         """The int8 graph's ONNX bytes: the channel maxima of each product's input over a float32
-        pass of e5_int8.CALIBRATION, then e5_int8.build (about 1 s, once a model file)."""
+        pass of e5_int8.CALIBRATION, then e5_int8.build (about 1 s, once a model file), its
+        weights in uint8 where this CPU's int8 products saturate (e5_int8.saturates)."""
         from . import e5_int8
 
         amax: list[dict] = [{} for _ in range(self.layers)]
@@ -883,7 +894,7 @@ class E5Embedder:
         seqs = [w for text in e5_int8.CALIBRATION for w in self.windows(self.tokenize(text), limit=MAX_WINDOWS)]
         for a, b in packs([len(s) for s in seqs]):
             self.forward(seqs[a:b], observe=observe)
-        return e5_int8.build(self._layer_weights(), amax, self.heads, self.eps)
+        return e5_int8.build(self._layer_weights(), amax, self.heads, self.eps, wide=e5_int8.saturates())
 
     def close(self) -> None:
         self._weights = None

@@ -37,6 +37,7 @@ from .. import paths
 
 ALPHA = 0.7  # SmoothQuant's migration strength: 0.6-0.8 agree to 5e-4 (decision 0070)
 FORMAT = b"E5I8v2\0\0"  # the cache file's head: bump when the graph, CALIBRATION or ALPHA change
+WIDE_FORMAT = b"E5I8v2w\0"  # the same graph with uint8 weights (saturates())
 # Each product's zero point (uint8) for its rows: what its inputs' rows run below 0 against above
 # (qkv's and FFN in's smoothed layer norms, about even; FFN out's GELU, never below -0.17)
 ZERO = {"qkv": 96, "ao": 128, "fi": 128, "fo": 24}
@@ -111,6 +112,30 @@ def runtime():
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def saturates() -> bool:
+    """Whether this CPU's u8 x s8 products saturate: x86 without VNNI (AVX2, or AVX-512 without
+    VNNI) multiplies pairs of bytes into 16 bits (vpmaddubsw), and 255 * 127 * 2 overflows it:
+    vectors twice as far from float32 (decision 0070). Asked of the runtime itself, by a product
+    whose every pair overflows; where it does, the graph takes its weights as uint8 (zero point
+    128), which ONNX Runtime multiplies in 16 bits: exact, on every CPU."""
+    g = Graph()
+    k, n = 64, 16
+    g.init("q", np.full((k, n), 127, np.int8))
+    g.init("one", np.array(1.0, np.float32))
+    g.init("s", np.ones(n, np.float32))
+    g.init("z", np.array(0, np.uint8))
+    g.node("MatMulIntegerToFloat", ["u", "q", "one", "s", "z"], ["y"], domain="com.microsoft")
+    model = g.model([value_info("u", 2, [4, k])], [value_info("y", 1, [4, n])])
+    try:
+        ort = runtime()
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        y = session.run(None, {"u": np.full((4, k), 255, np.uint8)})[0]
+        return not np.all(y == 255 * 127 * k)
+    except Exception:  # noqa: BLE001  # a runtime that cannot say: the product that is exact everywhere
+        return True
+
+
 # --- the protobuf ONNX Runtime reads (onnx.proto's field numbers), written without `onnx` -----
 
 
@@ -173,9 +198,12 @@ def value_info(name: str, elem: int, dims: list) -> _Proto:
 
 
 class Graph:
-    def __init__(self) -> None:
+    """Nodes and initialisers; `wide`: product() stores its weights as uint8 (saturates())."""
+
+    def __init__(self, wide: bool = False) -> None:
         self.nodes: list[_Proto] = []
         self.inits: list[_Proto] = []
+        self.wide = wide
 
     def init(self, name: str, a: np.ndarray) -> str:
         self.inits.append(_tensor(name, a))
@@ -242,6 +270,8 @@ def constants(g: Graph) -> None:
     g.init("tiny", np.array(1e-12, np.float32))  # a row of zeros: any scale
     g.init("rows", np.array([-1], np.int64))
     g.init("one", np.array(1.0, np.float32))
+    if g.wide:
+        g.init("wide_zero", np.array(128, np.uint8))
 
 
 def product(g: Graph, inp: str, weight: np.ndarray, bias: np.ndarray, c: np.ndarray | None, name: str) -> str:
@@ -263,21 +293,23 @@ def product(g: Graph, inp: str, weight: np.ndarray, bias: np.ndarray, c: np.ndar
     z = g.init(name + "z", np.array(zero, np.uint8))
     zeros = g.node("Expand", [z, g.node("Shape", [flat], [name + "n"])], [name + "zs"])
     u = g.node("QuantizeLinear", [inp, flat, zeros], [name + "u"], axis=0)
-    acc = g.node("MatMulIntegerToFloat", [u, g.init(name + "q", q), "one", g.init(name + "s", s), z],
-                 [name + "acc"], domain="com.microsoft")
+    if g.wide:  # q + 128 against a zero point of 128: the same integers, multiplied in 16 bits
+        q = (q.astype(np.int16) + 128).astype(np.uint8)
+    inputs = [u, g.init(name + "q", q), "one", g.init(name + "s", s), z] + (["wide_zero"] if g.wide else [])
+    acc = g.node("MatMulIntegerToFloat", inputs, [name + "acc"], domain="com.microsoft")
     y = g.node("Mul", [acc, r], [name + "yr"])
     return g.node("Add", [y, g.init(name + "b", bias.astype(np.float32))], [name + "y"])
 
 
-def build(layers: list[dict], amax: list[dict], heads: int, eps: float) -> bytes:
+def build(layers: list[dict], amax: list[dict], heads: int, eps: float, wide: bool = False) -> bytes:
     """The ONNX model of e5's layers: inputs x [T, H] (the embeddings after their layer norm),
     pad [B, L] (each sequence's token rows, padded with any row), unpad [T] (each token's place in
     the padded [B * L]) and bias [B, 1, 1, L] (0 for a token, -1e4 for padding); output y [T, H].
     `layers` are e5's float32 weights (E5Embedder._layer_weights), `amax` each layer's input
-    channel maxima of its four products."""
+    channel maxima of its four products; `wide`: the weights in uint8 (saturates())."""
     H = layers[0]["qkv"][0].shape[1]
     hd = H // heads
-    g = Graph()
+    g = Graph(wide)
     g.init("pad_shape", np.array([0, 0, heads, hd], np.int64))
     g.init("flat", np.array([-1, H], np.int64))
     g.init("thirds", np.array([H, H, H], np.int64))
@@ -342,7 +374,7 @@ class Int8Layers:
 
     def __init__(self, cache: Path, stamp: bytes, make: Callable[[], bytes]):
         ort = runtime()
-        head = FORMAT + stamp
+        head = (WIDE_FORMAT if saturates() else FORMAT) + stamp
         model = None
         try:
             with open(cache, "rb") as f:

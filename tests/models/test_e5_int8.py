@@ -8,7 +8,10 @@ caches and what happens without it.
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,6 +65,87 @@ def test_a_vector_is_the_same_whatever_is_packed_beside_it(tiny):
     others = e.embed_array(texts[200:] + texts[:200][::-1])[100:][::-1]
     assert isinstance(e.int8_layers, e5_int8.Int8Layers)
     assert np.array_equal(alone, others)
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), None)
+
+
+def test_the_runtime_says_whether_its_products_saturate_as_the_cpu_flags_do():
+    """ONNX Runtime multiplies u8 by s8 with VNNI (or AMX) exactly; on x86 with AVX2 and no VNNI,
+    in pairs of bytes summed in 16 bits, which saturate. The probe asks the runtime itself."""
+    flags = _cpu_flags()
+    if platform.machine() != "x86_64" or flags is None:
+        pytest.skip("the flags of x86 Linux's /proc/cpuinfo say which kernel ONNX Runtime takes")
+    exact = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}) or "avx2" not in flags
+    assert e5_int8.saturates() is (not exact)
+
+
+def _wide(on: bool):
+    return lambda: on
+
+
+def test_uint8_weights_make_the_same_vectors_with_a_cache_of_their_own(tiny, monkeypatch):
+    """Where the products saturate the graph takes its weights as uint8 against a zero point of 128:
+    the same integers, so the same vectors where nothing saturates; the cache says which it holds."""
+    texts = _texts(200)
+    saturating = e5_int8.saturates()
+    cache = tiny.with_name(tiny.name + ".int8")
+    monkeypatch.setattr(e5_int8, "saturates", _wide(False))
+    narrow = E5Embedder(tiny, threads=1).embed_array(texts)
+    assert cache.read_bytes().startswith(e5_int8.FORMAT)
+    monkeypatch.setattr(e5_int8, "saturates", _wide(True))
+    e = E5Embedder(tiny, threads=1)
+    wide = e.embed_array(texts)
+    assert isinstance(e.int8_layers, e5_int8.Int8Layers) and cache.read_bytes().startswith(e5_int8.WIDE_FORMAT)
+    if not saturating:
+        assert np.abs(wide - narrow).max() < 1e-6
+    want = _float32(tiny).embed_array(texts)
+    assert ((wide * want).sum(axis=1)).min() > 0.99
+
+
+QEMU = shutil.which("qemu-x86_64")
+_UNDER_QEMU = """
+import sys
+import numpy as np
+from pmem.models import e5_int8
+from pmem.models.e5 import E5Embedder
+saturates, wide = e5_int8.saturates(), sys.argv[3] == "wide"
+e5_int8.saturates = lambda: wide
+texts = sys.argv[4].split("\\n")
+np.save(sys.argv[2], E5Embedder(sys.argv[1], threads=1).embed_array(texts))
+print(saturates)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not QEMU,
+                    reason="needs QEMU's user-mode emulator (Debian: qemu-user) on x86_64")
+def test_on_a_cpu_without_vnni_the_vectors_are_as_exact_as_with_it(tiny, tmp_path):
+    """ONNX Runtime's own AVX2 kernels, under QEMU's CPU `max` (AVX2, no VNNI): the probe finds
+    that int8 weights saturate, and with uint8 weights the vectors are the ones a CPU with VNNI
+    makes; with int8 weights they would be further from float32."""
+    texts = _texts(120)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), *sys.path])}
+    got = {}
+    for kind in ("wide", "narrow"):
+        model = tmp_path / kind / tiny.name  # a cache of each kind's own
+        model.parent.mkdir()
+        shutil.copy2(tiny, model)
+        out = tmp_path / f"{kind}.npy"
+        run = subprocess.run([QEMU, "-cpu", "max", sys.executable, "-c", _UNDER_QEMU, str(model), str(out), kind,
+                              "\n".join(texts)], env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == ["True"]  # the probe, on the emulated CPU
+        got[kind] = np.load(out)
+    want = _float32(tiny).embed_array(texts)
+    here = E5Embedder(tiny, threads=1).embed_array(texts)  # this CPU's int8 vectors
+    err = {k: 1 - (v * want).sum(axis=1) for k, v in got.items()}
+    assert np.abs(got["wide"] - here).max() < 1e-4
+    assert err["narrow"].mean() > 1.5 * err["wide"].mean()
 
 
 def test_one_product_quantises_each_row_with_its_own_scale():
