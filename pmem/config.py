@@ -54,10 +54,10 @@ class Settings:
                   "memory by both models; `pmem reindex` fills it for older memories) or none",
         choices=("minilm", "none"))
     embed_bulk: str = _setting(
-        "int8", "how an import, a join's fill or a reindex runs multilingual-e5-small: int8 (ONNX Runtime's "
-                "int8 products where installed, about twice as fast; each vector within cosine 0.9995 of its "
-                "float32 one, so two memories a question finds almost equally near may trade places) or "
-                "float32 (the numbers a search and `pmem add` compute)",
+        "int8", "how an import, a join's fill or a reindex runs multilingual-e5-small and English memories' "
+                "all-MiniLM-L6-v2: int8 (ONNX Runtime's int8 products where installed, 2-4 times as fast; each "
+                "vector within cosine 0.998 of the one a search computes, so two memories a question finds almost "
+                "equally near may trade places) or float32 (the numbers a search and `pmem add` compute)",
         choices=("int8", "float32"))
     chat_model: str = _setting("SmolLM2-135M-Instruct",
                                "chat model for extract and dream: a known name or a GGUF path")

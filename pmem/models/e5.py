@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 import numpy as np
 
 from ..errors import ModelError
+from . import e5_int8
 from .profiles import E5_SMALL as PROFILE
 
 if TYPE_CHECKING:
@@ -787,6 +788,8 @@ class E5Embedder:
             # workers only where each can be held to one BLAS thread (not N workers of N threads)
             workers = min(self.threads, PARALLEL_MAX) if self.parallel and (blas_settable() or int8) else 1
             spans = packs(lengths, workers)
+            if int8:  # each pack's attention pads its sequences to its longest: cut where that wastes
+                spans = [cut for span in spans for cut in e5_int8.unpadded(lengths, *span)]
             workers = min(workers, len(spans))
             set_blas_threads(1 if workers > 1 else self.threads)
             for (start, end), means in zip(spans, self._passes(seqs, spans, workers, int8)):
@@ -867,8 +870,6 @@ class E5Embedder:
         calibration texts; False where onnxruntime is missing or it fails."""
         if self.int8_layers is None:
             self.int8_layers = False
-            from . import e5_int8
-
             if e5_int8.enabled():
                 st = self.path.stat()
                 try:
@@ -883,8 +884,6 @@ class E5Embedder:
         """The int8 graph's ONNX bytes: the channel maxima of each product's input over a float32
         pass of e5_int8.CALIBRATION, then e5_int8.build (about 1 s, once a model file), its
         weights in uint8 where this CPU's int8 products saturate (e5_int8.saturates)."""
-        from . import e5_int8
-
         amax: list[dict] = [{} for _ in range(self.layers)]
 
         def observe(i: int, part: str, x: np.ndarray) -> None:

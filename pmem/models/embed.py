@@ -9,10 +9,16 @@ import math
 import re
 import threading
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import ModelError
 from .cache import ModelCache, given
+
+if TYPE_CHECKING:
+    from .bert_int8 import BertInt8
+
+# Tokens in a call from which its texts run in int8 (bert_int8): e5's SPLIT_TOKENS
+BULK_TOKENS = 512
 
 
 @runtime_checkable
@@ -119,6 +125,10 @@ class LlamaEmbedder:
         self._lock = threading.Lock()  # one llama context: one batch at a time
         self.threads = threads
         self._n_threads = threads  # what the context runs with now (embed's `threads` changes it)
+        # calls of many texts through pmem.models.bert_int8 (a BERT GGUF's layers in int8): None
+        # until one asks, False where it cannot run; `int8_bulk` from the setting embed_bulk
+        self.int8_layers: "BertInt8 | bool | None" = None
+        self.int8_bulk = True
 
     _backend: list[bool] = []  # llama_backend_init, once per process
 
@@ -194,8 +204,12 @@ class LlamaEmbedder:
         used = 0
         pack = max(1, min(pack_tokens, self._n_batch)) if pack_tokens else self._pack
         with self._lock:
+            seqs = [self.tokenize(t) for t in texts]
+            # many texts (a fill, an import's second vectors) in int8, as e5's bulk calls; a search's one never
+            if self.int8_bulk and len(seqs) > 1 and sum(map(len, seqs)) >= BULK_TOKENS and self.int8_ready():
+                return self.int8_layers.embed(seqs).tolist()  # type: ignore[union-attr]
             self._use_threads(threads or self.threads)
-            for tokens in map(self.tokenize, texts):
+            for tokens in seqs:
                 if group and (used + len(tokens) > pack or len(group) >= self._n_seq):
                     out.extend(self._encode(group))
                     group, used = [], 0
@@ -204,6 +218,22 @@ class LlamaEmbedder:
             if group:
                 out.extend(self._encode(group))
         return out
+
+    def use_int8(self, on: bool) -> None:
+        """Whether calls of many texts may run in int8 (the setting embed_bulk, passed by the store)."""
+        self.int8_bulk = bool(on)
+
+    def int8_ready(self) -> bool:
+        if self.int8_layers is None:
+            self.int8_layers = False
+            from . import bert_int8, e5_int8
+
+            if e5_int8.enabled() and bert_int8.readable(self.path):
+                try:
+                    self.int8_layers = bert_int8.BertInt8(self.path, self.tokenize)
+                except Exception:  # noqa: BLE001  # a GGUF or runtime it cannot run: llama.cpp, as before
+                    self.int8_layers = False
+        return bool(self.int8_layers)
 
     def _use_threads(self, n: int) -> None:
         if n != self._n_threads:  # a context's threads change per call; nothing is reloaded

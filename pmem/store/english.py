@@ -171,10 +171,14 @@ class EnglishVectors:
         if model is None:
             return None
         try:
-            if (len(texts) > BULK_EMBED or self.bulk) and getattr(model, "remote", False):
+            int8 = self.config.embed_bulk == "int8"  # calls of many texts in int8, or as a search's (llama.cpp)
+            if (len(texts) > BULK_EMBED or self.bulk or (len(texts) > 1 and not int8)) \
+                    and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             from ..models.embed import LlamaEmbedder
 
+            if isinstance(model, LlamaEmbedder):
+                model.use_int8(int8)
             if not isinstance(model, LlamaEmbedder):  # served: the server decides
                 vectors = model.embed(texts)
             elif query:

@@ -285,6 +285,17 @@ def test_padding_puts_each_token_back_where_it_was():
     assert bias.min() <= -1e4
 
 
+def test_packs_are_cut_where_their_padding_would_waste():
+    lengths = sorted([5] * 10 + [6] * 3 + [9, 30, 31, 90])
+    spans = e5_int8.unpadded(lengths, 2, len(lengths))
+    assert spans[0][0] == 2 and spans[-1][1] == len(lengths)
+    assert all(a < b and b == c for (a, b), (c, _) in zip(spans, spans[1:]))  # every sequence once, in order
+    for a, b in spans:
+        assert b - a == 1 or (b - a) * lengths[b - 1] <= e5_int8.SLACK * sum(lengths[a:b])
+    assert spans[0] == (2, 13)  # like lengths stay one pack
+    assert (16, 17) in spans  # the long one alone: 4 x 90 padded rows for 160 tokens would waste
+
+
 def test_a_varint_of_a_negative_int64_takes_ten_bytes():
     assert e5_int8.varint(300) == b"\xac\x02"
     assert len(e5_int8.varint(-1)) == 10 and e5_int8.varint(-1)[-1] == 0x01

@@ -109,16 +109,21 @@ def test_minilm_matches_sentence_transformers(minilm):
 @pytest.mark.model
 @pytest.mark.slow
 def test_minilm_batch_equals_single(minilm):
+    """llama.cpp's packs (a call of many texts runs in int8 unless told: tests/models/test_bert_int8.py)."""
     texts = [f"Caroline: I went to a LGBTQ support group yesterday ({i})" for i in range(40)]
     texts += ["", "a " * 2000, "Melanie painted a sunrise over the lake in 2022."]
-    batched = minilm.embed(texts)
-    for text, vec in zip(texts, batched):
-        single = minilm.embed([text])[0]
-        # packing changes SIMD summation order slightly; measured max 8.3e-5
-        assert max(abs(a - b) for a, b in zip(single, vec)) < 5e-4
-        assert _cos(single, vec) > 0.99999
-        assert abs(sum(x * x for x in vec) - 1) < 1e-5
-    assert minilm.embed(texts) == batched  # same batch twice: bit-identical
+    minilm.use_int8(False)
+    try:
+        batched = minilm.embed(texts)
+        for text, vec in zip(texts, batched):
+            single = minilm.embed([text])[0]
+            # packing changes SIMD summation order slightly; measured max 8.3e-5
+            assert max(abs(a - b) for a, b in zip(single, vec)) < 5e-4
+            assert _cos(single, vec) > 0.99999
+            assert abs(sum(x * x for x in vec) - 1) < 1e-5
+        assert minilm.embed(texts) == batched  # same batch twice: bit-identical
+    finally:
+        minilm.use_int8(True)
 
 
 @pytest.mark.model

@@ -352,6 +352,20 @@ def test_a_bulk_write_embeds_every_batch_of_the_second_model_here(two):
     assert len(served.calls) == 2
 
 
+def test_with_embed_bulk_float32_the_server_is_asked_for_no_call_of_several_texts(tmp_path, fake_config):
+    """A served MiniLM runs calls of many texts in int8: with embed_bulk = float32 those run here,
+    as a search's texts do; one text (a search, an add) is still the server's."""
+    s = MemoryStore(tmp_path / "f.db", config=fake_config.with_values(embed_model=en.MAIN, embed_bulk="float32"),
+                    embedder=Named(en.MAIN))
+    try:
+        s.vectors.english.embedder = served = Served(en.MODEL, 32)
+        s.insert([Memory(id="", text=DANA), Memory(id="", text=TOKYO)])
+        s.insert([Memory(id="", text="The spare key is under the blue flowerpot.")])
+        assert served.here.calls == [[DANA, TOKYO]] and served.calls == [["The spare key is under the blue flowerpot."]]
+    finally:
+        s.close()
+
+
 def test_a_cold_search_loads_the_second_model_on_its_own_thread(two, monkeypatch):
     """MiniLM's load (import llama_cpp, the file) overlaps e5's load and query, not precedes them."""
     two.add(DANA)

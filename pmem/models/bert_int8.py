@@ -1,0 +1,136 @@
+"""A BERT GGUF's layers in int8 for calls of many texts: MiniLM's English fill, as e5's import.
+
+English memories get a second vector from all-MiniLM-L6-v2, a GGUF that llama.cpp embeds (about
+13 ms a chat turn on one thread); the fill after an import spent twice the import's own time on
+it. Its six layers are the same BERT layers as e5's, so they run in the same ONNX Runtime graph
+(pmem.models.e5_int8.build: int8 products, each token's row its own scale), built from the GGUF's
+own weights (dequantised with `gguf`, as llama.cpp reads them) and kept beside it (`.int8`). The
+tokens are llama.cpp's (LlamaEmbedder.tokenize), the pooling llama.cpp's (the mean of every
+token's last state, [CLS] and [SEP] included): a vector within cosine 0.999 of llama.cpp's for
+the same text (decision 0070, "MiniLM's fill"). One text, a search's, stays with llama.cpp.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import e5_int8
+from .e5 import _layer_norm, layers_forward, packs
+
+_PARTS = {"aln": "attn_output_norm", "oln": "layer_output_norm"}
+# Input channels of each product kept in float32 (e5_int8.build's `outliers`): MiniLM's rows have
+# a few channels far larger than the rest; in int8 with them, 1 - mean cosine to float32 0.00090,
+# without 0.00037, for 18% more time (decision 0070, "MiniLM's fill")
+OUTLIERS = 16
+
+
+def readable(path: Path) -> bool:
+    """Whether `path` is a BERT GGUF with mean pooling, the kind this module runs."""
+    try:
+        return _meta(_reader(path))[:2] == ("bert", 1)
+    except Exception:  # noqa: BLE001  # not a GGUF it can read: llama.cpp alone
+        return False
+
+
+def _reader(path: Path):
+    import gguf
+
+    return gguf.GGUFReader(path)
+
+
+def _field(reader, key: str):
+    f = reader.fields[key]
+    value = f.parts[f.data[0]]
+    return bytes(value).decode() if f.types and f.types[0].name == "STRING" else value.tolist()[0]
+
+
+def _meta(reader) -> tuple[str, int, int, float]:
+    arch = _field(reader, "general.architecture")
+    return (arch, int(_field(reader, f"{arch}.pooling_type")), int(_field(reader, f"{arch}.attention.head_count")),
+            float(_field(reader, f"{arch}.attention.layer_norm_epsilon")))
+
+
+class BertInt8:
+    """The GGUF's embeddings in numpy and its layers in e5_int8's graph; `tokenize` is the
+    llama.cpp model's, which this reproduces (LlamaEmbedder.tokenize: specials added, cut to 512)."""
+
+    def __init__(self, path: Path | str, tokenize: Callable[[str], list[int]]):
+        from gguf import quants
+
+        self.path = Path(path)
+        self.tokenize = tokenize
+        reader = _reader(self.path)
+        _, _, self.heads, self.eps = _meta(reader)
+        tensors = {t.name: t for t in reader.tensors}
+        self._dequant = quants.dequantize
+
+        def f32(name: str) -> np.ndarray:
+            t = tensors[name]
+            return np.ascontiguousarray(quants.dequantize(t.data, t.tensor_type), np.float32)
+
+        self._word = tensors["token_embd.weight"]  # dequantised a row at a time, as texts need them
+        self._pos = f32("position_embd.weight")
+        self._type0 = f32("token_types.weight")[0]
+        self._emb_ln = (f32("token_embd_norm.weight"), f32("token_embd_norm.bias"))
+        self.layers: list[dict] = []
+        while f"blk.{len(self.layers)}.attn_q.weight" in tensors:
+            b = f"blk.{len(self.layers)}."
+
+            def wb(name: str, b: str = b) -> tuple[np.ndarray, np.ndarray]:
+                return f32(b + name + ".weight"), f32(b + name + ".bias")
+
+            q, k, v = wb("attn_q"), wb("attn_k"), wb("attn_v")
+            self.layers.append({"qkv": (np.concatenate([q[0], k[0], v[0]]), np.concatenate([q[1], k[1], v[1]])),
+                                "ao": wb("attn_output"), "aln": wb(_PARTS["aln"]), "fi": wb("ffn_up"),
+                                "fo": wb("ffn_down"), "oln": wb(_PARTS["oln"])})
+        self.ffn = self.layers[0]["fi"][0].shape[0]
+        st = self.path.stat()
+        self.graph = e5_int8.Int8Layers(self.path.with_name(self.path.name + ".int8"),
+                                        struct.pack("<4sQQ", b"BERT", st.st_size, st.st_mtime_ns) + bytes([OUTLIERS]),
+                                        self.model)
+
+    def _embeddings(self, seqs: list[list[int]]) -> np.ndarray:
+        ids = np.fromiter((t for s in seqs for t in s), np.int64)
+        pos = np.concatenate([np.arange(len(s)) for s in seqs])
+        x = np.asarray(self._dequant(self._word.data[ids], self._word.tensor_type), np.float32).reshape(len(ids), -1)
+        x = x + self._pos[pos] + self._type0
+        return _layer_norm(x, *self._emb_ln, self.eps)
+
+    def forward(self, seqs: list[list[int]], observe: Callable | None = None) -> np.ndarray:
+        """The mean of each sequence's last states, in float32: the graph's calibration."""
+        bounds = np.cumsum([0, *map(len, seqs)])
+        x = layers_forward(self._embeddings(seqs), list(zip(bounds[:-1].tolist(), bounds[1:].tolist())),
+                           self.layers, self.heads, self.ffn, self.eps, observe)
+        return np.add.reduceat(x, bounds[:-1], axis=0) / np.diff(bounds).astype(np.float32)[:, None]
+
+    def model(self) -> bytes:
+        """The int8 graph: each product's input channel maxima over a float32 pass of
+        e5_int8.CALIBRATION, then e5_int8.build, as e5's (E5Embedder.int8_model)."""
+        amax: list[dict] = [{} for _ in self.layers]
+
+        def observe(i: int, part: str, x: np.ndarray) -> None:
+            m = np.abs(x).max(axis=0)
+            amax[i][part] = np.maximum(amax[i][part], m) if part in amax[i] else m
+
+        seqs = [self.tokenize(text) for text in e5_int8.CALIBRATION]
+        for a, b in packs([len(s) for s in seqs]):
+            self.forward(seqs[a:b], observe=observe)
+        return e5_int8.build(self.layers, amax, self.heads, self.eps, wide=e5_int8.saturates(), outliers=OUTLIERS)
+
+    def embed(self, seqs: list[list[int]]) -> np.ndarray:
+        """Unit vectors of token lists (LlamaEmbedder.tokenize's), in their order."""
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        ranked = [seqs[i] for i in order]
+        out = np.empty((len(seqs), self.layers[0]["ao"][0].shape[0]), np.float32)
+        every = [len(s) for s in ranked]
+        for a, b in (cut for span in packs(every) for cut in e5_int8.unpadded(every, *span)):
+            lengths = every[a:b]
+            bounds = np.cumsum([0, *lengths])
+            x = self.graph.run(self._embeddings(ranked[a:b]), lengths)
+            out[order[a:b]] = np.add.reduceat(x, bounds[:-1], axis=0) / np.asarray(lengths, np.float32)[:, None]
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
