@@ -406,12 +406,32 @@ def padding(lengths: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pad, unpad, bias
 
 
+REFUSED = b"refused"  # a graph its maker measured and refused (bert_int8): cached, so no process builds it again
+
+
+def open_session(model: bytes):
+    """An ONNX Runtime session of a graph's bytes, one intra-op thread (e5's workers run packs
+    side by side)."""
+    ort = runtime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def run(session, x: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """The graph's layers over packed token rows x [T, H] of sequences of these lengths."""
+    pad, unpad, bias = padding(lengths)
+    return session.run(None, {"x": np.ascontiguousarray(x, np.float32), "pad": pad, "unpad": unpad, "bias": bias})[0]
+
+
 class Int8Layers:
-    """A session of the graph, one intra-op thread (e5's workers run packs side by side), built
-    on first use and kept in `cache` (mode 0600, keyed by `stamp`: the model file's size and time)."""
+    """A session of the graph, built on first use and kept in `cache` (mode 0600, keyed by
+    `stamp`: the model file's size and time). Raises ValueError where its maker refused it
+    (REFUSED, cached too)."""
 
     def __init__(self, cache: Path, stamp: bytes, make: Callable[[], bytes]):
-        ort = runtime()
         head = (WIDE_FORMAT if saturates() else FORMAT) + stamp
         model = None
         try:
@@ -420,24 +440,21 @@ class Int8Layers:
                     model = f.read()
         except OSError:
             pass
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        if model:
+        if model and model != REFUSED:
             try:
-                self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+                self.session = open_session(model)
                 return
             except Exception:  # noqa: BLE001  # a cache cut short or written by hand: built again
                 pass
-        model = make()
-        try:  # a models directory that cannot be written only costs the next process the build
-            paths.write_atomic(cache, head + model, mode=0o600)
-        except OSError:
-            pass
-        self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        if model != REFUSED:
+            model = make()
+            try:  # a models directory that cannot be written only costs the next process the build
+                paths.write_atomic(cache, head + model, mode=0o600)
+            except OSError:
+                pass
+        if model == REFUSED:
+            raise ValueError(f"{cache.name}: the int8 graph was measured and refused")
+        self.session = open_session(model)
 
     def run(self, x: np.ndarray, lengths: list[int]) -> np.ndarray:
-        pad, unpad, bias = padding(lengths)
-        return self.session.run(None, {"x": np.ascontiguousarray(x, np.float32), "pad": pad, "unpad": unpad,
-                                       "bias": bias})[0]
+        return run(self.session, x, lengths)

@@ -199,9 +199,6 @@ class LlamaEmbedder:
         embeds short texts in bulk (bigger packs, bigger matrix products) says so."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts")
-        out: list[list[float]] = []
-        group: list[list[int]] = []
-        used = 0
         pack = max(1, min(pack_tokens, self._n_batch)) if pack_tokens else self._pack
         with self._lock:
             seqs = [self.tokenize(t) for t in texts]
@@ -209,14 +206,22 @@ class LlamaEmbedder:
             if self.int8_bulk and len(seqs) > 1 and sum(map(len, seqs)) >= BULK_TOKENS and self.int8_ready():
                 return self.int8_layers.embed(seqs).tolist()  # type: ignore[union-attr]
             self._use_threads(threads or self.threads)
-            for tokens in seqs:
-                if group and (used + len(tokens) > pack or len(group) >= self._n_seq):
-                    out.extend(self._encode(group))
-                    group, used = [], 0
-                group.append(tokens)
-                used += len(tokens)
-            if group:
+            return self._encode_all(seqs, pack)
+
+    def _encode_all(self, seqs: list[list[int]], pack: int) -> list[list[float]]:
+        """llama.cpp's unit vectors of token lists, in packs of at most `pack` tokens (the caller
+        holds the lock)."""
+        out: list[list[float]] = []
+        group: list[list[int]] = []
+        used = 0
+        for tokens in seqs:
+            if group and (used + len(tokens) > pack or len(group) >= self._n_seq):
                 out.extend(self._encode(group))
+                group, used = [], 0
+            group.append(tokens)
+            used += len(tokens)
+        if group:
+            out.extend(self._encode(group))
         return out
 
     def use_int8(self, on: bool) -> None:
@@ -230,10 +235,16 @@ class LlamaEmbedder:
 
             if e5_int8.enabled() and bert_int8.readable(self.path):
                 try:
-                    self.int8_layers = bert_int8.BertInt8(self.path, self.tokenize)
-                except Exception:  # noqa: BLE001  # a GGUF or runtime it cannot run: llama.cpp, as before
+                    self.int8_layers = bert_int8.BertInt8(self.path, self.tokenize, self._reference)
+                except Exception:  # noqa: BLE001  # a GGUF, runtime or graph it cannot run (refused): llama.cpp
                     self.int8_layers = False
         return bool(self.int8_layers)
+
+    def _reference(self, seqs: list[list[int]]):
+        """llama.cpp's vectors of token lists as a numpy array: what the int8 graph is measured against."""
+        import numpy as np
+
+        return np.array(self._encode_all(seqs, self._pack), np.float32)
 
     def _use_threads(self, n: int) -> None:
         if n != self._n_threads:  # a context's threads change per call; nothing is reloaded

@@ -96,6 +96,21 @@ def test_the_graph_is_cached_privately_and_read_back(minilm, monkeypatch):
     assert LlamaEmbedder(minilm, threads=1).embed(TEXTS) == first and built == []
 
 
+def test_a_graph_that_misses_llama_cpps_vectors_is_refused_once_and_for_all(minilm, monkeypatch):
+    """A GGUF (one of the user's own) whose int8 vectors of the calibration texts are not near
+    enough llama.cpp's is refused when its graph is built: llama.cpp embeds every call, and the
+    refusal is cached, so no later process builds it again."""
+    monkeypatch.setattr(bert_int8, "FIDELITY", (0.99999, 0.9999))  # past what MiniLM's graph reaches
+    e = LlamaEmbedder(minilm, threads=1)
+    assert e.embed(TEXTS) == _llama(minilm).embed(TEXTS) and e.int8_layers is False
+    cache = minilm.with_name(minilm.name + ".int8")
+    assert cache.read_bytes().endswith(e5_int8.REFUSED)
+    built = []
+    monkeypatch.setattr(bert_int8.BertInt8, "model", lambda self: built.append(1) or b"")
+    e = LlamaEmbedder(minilm, threads=1)
+    assert e.embed(TEXTS) == _llama(minilm).embed(TEXTS) and e.int8_layers is False and built == []
+
+
 def test_only_a_bert_gguf_with_mean_pooling_is_taken(minilm, tmp_path):
     assert bert_int8.readable(minilm)
     junk = tmp_path / "junk.gguf"
