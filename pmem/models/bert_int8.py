@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -35,27 +35,92 @@ FIDELITY = (0.999, 0.995)
 def readable(path: Path) -> bool:
     """Whether `path` is a BERT GGUF with mean pooling, the kind this module runs."""
     try:
-        return _meta(_reader(path))[:2] == ("bert", 1)
+        return _meta(read_gguf(path)[0])[:2] == ("bert", 1)
     except Exception:  # noqa: BLE001  # not a GGUF it can read: llama.cpp alone
         return False
 
 
-def _reader(path: Path):
-    import gguf
-
-    return gguf.GGUFReader(path)
+# GGUF's value types: struct formats of the scalars (8: string, 9: array)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
-def _field(reader, key: str):
-    f = reader.fields[key]
-    value = f.parts[f.data[0]]
-    return bytes(value).decode() if f.types and f.types[0].name == "STRING" else value.tolist()[0]
+class Tensor(NamedTuple):
+    kind: int  # ggml's type (gguf.GGMLQuantizationType)
+    dims: tuple[int, ...]  # ggml's order: dims[0] the row's length
+    data: np.ndarray  # its bytes, [rows, bytes a row]
 
 
-def _meta(reader) -> tuple[str, int, int, float]:
-    arch = _field(reader, "general.architecture")
-    return (arch, int(_field(reader, f"{arch}.pooling_type")), int(_field(reader, f"{arch}.attention.head_count")),
-            float(_field(reader, f"{arch}.attention.layer_norm_epsilon")))
+def read_gguf(path: Path) -> tuple[dict, dict[str, Tensor]]:
+    """A GGUF's scalar and string metadata (arrays skipped, not read: a vocabulary of 30,000 strings
+    took gguf.GGUFReader 1.4 s) and its tensors over a map of the file; ValueError where the file
+    is not one, or is cut short."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    buf = np.memmap(path, mode="r")
+    raw = memoryview(buf)
+    at = 0
+
+    def take(fmt: str):
+        nonlocal at
+        out = struct.unpack_from("<" + fmt, raw, at)
+        at += struct.calcsize("<" + fmt)
+        return out[0] if len(out) == 1 else out
+
+    def string() -> str:
+        nonlocal at
+        n = take("Q")
+        if at + n > len(raw):
+            raise ValueError("a string past the file's end")
+        at += n
+        return bytes(raw[at - n : at]).decode("utf-8")
+
+    def value(kind: int):
+        nonlocal at
+        if kind == 8:
+            return string()
+        if kind == 9:
+            inner, count = take("I"), take("Q")
+            if count * (struct.calcsize(_SCALARS[inner]) if inner in _SCALARS else 8) > len(raw) - at:
+                raise ValueError("an array past the file's end")  # before a loop of that many
+            if inner in _SCALARS:
+                at += count * struct.calcsize(_SCALARS[inner])
+            else:
+                for _ in range(count):
+                    value(inner)
+            return None
+        return take(_SCALARS[kind])
+
+    if bytes(raw[:4]) != b"GGUF" or take("4sI")[1] != 3:
+        raise ValueError("not a GGUF file of version 3")
+    meta, infos = {}, []
+    try:
+        n_tensors, n_kv = take("QQ")
+        for _ in range(n_kv):
+            key = string()
+            meta[key] = value(take("I"))
+        for _ in range(n_tensors):
+            name = string()
+            dims = tuple(take("Q") for _ in range(take("I")))
+            infos.append((name, dims, take("I"), take("Q")))
+    except (struct.error, KeyError) as exc:  # cut short, or a type GGUF does not have
+        raise ValueError(f"not a GGUF file pmem can read: {exc}") from None
+    align = int(meta.get("general.alignment") or 32)
+    start = -(-at // align) * align
+    tensors = {}
+    for name, dims, kind, offset in infos:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        rows, row = int(np.prod(dims[1:], dtype=np.int64)), dims[0] // block * size
+        begin = start + offset
+        if begin + rows * row > len(buf):
+            raise ValueError(f"{name}: past the file's end")
+        tensors[name] = Tensor(kind, dims, buf[begin : begin + rows * row].reshape(rows, row))
+    return meta, tensors
+
+
+def _meta(meta: dict) -> tuple[str, int, int, float]:
+    arch = meta["general.architecture"]
+    return arch, int(meta[f"{arch}.pooling_type"]), int(meta[f"{arch}.attention.head_count"]), \
+        float(meta[f"{arch}.attention.layer_norm_epsilon"])
 
 
 class BertInt8:
@@ -70,14 +135,13 @@ class BertInt8:
         self.path = Path(path)
         self.tokenize = tokenize
         self.reference = reference  # llama.cpp's unit vectors of token lists: what the graph is measured against
-        reader = _reader(self.path)
-        _, _, self.heads, self.eps = _meta(reader)
-        tensors = {t.name: t for t in reader.tensors}
+        meta, tensors = read_gguf(self.path)
+        _, _, self.heads, self.eps = _meta(meta)
         self._dequant = quants.dequantize
 
         def f32(name: str) -> np.ndarray:
             t = tensors[name]
-            return np.ascontiguousarray(quants.dequantize(t.data, t.tensor_type), np.float32)
+            return np.ascontiguousarray(quants.dequantize(t.data, t.kind), np.float32).reshape(t.dims[::-1])
 
         self._word = tensors["token_embd.weight"]  # dequantised a row at a time, as texts need them
         self._pos = f32("position_embd.weight")
@@ -103,7 +167,7 @@ class BertInt8:
     def _embeddings(self, seqs: list[list[int]]) -> np.ndarray:
         ids = np.fromiter((t for s in seqs for t in s), np.int64)
         pos = np.concatenate([np.arange(len(s)) for s in seqs])
-        x = np.asarray(self._dequant(self._word.data[ids], self._word.tensor_type), np.float32).reshape(len(ids), -1)
+        x = np.asarray(self._dequant(self._word.data[ids], self._word.kind), np.float32).reshape(len(ids), -1)
         x = x + self._pos[pos] + self._type0
         return _layer_norm(x, *self._emb_ln, self.eps)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -116,5 +117,15 @@ def test_only_a_bert_gguf_with_mean_pooling_is_taken(minilm, tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\0" * 64)
     assert not bert_int8.readable(junk) and not bert_int8.readable(tmp_path / "missing.gguf")
+    for cut in (24, 4096, minilm.stat().st_size // 2):  # cut short: in its metadata, its tensors' names, its data
+        short = tmp_path / f"short-{cut}.gguf"
+        short.write_bytes(minilm.read_bytes()[:cut])
+        assert not bert_int8.readable(short)
+        with pytest.raises(ValueError):
+            bert_int8.read_gguf(short)
+    hostile = tmp_path / "hostile.gguf"  # an array of 2**62 strings: refused before a loop of that many
+    hostile.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 3) + b"key" + struct.pack("<IIQ", 9, 8, 2**62))
+    with pytest.raises(ValueError, match="past the file's end"):
+        bert_int8.read_gguf(hostile)
     chat = provision.ensure_model("SmolLM2-135M-Instruct")  # a llama GGUF: llama.cpp's alone
     assert not bert_int8.readable(chat)
