@@ -182,15 +182,9 @@ class BertInt8:
     def model(self) -> bytes:
         """The int8 graph: each product's input channel maxima over a float32 pass of
         e5_int8.CALIBRATION, then e5_int8.build, as e5's (E5Embedder.int8_model)."""
-        amax: list[dict] = [{} for _ in self.layers]
-
-        def observe(i: int, part: str, x: np.ndarray) -> None:
-            m = np.abs(x).max(axis=0)
-            amax[i][part] = np.maximum(amax[i][part], m) if part in amax[i] else m
-
         seqs = [self.tokenize(text) for text in e5_int8.CALIBRATION]
-        for a, b in packs([len(s) for s in seqs]):
-            self.forward(seqs[a:b], observe=observe)
+        amax = e5_int8.channel_maxima(self.forward, [seqs[a:b] for a, b in packs([len(s) for s in seqs])],
+                                      len(self.layers))
         model = e5_int8.build(self.layers, amax, self.heads, self.eps, wide=e5_int8.saturates(), outliers=OUTLIERS)
         if self.reference is not None:
             session = e5_int8.open_session(model)

@@ -884,15 +884,8 @@ class E5Embedder:
         """The int8 graph's ONNX bytes: the channel maxima of each product's input over a float32
         pass of e5_int8.CALIBRATION, then e5_int8.build (about 1 s, once a model file), its
         weights in uint8 where this CPU's int8 products saturate (e5_int8.saturates)."""
-        amax: list[dict] = [{} for _ in range(self.layers)]
-
-        def observe(i: int, part: str, x: np.ndarray) -> None:
-            m = np.abs(x).max(axis=0)
-            amax[i][part] = np.maximum(amax[i][part], m) if part in amax[i] else m
-
         seqs = [w for text in e5_int8.CALIBRATION for w in self.windows(self.tokenize(text), limit=MAX_WINDOWS)]
-        for a, b in packs([len(s) for s in seqs]):
-            self.forward(seqs[a:b], observe=observe)
+        amax = e5_int8.channel_maxima(self.forward, [seqs[a:b] for a, b in packs([len(s) for s in seqs])], self.layers)
         return e5_int8.build(self._layer_weights(), amax, self.heads, self.eps, wide=e5_int8.saturates())
 
     def close(self) -> None:

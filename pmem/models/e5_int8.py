@@ -252,6 +252,21 @@ class Graph:
 # --- the graph -----------------------------------------------------------------------------------
 
 
+def channel_maxima(forward: Callable, batches, layers: int) -> list[dict]:
+    """Each layer's products' input channel maxima (of |x|) over float32 passes of `batches` (lists
+    of token lists): `forward(seqs, observe=...)` shows each product's input (E5Embedder.forward,
+    BertInt8.forward). What `build` smooths and picks outliers by."""
+    amax: list[dict] = [{} for _ in range(layers)]
+
+    def observe(i: int, part: str, x: np.ndarray) -> None:
+        m = np.abs(x).max(axis=0)
+        amax[i][part] = np.maximum(amax[i][part], m) if part in amax[i] else m
+
+    for seqs in batches:
+        forward(seqs, observe=observe)
+    return amax
+
+
 def smoothing(amax: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Per input channel c for activations of channel maxima `amax` and a weight w [out, in]."""
     wmax = np.abs(w).max(axis=0)
