@@ -36,7 +36,8 @@ FIDELITY = (0.999, 0.995)
 def readable(path: Path) -> bool:
     """Whether `path` is a BERT GGUF with mean pooling, the kind this module runs."""
     try:
-        return _meta(read_gguf(path)[0])[:2] == ("bert", 1)
+        _meta(read_gguf(path)[0])
+        return True
     except Exception:  # noqa: BLE001  # not a GGUF it can read: llama.cpp alone
         return False
 
@@ -118,16 +119,19 @@ def read_gguf(path: Path) -> tuple[dict, dict[str, Tensor]]:
     return meta, tensors
 
 
-def _meta(meta: dict) -> tuple[str, int, int, float]:
-    arch = meta["general.architecture"]
-    return arch, int(meta[f"{arch}.pooling_type"]), int(meta[f"{arch}.attention.head_count"]), \
-        float(meta[f"{arch}.attention.layer_norm_epsilon"])
+def _meta(meta: dict) -> tuple[int, float]:
+    """A BERT GGUF's heads and layer norms' epsilon; ValueError for another kind of model."""
+    arch = meta.get("general.architecture")
+    if (arch, meta.get(f"{arch}.pooling_type")) != ("bert", 1):
+        raise ValueError(f"not a BERT GGUF with mean pooling ({arch})")
+    return int(meta["bert.attention.head_count"]), float(meta["bert.attention.layer_norm_epsilon"])
 
 
 class BertInt8:
     """The GGUF's embeddings in numpy and its layers in e5_int8's graph; `tokenize` is the
     llama.cpp model's, which this reproduces (LlamaEmbedder.tokenize: specials added, cut to 512).
-    Raises ValueError where the graph, measured against `reference` when built, was refused."""
+    Raises ValueError for another kind of GGUF (readable), or where the graph, measured against
+    `reference` when built, was refused."""
 
     def __init__(self, path: Path | str, tokenize: Callable[[str], list[int]],
                  reference: Callable[[list[list[int]]], np.ndarray] | None = None):
@@ -137,7 +141,7 @@ class BertInt8:
         self.tokenize = tokenize
         self.reference = reference  # llama.cpp's unit vectors of token lists: what the graph is measured against
         meta, tensors = read_gguf(self.path)
-        _, _, self.heads, self.eps = _meta(meta)
+        self.heads, self.eps = _meta(meta)
         self._dequant = quants.dequantize
 
         def f32(name: str) -> np.ndarray:

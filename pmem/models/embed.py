@@ -233,7 +233,7 @@ class LlamaEmbedder:
             self.int8_layers = False
             from . import bert_int8, e5_int8
 
-            if e5_int8.enabled() and bert_int8.readable(self.path):
+            if e5_int8.enabled():  # BertInt8 reads the file once and refuses another kind of GGUF
                 try:
                     self.int8_layers = bert_int8.BertInt8(self.path, self.tokenize, self._reference)
                 except Exception:  # noqa: BLE001  # a GGUF, runtime or graph it cannot run (refused): llama.cpp

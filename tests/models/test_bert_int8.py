@@ -129,3 +129,8 @@ def test_only_a_bert_gguf_with_mean_pooling_is_taken(minilm, tmp_path):
         bert_int8.read_gguf(hostile)
     chat = provision.ensure_model("SmolLM2-135M-Instruct")  # a llama GGUF: llama.cpp's alone
     assert not bert_int8.readable(chat)
+    with pytest.raises(ValueError, match="not a BERT GGUF"):
+        bert_int8.BertInt8(chat, lambda text: [1])
+    llama = LlamaEmbedder(chat, threads=1)
+    assert not llama.int8_ready() and llama.int8_layers is False  # llama.cpp's alone, nothing cached
+    assert not chat.with_name(chat.name + ".int8").exists()
