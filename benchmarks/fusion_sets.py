@@ -72,7 +72,7 @@ def embedder(model: str, cache_dir: Path | None):
     if hasattr(engine, "use_int8"):  # the setting embed_bulk, as a store applies it (here under the cache)
         from pmem import config
 
-        engine.use_int8(config.load().embed_bulk == "int8")
+        engine.use_int8(config.load().embed_bulk != "float32")
     if cache_dir is None:
         return inner
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,7 @@ complete -c pmem -n '__fish_seen_subcommand_from stats' -l json -d 'Print JSON f
 complete -c pmem -n '__fish_seen_subcommand_from stats' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from path' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from path' -l help -d 'Show this message and exit.'
-complete -c pmem -n '__fish_seen_subcommand_from reindex' -l missing -d 'Only embed what is missing (memories a sync stored before embedding, English memories\' second vectors after an upgrade); the stored vectors stay.'
+complete -c pmem -n '__fish_seen_subcommand_from reindex' -l missing -d 'Only embed what is missing (memories a sync stored before embedding, English memories\' second vectors after an upgrade), and make the vectors an import made in int8 again in float32; the other stored vectors stay.'
 complete -c pmem -n '__fish_seen_subcommand_from reindex' -l help -d 'Show this message and exit.'
 complete -c pmem -n '__fish_seen_subcommand_from doctor' -l json -d 'Print JSON for scripts (stable keys).'
 complete -c pmem -n '__fish_seen_subcommand_from doctor' -l help -d 'Show this message and exit.'

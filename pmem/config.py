@@ -56,9 +56,11 @@ class Settings:
     embed_bulk: str = _setting(
         "int8", "how an import, a join's fill or a reindex runs multilingual-e5-small and English memories' "
                 "all-MiniLM-L6-v2: int8 (ONNX Runtime's int8 products where installed, 2-4 times as fast; each "
-                "vector within cosine 0.998 of the one a search computes, so two memories a question finds almost "
-                "equally near may trade places) or float32 (the numbers a search and `pmem add` compute)",
-        choices=("int8", "float32"))
+                "vector within cosine 0.998 of the one a search computes, then made again in float32 by the "
+                "background fill that follows, so the store ends as float32 would have made it), int8-only (the "
+                "same, kept in int8: no second pass; two memories a question finds almost equally near may trade "
+                "places) or float32 (the numbers a search and `pmem add` compute, at once)",
+        choices=("int8", "int8-only", "float32"))
     chat_model: str = _setting("SmolLM2-135M-Instruct",
                                "chat model for extract and dream: a known name or a GGUF path")
     extract_mode: str = _setting(

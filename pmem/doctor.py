@@ -142,6 +142,11 @@ def _database_checks(cfg: Settings, path: Path, busy: Callable[[str], ContextMan
                 checks.append(_filling("missing vectors", f"{waiting:,} memories have no vector yet (stored by a "
                                        "sync before embedding): found by their words, not yet by their meaning",
                                        path, "pmem sync (or pmem reindex --missing) embeds them"))
+            rough = look.int8_vectors()
+            if rough:
+                checks.append(_filling("int8 vectors", f"{rough:,} vectors made in int8 by an import, a join or "
+                                       "a reindex wait to be made again in float32 (searches use them meanwhile)",
+                                       path, "pmem reindex --missing makes them now"))
         resume = f" (an interrupted reindex to {staged.model} has {staged.done} of {staged.total} done; " \
                  f"`pmem reindex` resumes it)" if staged else ""
         from .models.provision import embed_model_for
@@ -250,8 +255,10 @@ def _bulk_check(cfg: Settings) -> Check | None:
         return Check("bulk embedding", True, "float32: onnxruntime cannot be loaded here, so imports run at "
                                              "float32's speed", "pip install onnxruntime", level="info")
     kernel = ", uint8 weights: this CPU has no VNNI" if e5_int8.saturates() else ""
+    after = "; kept in int8 (embed_bulk = int8-only)" if cfg.embed_bulk == "int8-only" else \
+        ", then made again in float32 in the background"
     return Check("bulk embedding", True, f"int8 through ONNX Runtime {ort.__version__}{kernel} (imports, "
-                                         "joins, reindex; searches and `pmem add` stay float32)")
+                                         f"joins, reindex{after}; searches and `pmem add` stay float32)")
 
 
 def _server_check(cfg: Settings) -> Check:

@@ -145,11 +145,12 @@ Progress = Callable[[int, int], None]
 
 
 def embed_missing(store: "MemoryStore", progress: Progress | None = None, *, scan: bool = True,
-                  by: str = "reindex", eager: bool = True) -> int:
+                  by: str = "reindex", eager: bool = True, exact: bool = True) -> int:
     """The fill, with this database's lock held by the caller: MemoryStore.fill_missing, its
     progress and outcome recorded in the state file (`eager` False: only once there is something
-    to embed, so a sync with nothing missing writes nothing). Raises what fill_missing raises,
-    after recording it. Returns how many were embedded."""
+    to embed, so a sync with nothing missing writes nothing; `exact` False: int8 vectors stay for
+    a later fill). Raises what fill_missing raises, after recording it. Returns how many were
+    embedded."""
     run = _Run(store.path, by, eager)
 
     def step(done: int, total: int) -> None:
@@ -158,7 +159,7 @@ def embed_missing(store: "MemoryStore", progress: Progress | None = None, *, sca
             progress(done, total)
 
     try:
-        n = store.fill_missing(progress=step, scan=scan)
+        n = store.fill_missing(progress=step, scan=scan, exact=exact)
     except BaseException as exc:
         run.end(0, "interrupted" if isinstance(exc, KeyboardInterrupt) else _reason(exc))
         raise
@@ -168,7 +169,8 @@ def embed_missing(store: "MemoryStore", progress: Progress | None = None, *, sca
 
 def unless_busy(store: "MemoryStore", progress: Progress | None = None) -> dict[str, Any]:
     """The fill after a sync: embed what it left without vectors, unless another process is
-    filling (then it leaves that one the work and says `busy`). Never raises for a model that
+    filling (then it leaves that one the work and says `busy`); vectors made in int8 are made
+    again in float32 by a detached fill started then (`kick`). Never raises for a model that
     cannot be had: the sync it follows is done, and the next one tries again."""
     from .errors import PmemError
 
@@ -177,11 +179,13 @@ def unless_busy(store: "MemoryStore", progress: Progress | None = None) -> dict[
             return {"filled": 0, "busy": True, "vectors_missing": store.missing_vectors()}
         out: dict[str, Any] = {"filled": 0, "busy": False}
         try:
-            out["filled"] = embed_missing(store, progress, scan=False, by="sync", eager=False)
+            out["filled"] = embed_missing(store, progress, scan=False, by="sync", eager=False, exact=False)
         except PmemError as exc:
             out["error"] = str(exc)
         out["vectors_missing"] = store.missing_vectors()
-        return out
+    if "error" not in out and store.int8_vectors():  # the float32 pass is no one's wait: in the background
+        kick(store.path, scan=False, by="sync")
+    return out
 
 
 def _reason(exc: BaseException) -> str:

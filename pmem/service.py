@@ -13,6 +13,7 @@ keeps its repository/ and services/ apart the same way (docs/decisions/0062-stor
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -82,16 +83,25 @@ class MemoryStore(Storage):
         """Re-embed every memory with the configured model, resumably (VectorIndex.reindex)."""
         return self.vectors.reindex(progress, batch)
 
-    def fill_missing(self, progress: Progress | None = None, batch: int = 64, scan: bool = True) -> int:
+    def fill_missing(self, progress: Progress | None = None, batch: int = 64, scan: bool = True,
+                     exact: bool = True) -> int:
         """Only what is missing: the vectors of memories stored without one (a sync's rows come
         first: VectorIndex.fill), then English memories' second vectors (EnglishVectors.fill;
         `scan` False: only where a sync left some out, as a scan reads every memory's language);
-        the stored vectors stay as they are. Resumable. Returns how many were embedded."""
+        then (`exact`) the vectors made in int8, again in float32 (VectorIndex.refine); the other
+        stored vectors stay as they are. `exact` fills the second vectors in float32 at once (a
+        search needs e5's first; these are no one's wait). Resumable. Returns how many were embedded."""
         n = self.vectors.fill(progress, batch)
-        if not scan and not self.vectors.english.due():
-            return n
-        with self.vectors.bulk(self.db.memory_count()):
-            return n + self.vectors.english.fill(progress, batch)
+        if scan or self.vectors.english.due():  # `exact`: float32 at once (no one waits for these)
+            with self.vectors.bulk(self.db.memory_count()), self.vectors.exactly() if exact else nullcontext():
+                n += self.vectors.english.fill(progress, batch)
+        return n + (self.vectors.refine(progress, batch) if exact else 0)  # int8's, again in float32
+
+    def int8_vectors(self) -> int:
+        """Vectors made in int8 that fill_missing makes again in float32 (pmem.store.refine)."""
+        from .store import refine
+
+        return refine.count(self.db)
 
     def missing_vectors(self) -> int:
         """Memories stored without a vector yet (VectorIndex.missing)."""

@@ -5,6 +5,7 @@ Test doubles live in fakes.py; test modules import from these two and never from
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -175,3 +176,32 @@ def load_benchmark():
         spec.loader.exec_module(module)
         return module
     return load
+
+
+@pytest.fixture
+def int8ish(monkeypatch):
+    """Every FakeEmbedder from now on runs calls of several texts 'in int8' unless told not to
+    (use_int8): vectors moved off the exact ones, and a count of such calls, as e5's and MiniLM's
+    engines keep (pmem.store.refine). Returns the move."""
+    from pmem.models.embed import FakeEmbedder
+
+    exact = FakeEmbedder.embed
+
+    def moved(vector: list[float]) -> list[float]:
+        v = list(vector)
+        v[0] += 0.05
+        n = math.sqrt(sum(x * x for x in v))
+        return [x / n for x in v]
+
+    def embed(self, texts, **kw):
+        vectors = exact(self, texts)
+        if getattr(self, "int8_bulk", True) and len(texts) > 1:
+            self.int8_calls = getattr(self, "int8_calls", 0) + 1
+            return [moved(v) for v in vectors]
+        return vectors
+
+    monkeypatch.setattr(FakeEmbedder, "embed", embed)
+    monkeypatch.setattr(FakeEmbedder, "use_int8", lambda self, on: setattr(self, "int8_bulk", bool(on)),
+                        raising=False)
+    monkeypatch.setattr(FakeEmbedder, "int8_calls", 0, raising=False)
+    return moved

@@ -20,7 +20,7 @@ def test_every_setting_is_a_typed_documented_field():
         assert f.metadata["help"] and type(getattr(s, f.name)).__name__ == f.type
     assert config.CHOICES == {"extract_mode": ("auto", "label", "rewrite"), "server": ("auto", "always", "never"),
                               "sync_auto": ("off", "on"), "embed_english": ("minilm", "none"),
-                              "embed_bulk": ("int8", "float32")}
+                              "embed_bulk": ("int8", "int8-only", "float32")}
     assert config.Config is config.Settings
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.threads = 3  # type: ignore[misc]

@@ -60,7 +60,8 @@ def path(as_json: bool = JsonOpt) -> None:
 def reindex(
     missing: bool = typer.Option(False, "--missing",
                                  help="Only embed what is missing (memories a sync stored before embedding, "
-                                      "English memories' second vectors after an upgrade); the stored vectors stay."),
+                                      "English memories' second vectors after an upgrade), and make the vectors an "
+                                      "import made in int8 again in float32; the other stored vectors stay."),
 ) -> None:
     """Re-embed every memory with the configured embedding model (after changing models).
 
@@ -84,6 +85,10 @@ def reindex(
     with open_store() as store, out.Progress("re-embedding") as progress:
         n = store.reindex(progress=progress)
         name, dim = store.vector_model()
+        if store.int8_vectors():  # made in int8: again in float32, in the background (pmem/fill.py)
+            from .. import fill
+
+            fill.kick(store.path, scan=False, by="reindex")
     out.note(f"re-embedded {n} memories with {name} ({dim}-d)")
 
 

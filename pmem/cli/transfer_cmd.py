@@ -185,8 +185,8 @@ def _import_plan(store, plan, name: str, how: _How) -> tuple[dict, bool]:
                       unstorable_named=done.unstorable_named)
         merge_stopped = not _merge_keyword_index(store, done.imported)
         english = store.english_missing() if done.imported else 0
-        if english:  # their second vectors, after the import (pmem/fill.py)
-            from .. import fill
+        if english or (done.imported and store.int8_vectors()):  # after the import (pmem/fill.py): their
+            from .. import fill  # second vectors, and their int8 vectors again in float32
 
             result["english_fill"] = english if fill.kick(store.path, by="import") else 0
         if how.extract and not merge_stopped:

@@ -614,6 +614,7 @@ class E5Embedder:
         # use_int8, from the setting embed_bulk)
         self.int8_layers: "Int8Layers | bool | None" = None
         self.int8_bulk = int8
+        self.int8_calls = 0  # calls that ran in int8: a store marks their vectors (pmem.store.refine)
         self._parse(_Reader(self._map, path))
 
     def use_int8(self, on: bool) -> None:
@@ -782,6 +783,7 @@ class E5Embedder:
             lengths = [len(s) for s in seqs]
             # several texts of SPLIT_TOKENS or more (an import, a join): in int8; one text (a search, an add) never
             int8 = self.int8_bulk and len(texts) > 1 and sum(lengths) >= SPLIT_TOKENS and self.int8_ready()
+            self.int8_calls += int8
             if int8:  # packs of like lengths: the graph's attention pads each sequence to its pack's longest
                 order = sorted(range(len(seqs)), key=lengths.__getitem__)
                 seqs, owner, lengths = [seqs[k] for k in order], [owner[k] for k in order], [lengths[k] for k in order]

@@ -129,6 +129,7 @@ class LlamaEmbedder:
         # until one asks, False where it cannot run; `int8_bulk` from the setting embed_bulk
         self.int8_layers: "BertInt8 | bool | None" = None
         self.int8_bulk = True
+        self.int8_calls = 0  # calls that ran in int8: a store marks their vectors (pmem.store.refine)
 
     _backend: list[bool] = []  # llama_backend_init, once per process
 
@@ -204,6 +205,7 @@ class LlamaEmbedder:
             seqs = [self.tokenize(t) for t in texts]
             # many texts (a fill, an import's second vectors) in int8, as e5's bulk calls; a search's one never
             if self.int8_bulk and len(seqs) > 1 and sum(map(len, seqs)) >= BULK_TOKENS and self.int8_ready():
+                self.int8_calls += 1
                 return self.int8_layers.embed(seqs).tolist()  # type: ignore[union-attr]
             self._use_threads(threads or self.threads)
             return self._encode_all(seqs, pack)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from ..config import Config
 from ..errors import ModelError
 from ..ranking.profile import DEFAULT, Profile
+from . import refine
 from .connection import Connection, Progress
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ class Owner(Protocol):
 
     def model_name(self) -> str: ...
 
+    def int8(self) -> bool: ...
+
+    def marks(self) -> bool: ...
+
 
 class EnglishVectors:
     """The second vectors of one store's English memories (VectorIndex.english)."""
@@ -129,6 +134,7 @@ class EnglishVectors:
         self.lazy = False  # VectorIndex.arriving(): write what came, embed nothing (fill does, later)
         self._given: dict[str, bytes] = {}  # second vectors that came with their texts (arriving)
         self.later = False  # VectorIndex.english_later(): writes leave the second vectors to fill()
+        self.rough: dict[bytes, None] = {}  # second vectors _embed made in int8, marked when written (refine)
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -171,7 +177,7 @@ class EnglishVectors:
         if model is None:
             return None
         try:
-            int8 = self.config.embed_bulk == "int8"  # calls of many texts in int8, or as a search's (llama.cpp)
+            int8 = self._owner.int8()  # calls of many texts in int8, or as a search's (llama.cpp)
             if (len(texts) > BULK_EMBED or self.bulk or (len(texts) > 1 and not int8)) \
                     and getattr(model, "remote", False):
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
@@ -179,6 +185,7 @@ class EnglishVectors:
 
             if isinstance(model, LlamaEmbedder):
                 model.use_int8(int8)
+            calls = refine.int8_calls(model)
             if not isinstance(model, LlamaEmbedder):  # served: the server decides
                 vectors = model.embed(texts)
             elif query:
@@ -194,7 +201,10 @@ class EnglishVectors:
         finally:
             if beside:
                 self._busy_threads = 0
-        return [struct.pack(f"<{len(v)}f", *v) for v in vectors]
+        blobs = [struct.pack(f"<{len(v)}f", *v) for v in vectors]
+        if not query and self._owner.marks() and refine.made_int8(model, calls, len(texts)):
+            refine.remember(self.rough, blobs)
+        return blobs
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -263,8 +273,17 @@ class EnglishVectors:
             have.update(zip(dict.fromkeys(missing), blobs))
         self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) VALUES (?, ?)",
                                  [(seq, have[t]) for seq, t in rows])
+        self._mark([(seq, have[t]) for seq, t in rows])
         for _, t in rows:
             self._pending.pop(t, None)
+
+    def _mark(self, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Mark the rows whose second vectors came from int8 (pmem.store.refine); unmark the others."""
+        rough = self.rough
+        refine.mark(self.db, "english", [seq for seq, blob in rows if blob in rough],
+                    [seq for seq, blob in rows if blob not in rough])
+        for _, blob in rows:
+            rough.pop(blob, None)
 
     def given(self, vectors: dict[str, bytes]) -> None:
         """Second vectors that came with their texts (VectorIndex.arriving), by text; {} forgets them."""
@@ -306,10 +325,40 @@ class EnglishVectors:
             if blobs is None:
                 return done
             with self.db.transaction():  # only where the text is still the one embedded
-                self.db.conn.executemany(
-                    "INSERT OR REPLACE INTO memory_vec_en (seq, embedding) SELECT ?, ? "
-                    "WHERE EXISTS (SELECT 1 FROM memories WHERE seq = ? AND text = ?)",
-                    [(seq, blob, seq, text) for (seq, text), blob in zip(todo, blobs)])
+                self._write(todo, blobs)
+            done += len(todo)
+            if progress:
+                progress(min(done, total), total)
+
+    def _write(self, todo: Sequence[tuple[int, str]], blobs: Sequence[bytes]) -> None:
+        """Second vectors of (seq, text) rows, each only where its memory's text is still that text."""
+        now = dict(self.db.execute("SELECT seq, text FROM memories WHERE seq IN (SELECT value FROM json_each(?))",
+                                   (json.dumps([seq for seq, _ in todo]),)))
+        rows = [(seq, blob) for (seq, text), blob in zip(todo, blobs) if now.get(seq) == text]
+        self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec_en (seq, embedding) VALUES (?, ?)", rows)
+        self._mark(rows)
+
+    def refine(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Embed again in float32 the second vectors marked as made in int8 (VectorIndex.refine,
+        which holds the store in float32 meanwhile), a committed batch at a time. Returns how many."""
+        total = refine.count(self.db, "english")
+        if not total or not self.active():
+            return 0
+        done, last = 0, -1
+        while True:
+            todo = refine.todo(self.db, "english", "memory_vec_en", last, batch)
+            if not todo:
+                with self.db.transaction():
+                    refine.unmark_gone(self.db, "english", "memory_vec_en")
+                return done
+            last = todo[-1][0]
+            blobs = self._embed([t for _, t in todo])
+            if blobs is None:
+                return done
+            with self.db.transaction():  # where the text is the one embedded and the mark still there
+                still = refine.marked(self.db, "english", [seq for seq, _ in todo])
+                self._write([(seq, t) for seq, t in todo if seq in still],
+                            [b for (seq, _), b in zip(todo, blobs) if seq in still])
             done += len(todo)
             if progress:
                 progress(min(done, total), total)

@@ -150,6 +150,12 @@ class Inspection:
         return self._one("SELECT count(*) FROM memories m WHERE NOT EXISTS "
                          "(SELECT 1 FROM memory_vec v WHERE v.seq = m.seq)")[0]
 
+    def int8_vectors(self) -> int:
+        """Vectors made in int8 that the fill has still to make in float32 (pmem.store.refine)."""
+        from .refine import TABLE
+
+        return self._one(f"SELECT count(*) FROM {TABLE}")[0] if TABLE in self.tables() else 0
+
     def holds_any(self, ids: list[str]) -> bool:
         """Whether any of these memories is in it: its row, or an event that kept its text."""
         q = json.dumps(list(ids))

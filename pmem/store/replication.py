@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from ..errors import NotFound, UsageError
 from ..hlc import Clock, ms, undo_key
 from ..records import MEMORY_COLUMNS, Memory
+from . import refine
 from .english import DIM as ENGLISH_DIM
 from .english import MODEL as ENGLISH_MODEL
 from .vectors import pack_half, unpack_half
@@ -505,8 +506,9 @@ class SyncLog:
     def carry_vectors(self, ops: list[dict[str, Any]]) -> None:
         """Each operation that sets a memory's text carries that memory's stored vectors, where
         the text is the memory's text now (a text changed since never carries a stale vector):
-        `v` = {"e": [model, dim, float16 base64], "n": [MiniLM's, the same]}, inside the sealed
-        payload. The receiver takes them only for the same model (`_arrived`); purged, the
+        `v` = {"e": [model, dim, float16 base64], "n": [MiniLM's, the same], "r": the parts made in
+        int8 and not yet again in float32, ["e", "n"] or fewer (pmem.store.refine; absent when none)},
+        inside the sealed payload. The receiver takes them only for the same model (`_arrived`); purged, the
         operation is rewritten without its values, vectors included (sync/repair.py)."""
         wanted = {op["m"] for op in ops if isinstance((op.get("f") or {}).get("text"), str)}
         name, dim = self.store.vectors.model()
@@ -516,6 +518,9 @@ class SyncLog:
             "SELECT m.id, m.seq, m.text, v.embedding FROM memories m JOIN memory_vec v ON v.seq = m.seq "
             "WHERE m.id IN (SELECT value FROM json_each(?))", (json.dumps(sorted(wanted)),))}
         english = self.store.vectors.english.of(seq for seq, _, _ in rows.values())
+        seqs = [seq for seq, _, _ in rows.values()]
+        rough = {part: refine.marked(self.store.vectors.db, side, seqs)
+                 for part, side in (("e", "main"), ("n", "english"))}
         for op in ops:
             row = rows.get(op["m"])
             if row is None or (op.get("f") or {}).get("text") != row[1] or len(row[2]) != 4 * dim:
@@ -528,15 +533,20 @@ class SyncLog:
             packed = pack_half(second) if second is not None and len(second) == 4 * ENGLISH_DIM else None
             if packed is not None:
                 op["v"]["n"] = [ENGLISH_MODEL, ENGLISH_DIM, packed]
+            int8 = [part for part in ("e", "n") if part in op["v"] and row[0] in rough[part]]
+            if int8:
+                op["v"]["r"] = int8
 
-    def _arrived(self, ops: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    def _arrived(self, ops: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, bytes], list[bytes]]:
         """The vectors that came with these operations' texts, by text, parsed totally: bytes
         from another device (trusted, but maybe of another version or model) are taken only with
         this store's model and dimension, the exact length, finite values; anything else is
         ignored, and that memory is embedded here later (VectorIndex.fill). Each op's `v` is
-        dropped as it is read."""
+        dropped as it is read. Also the vectors its sender made in int8 (`r`), to be made again
+        in float32 here too (pmem.store.refine)."""
         main: dict[str, bytes] = {}
         english: dict[str, bytes] = {}
+        rough: list[bytes] = []
         ident: tuple[str | None, int | None] | None = None
         for op in ops:
             v = op.pop("v", None)
@@ -553,7 +563,10 @@ class SyncLog:
                 blob = unpack_half(carried[2], carried[1])
                 if blob is not None:
                     out[text] = blob
-        return main, english
+                    int8 = v.get("r")
+                    if isinstance(int8, list) and len(int8) <= 2 and part in int8:
+                        rough.append(blob)
+        return main, english, rough
 
     def _identity(self) -> tuple[str | None, int | None]:
         """The model and dimension this store's vectors come from; before the first, the model it
@@ -610,10 +623,10 @@ class SyncLog:
             # of memories not held here, which need neither a row nor clocks looked up.
             held = store.existing_ids({op["m"] for op in todo})
             self._load_keys(cache, {op["m"] for op in todo} - tomb)
-            main, english = self._arrived([op for op in todo if op["m"] not in tomb])
+            main, english, rough = self._arrived([op for op in todo if op["m"] not in tomb])
             self._given = main
             try:
-                with store.vectors.arriving(main, english):
+                with store.vectors.arriving(main, english, rough):
                     self._apply_all(todo, tomb, cache, pending, held, stats, clock, progress)
             finally:
                 self._given = {}

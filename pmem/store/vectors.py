@@ -17,9 +17,11 @@ from ..config import Config
 from ..errors import ModelMismatch
 from ..ranking.profile import DEFAULT, Profile
 from ..records import TIERS
+from . import refine
 from .connection import Connection, Progress, count_triggers
 from .english import EnglishVectors
 from .filter import Filter, date_window, estimate, is_live
+from .refine import int8_calls, made_int8, remember
 
 if TYPE_CHECKING:
     from ..models.cache import ModelCache
@@ -245,6 +247,8 @@ class VectorIndex:
         self._bits: bool | None = None  # whether memory_bits exists (cached once True)
         self._prepared: dict[str, bytes] | None = None  # vectors embedded ahead of a write (prepared)
         self._bulk = False  # inside bulk(): every batch embeds in this process, the last small one too
+        self._exact = False  # inside exactly(): every call in float32, whatever embed_bulk says
+        self.rough: dict[bytes, None] = {}  # vectors embed() made in int8, marked when written (refine)
         self.english = EnglishVectors(db, self)  # English memories' second vector (store/english.py)
 
     def __call__(self, ids: Iterable[str]) -> dict[str, bytes]:
@@ -275,7 +279,15 @@ class VectorIndex:
         """e5's calls of many texts in int8 or float32, as the setting embed_bulk says."""
         engine = getattr(embedder, "inner", embedder)  # SymmetricEmbedder's model
         if hasattr(engine, "use_int8"):
-            engine.use_int8(self.config.embed_bulk == "int8")
+            engine.use_int8(self.int8())
+
+    def int8(self) -> bool:
+        """Whether calls of many texts may run in int8 now (embed_bulk, unless inside exactly())."""
+        return self.config.embed_bulk != "float32" and not self._exact
+
+    def marks(self) -> bool:
+        """Whether int8 vectors are marked to be made again in float32 (embed_bulk = int8)."""
+        return self.config.embed_bulk == "int8" and not self._exact
 
     def model_name(self) -> str:
         """The embedding model this store embeds with: the configured one; when none is configured,
@@ -331,7 +343,7 @@ class VectorIndex:
         english = self.english.prepare(texts) if not query else None  # MiniLM beside e5 (store/english.py)
         embedder = self.embedder
         kw = {"query": True} if query and getattr(embedder, "query_aware", False) else {}
-        int8 = self.config.embed_bulk == "int8"  # e5's calls of many texts: in int8 or float32
+        int8 = self.int8()  # e5's calls of many texts: in int8 or float32
         if (len(texts) > BULK_EMBED or self._bulk or (len(texts) > 1 and not int8)) \
                 and getattr(embedder, "remote", False):
             # `pmem serve` is for short requests (and its int8 for several texts): bulk work runs here
@@ -351,7 +363,11 @@ class VectorIndex:
                     now = default_threads(samples=2) if start and automatic else threads
                     engine.use_threads(max(1, now - self.english.busy_threads()))
                 chunk = texts[start:start + batch]
-                out.extend(serialize(v) for v in embedder.embed(chunk, **kw))
+                calls = int8_calls(embedder)
+                blobs = [serialize(v) for v in embedder.embed(chunk, **kw)]
+                if self.marks() and not query and made_int8(embedder, calls, len(chunk)):
+                    remember(self.rough, blobs)
+                out.extend(blobs)
                 if progress:
                     progress(min(start + batch, len(texts)), len(texts))
         finally:
@@ -373,6 +389,18 @@ class VectorIndex:
             yield
         finally:
             self._bulk, self.english.bulk = outer
+            if not outer[0]:  # what was never written (an import's duplicates) is not kept
+                self.rough.clear()
+
+    @contextmanager
+    def exactly(self) -> Iterator[None]:
+        """Every call in the block in float32, e5's and MiniLM's (refine_all)."""
+        outer = self._exact
+        self._exact = True
+        try:
+            yield
+        finally:
+            self._exact = outer
 
     @contextmanager
     def english_later(self) -> Iterator[None]:
@@ -400,20 +428,28 @@ class VectorIndex:
             self._prepared = outer
 
     @contextmanager
-    def arriving(self, main: dict[str, bytes], english: dict[str, bytes]) -> Iterator[None]:
+    def arriving(self, main: dict[str, bytes], english: dict[str, bytes],
+                 rough: Sequence[bytes] = ()) -> Iterator[None]:
         """Vectors that came with the texts (a sync's changesets), by text: a write in the block
         takes them instead of embedding; an English text whose second vector did not come gets
         none (`fill` does it later). A text with no vector at all is the caller's to leave
-        unembedded (insert with a None vector) or to embed."""
+        unembedded (insert with a None vector) or to embed. `rough`: those of them their sender
+        made in int8 (either side), marked as such here too (pmem.store.refine)."""
         outer, lazy = self._prepared, self.english.lazy
         self._prepared = {**(outer or {}), **main}
         self.english.lazy = True
         self.english.given(english)
+        if self.marks():
+            remember(self.rough, rough)
+            remember(self.english.rough, rough)
         try:
             yield
         finally:
             self._prepared, self.english.lazy = outer, lazy
             self.english.given({})
+            for blob in rough:
+                self.rough.pop(blob, None)
+                self.english.rough.pop(blob, None)
 
     def missing(self) -> int:
         """Memories with no vector yet (a sync stores the rows first; `fill` embeds them)."""
@@ -455,6 +491,32 @@ class VectorIndex:
                 if progress:
                     progress(min(done, total), total)
 
+    def refine(self, progress: Progress | None = None, batch: int = 64) -> int:
+        """Embed again in float32 the vectors marked as made in int8 (pmem.store.refine), then
+        English memories' second vectors likewise, a committed batch at a time, each written only
+        where its text is still the one embedded and its mark still there: interrupted, the next
+        run goes on from there, and until then search uses the int8 vectors. Returns how many."""
+        total = refine.count(self.db, "main")
+        done, last = 0, -1
+        with self.bulk(total), self.exactly(), self.english_later():
+            while total:
+                todo = refine.todo(self.db, "main", "memory_vec", last, batch)
+                if not todo:
+                    break
+                last = todo[-1][0]
+                blobs = dict(zip([t for _, t in todo], self.embed([t for _, t in todo])))
+                with self.db.transaction():
+                    now = self.db.by_seq(seq for seq, _ in todo)
+                    still = refine.marked(self.db, "main", [seq for seq, _ in todo])
+                    self.put_many([(seq, blobs[text], now[seq].tier, is_live(now[seq])) for seq, text in todo
+                                   if seq in now and now[seq].text == text and seq in still], english=False)
+                done += len(todo)
+                if progress:
+                    progress(min(done, total), total)
+            with self.db.transaction():
+                refine.unmark_gone(self.db, "main", "memory_vec")
+            return done + self.english.refine(progress, batch)
+
     # -- rows -----------------------------------------------------------------------------
 
     def exists(self) -> bool:
@@ -487,19 +549,23 @@ class VectorIndex:
         self.ensure_table()
         self.db.execute("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
                         (seq, blob, int(live)))
+        self._mark([(seq, blob)])
         self._put_bits(seq, blob, tier, live)
         if not self._reindex_target:  # a reindex fills the second vectors after its swap
             self.english.put([seq])
 
-    def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]]) -> None:
+    def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]], english: bool = True) -> None:
         """`put` for many (seq, blob, tier, live) at once: a statement per table, not per row
-        (a first sync join stores 2,000 at a time; docs/decisions/0046-sync-100k.md)."""
+        (a first sync join stores 2,000 at a time; docs/decisions/0046-sync-100k.md). `english`
+        False: the second vectors stay as they are (refine_all)."""
         if not rows:
             return
         self.ensure_table()
         self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
                                  [(seq, blob, int(live)) for seq, blob, _, live in rows])
-        self.english.put([seq for seq, *_ in rows])
+        self._mark([(seq, blob) for seq, blob, *_ in rows])
+        if english:
+            self.english.put([seq for seq, *_ in rows])
         if not self.has_bits():
             if self.db.counter("vectors") >= BITS_FROM:
                 self.build_bits()  # once, past BITS_FROM (includes these rows), as put does
@@ -510,6 +576,14 @@ class VectorIndex:
                                  f"VALUES (:seq, :part, {LEVELS_SQL.format(v=':v')}, :live)",
                                  [{"seq": seq, "part": bit_part(TIERS.index(tier), seq), "v": blob,
                                    "live": int(live), **levels} for seq, blob, tier, live in rows])
+
+    def _mark(self, rows: Sequence[tuple[int, bytes]]) -> None:
+        """Mark the rows whose vectors came from int8 (pmem.store.refine); unmark the others."""
+        rough = self.rough
+        refine.mark(self.db, "main", [seq for seq, blob in rows if blob in rough],
+                    [seq for seq, blob in rows if blob not in rough])
+        for _, blob in rows:
+            rough.pop(blob, None)
 
     def _put_bits(self, seq: int, blob: bytes, tier: str, live: bool) -> None:
         """The bit code of a vector, in the partition of the memory's tier."""
@@ -725,6 +799,8 @@ class VectorIndex:
             for seq, blob in rows:
                 m = by_seq[seq]
                 self.put(seq, blob, m.tier, is_live(m))
+            if self.marks():  # staged in calls of many texts, maybe over several runs: all made again
+                refine.mark(db, "main", [seq for seq, _ in rows])
             self._end_reindex()
         return len(rows)
 

@@ -400,3 +400,54 @@ def test_an_imports_fill_and_a_syncs_fill_never_run_at_once(tmp_path, fake_confi
         assert state["ok"] and state["done"] == 0  # it waited, then found nothing left
     finally:
         net.close()
+
+
+def test_int8_vectors_travel_marked_and_the_receiver_makes_them_float32(tmp_path, fake_config, int8ish):
+    """A sender's vectors from an import's int8 pass, not yet made again in float32, say so in the
+    changeset (`r`): the receiver marks them and its fill makes them float32, as the sender's does."""
+    net = Net(tmp_path, "folder", fake_config)
+    try:
+        a = net.store("a")
+        a.insert([a.new_memory(t) for t in TEXTS])
+        assert a.int8_vectors() == len(TEXTS)
+        net.init("a")
+        sync.join(net.store("b"), str(net.remote), key_file=str(net.key_file), fill=False)
+        b = net.store("b")
+        assert b.int8_vectors() == len(TEXTS)  # marked as they came
+        theirs = vectors_by_id(a)
+        assert min(cosine(v, theirs[mid]) for mid, v in vectors_by_id(b).items()) > 0.9999  # float16 of a's
+        exact = {m.id: struct.pack("<64f", *FakeEmbedder(64).embed([m.text])[0]) for m in a.iter_all()}
+        assert all(v != exact[mid] for mid, v in vectors_by_id(b).items())
+        for s in (a, b):
+            s.fill_missing(scan=False)
+            assert s.int8_vectors() == 0 and vectors_by_id(s) == exact
+        later = {a.add("added after the fill, one text: float32, no mark")[0].id, next(iter(exact))}
+        a.edit(next(iter(exact)), text="an edit after the fill, float32 too")
+        net.sync("a")
+        ops = [op for line in net.opened().splitlines() for op in json.loads(line)["ops"] if "v" in op]
+        assert sum("r" in op["v"] for op in ops) == len(TEXTS)  # the first export's, and no later one's
+        assert {op["m"] for op in ops if op["m"] in later and "r" not in op["v"]} == later
+    finally:
+        net.close()
+
+
+@pytest.mark.parametrize("flag", ["e", {"e": 1}, ["e"] * 1000, [None, ["e"]], 5, ["n"], [], ["e", "e", "e"]])
+def test_a_hostile_int8_flag_marks_nothing_and_never_crashes(tmp_path, fake_config, int8ish, monkeypatch, flag):
+    net = Net(tmp_path, "folder", fake_config)
+    texts = ["one memory whose int8 flag is odd", "another, the control, flagged as a sender would"]
+
+    def carry(self, ops):
+        creates = [o for o in ops if "text" in o.get("f", {})]
+        creates[0]["v"] = {"e": ["fake-64", 64, half([0.25] * 64)], "r": flag}
+        creates[1]["v"] = {"e": ["fake-64", 64, half([0.5] * 64)], "r": ["e"]}
+
+    try:
+        monkeypatch.setattr(sync.SyncLog, "carry_vectors", carry)
+        sender(net, texts)
+        monkeypatch.undo()
+        report = sync.join(net.store("b"), str(net.remote), key_file=str(net.key_file), fill=False)
+        b = net.store("b")
+        assert report["applied"] == 2 and report["vectors_missing"] == 0
+        assert b.int8_vectors() == 1  # the control only: no odd flag marks (a list of at most two parts)
+    finally:
+        net.close()

@@ -1,0 +1,169 @@
+"""Vectors made in int8 are marked where they are written and made again in float32 by the fill
+(pmem.store.refine): the store ends with the vectors a float32 run would have stored.
+
+A FakeEmbedder given an int8 mode (conftest's `int8ish`: calls of several texts give a vector
+moved off the exact one, and count themselves, as e5's and MiniLM's engines do), on real SQLite files; the real models'
+end to end is tests/models/test_refine_models.py."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from pmem import fill
+from pmem.config import load
+from pmem.models.embed import FakeEmbedder
+from pmem.service import MemoryStore
+from pmem.store import refine
+
+TEXTS = [f"note {i}: the {w} by the river at noon, item {i * 3}" for i, w in
+         enumerate(["heron", "willow", "barge", "lock", "weir", "otter", "reed", "kingfisher"] * 9)]
+
+
+def blob(vector: list[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def exact_of(text: str) -> bytes:
+    return blob(FakeEmbedder(64).embed([text])[0])
+
+
+def stored(store: MemoryStore) -> dict[str, bytes]:
+    return dict(store.conn.execute("SELECT m.text, v.embedding FROM memories m JOIN memory_vec v ON v.seq = m.seq"))
+
+
+def open_store(tmp_path, fake_config, bulk: str = "int8", name: str = "r.db") -> MemoryStore:
+    return MemoryStore(tmp_path / name, config=fake_config.with_values(embed_bulk=bulk))
+
+
+def test_an_imports_int8_vectors_are_marked_and_the_fill_makes_them_float32(tmp_path, fake_config, int8ish):
+    s = open_store(tmp_path, fake_config)
+    try:
+        with s.bulk_embedding(len(TEXTS)):
+            s.insert([s.new_memory(t) for t in TEXTS])
+        assert refine.count(s.db, "main") == len(TEXTS) == s.int8_vectors()
+        assert all(v != exact_of(t) for t, v in stored(s).items())  # int8's, not float32's
+        assert s.fill_missing() == len(TEXTS)
+        assert s.int8_vectors() == 0 and s.missing_vectors() == 0
+        assert stored(s) == {t: exact_of(t) for t in TEXTS}  # what a float32 import stores, byte for byte
+        assert s.fill_missing() == 0  # nothing twice
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bulk", ["int8-only", "float32"])
+def test_other_settings_mark_nothing(tmp_path, fake_config, int8ish, bulk):
+    s = open_store(tmp_path, fake_config, bulk)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+        assert s.int8_vectors() == 0
+        want_exact = bulk == "float32"
+        assert all((v == exact_of(t)) == want_exact for t, v in stored(s).items())
+        s.fill_missing()
+        assert all((v == exact_of(t)) == want_exact for t, v in stored(s).items())  # int8-only keeps int8's
+    finally:
+        s.close()
+
+
+def test_one_text_is_float32_and_replaces_a_mark(tmp_path, fake_config, int8ish):
+    s = open_store(tmp_path, fake_config)
+    try:
+        ids = [m.id for m in s.insert([s.new_memory(t) for t in TEXTS[:8]])]
+        s.add("a single note added by hand")
+        assert s.int8_vectors() == 8
+        s.edit(ids[0], text="the first note, reworded by hand")  # its new vector: one text, float32
+        s.forget(ids[1])
+        s.purge([ids[2]])
+        assert s.int8_vectors() == 6  # the edited and the purged rows' marks went with them
+        assert s.fill_missing() == 6  # the forgotten one keeps its row and vector (undo): made too
+        now = stored(s)
+        assert now["the first note, reworded by hand"] == exact_of("the first note, reworded by hand")
+        assert now["a single note added by hand"] == exact_of("a single note added by hand")
+        assert all(v == exact_of(t) for t, v in now.items())
+    finally:
+        s.close()
+
+
+def test_interrupted_the_next_fill_goes_on_and_the_first_batches_stay(tmp_path, fake_config, int8ish):
+    s = open_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+
+        def stop(done: int, total: int) -> None:
+            if done >= 16:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            s.vectors.refine(progress=stop, batch=8)
+        assert s.int8_vectors() == len(TEXTS) - 16  # two committed batches
+        assert sum(v == exact_of(t) for t, v in stored(s).items()) == 16
+        assert s.fill_missing() == len(TEXTS) - 16
+        assert all(v == exact_of(t) for t, v in stored(s).items())
+    finally:
+        s.close()
+
+
+def test_a_text_changed_while_it_was_embedded_keeps_its_new_vector(tmp_path, fake_config, int8ish, monkeypatch):
+    s = open_store(tmp_path, fake_config)
+    other = open_store(tmp_path, fake_config)  # another process's connection to the same file
+    try:
+        ids = [m.id for m in s.insert([s.new_memory(t) for t in TEXTS[:8]])]
+        embed = s.vectors.embed
+
+        def meanwhile(texts, *a, **kw):
+            out = embed(texts, *a, **kw)
+            other.edit(ids[3], text="rewritten while the fill embedded the old text")
+            return out
+
+        monkeypatch.setattr(s.vectors, "embed", meanwhile)
+        s.fill_missing()
+        now = stored(s)
+        assert TEXTS[3] not in now
+        assert now["rewritten while the fill embedded the old text"] == \
+            exact_of("rewritten while the fill embedded the old text")
+        assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in now.items())
+    finally:
+        other.close()
+        s.close()
+
+
+def test_a_reindex_marks_what_it_staged(tmp_path, fake_config, int8ish):
+    s = open_store(tmp_path, fake_config, "float32")
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+    finally:
+        s.close()
+    s = open_store(tmp_path, fake_config)
+    try:
+        assert s.int8_vectors() == 0
+        assert s.reindex() == len(TEXTS)
+        assert s.int8_vectors() == len(TEXTS)
+        assert all(v != exact_of(t) for t, v in stored(s).items())
+        s.fill_missing(scan=False)
+        assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in stored(s).items())
+    finally:
+        s.close()
+
+
+def test_doctor_counts_them_until_the_fill_is_done(tmp_path, fake_config, int8ish, monkeypatch):
+    from pmem import doctor
+
+    s = open_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+    finally:
+        s.close()
+
+    def finding() -> str | None:
+        checks = doctor.run_checks(load(), db_override=tmp_path / "r.db")
+        return next((c.detail for c in checks if c.name == "int8 vectors"), None)
+
+    assert finding().startswith(f"{len(TEXTS):,} vectors made in int8")
+    with fill.one_at_a_time(tmp_path / "r.db"):
+        s = open_store(tmp_path, fake_config)
+        try:
+            fill.embed_missing(s, by="hand")
+        finally:
+            s.close()
+    assert finding() is None
