@@ -92,8 +92,9 @@ class MemoryStore(Storage):
         stored vectors stay as they are. `exact` fills the second vectors in float32 at once (a
         search needs e5's first; these are no one's wait). Resumable. Returns how many were embedded."""
         n = self.vectors.fill(progress, batch)
-        if scan or self.vectors.english.due():  # `exact`: float32 at once (no one waits for these)
-            with self.vectors.bulk(self.db.memory_count()), self.vectors.exactly() if exact else nullcontext():
+        if scan or self.vectors.english.due():  # `exact` (embed_bulk int8): float32 at once, no one waits
+            at_once = self.vectors.exactly() if exact and self.vectors.marks() else nullcontext()
+            with self.vectors.bulk(self.db.memory_count()), at_once:
                 n += self.vectors.english.fill(progress, batch)
         return n + (self.vectors.refine(progress, batch) if exact else 0)  # int8's, again in float32
 

@@ -72,6 +72,19 @@ def test_an_import_ends_with_float32_vectors_after_its_fill(tmp_path):
         assert worst < 1e-5, (table, worst)  # float32's numbers (an int8 vector is ~1e-2 off in places)
 
 
+def test_int8_only_keeps_int8_vectors_on_both_sides(tmp_path):
+    source = tmp_path / "turns.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS), encoding="utf-8")
+    kept = imported(tmp_path / "int8-only", source, PMEM_EMBED_BULK="int8-only")
+    exact = imported(tmp_path / "float32", source, PMEM_EMBED_BULK="float32")
+    assert marks(kept) == []
+    for table in ("memory_vec", "memory_vec_en"):  # e5's import pass and MiniLM's fill, both in int8
+        got, want = vectors(kept, table), vectors(exact, table)
+        assert len(got) == len(want)
+        assert min(float(got[t] @ want[t]) for t in want) > 0.995
+        assert max(float(np.abs(got[t] - want[t]).max()) for t in want) > 1e-4
+
+
 def test_the_int8_vectors_are_marked_until_the_fill_runs(tmp_path):
     """The same import, its fill held back (its lock held here): int8 vectors, marked; then the fill."""
     source = tmp_path / "turns.jsonl"
