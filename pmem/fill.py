@@ -14,7 +14,10 @@ the kernel however the process ends), taken by
 - `kick`: the detached fill `pmem import` and `pmem sync join` start, at nice 10, MiniLM (and
   e5) on one thread, in its own process (`server = never`). It waits for a fill that holds the
   lock and then fills what is left, so rows committed while a fill ends are never skipped;
-- `unless_busy`: every `pmem sync`, after its own work; busy, it reports so and goes on;
+- `unless_busy`: every `pmem sync`, after its own work; busy, it reports so and goes on (vectors
+  made in int8 it leaves to a detached fill it starts: pmem.store.refine);
+- a command that stored int8 vectors and started no fill (`pmem extract`), when it ends
+  (cli.common, `by=command`);
 - `pmem reindex --missing` (`one_at_a_time`), which waits as the detached one does.
 The fill's progress and outcome go to `<db>.fill.json` (`last`, `summary`), which `pmem doctor`,
 `pmem sync status` and `pmem stats` read. Figures: docs/decisions/0060-import-speed-second-vector.md.
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from .service import MemoryStore
 
 THREADS = 1  # the detached fill's model threads: a core left to whatever the person runs next
-BY = ("import", "join", "sync", "reindex", "hand")  # who started a fill, as its state file says
+BY = ("import", "join", "sync", "reindex", "command", "hand")  # who started a fill, as its state file says
 
 
 def lock_file(db_path: str | os.PathLike) -> Path:
@@ -51,6 +54,9 @@ def kick(db_path: str | os.PathLike, *, scan: bool = True, by: str = "import") -
     `scan` False: English memories' second vectors only where a sync left some out (the scan reads
     every memory's language; a join needs it only then). Never raises: what it follows is
     committed, and the next `pmem sync` or `pmem reindex --missing` catches up."""
+    from .store import refine
+
+    refine.MARKED.discard(str(db_path))  # this fill makes them float32 (cli.common's started none then)
     argv = [str(Path(db_path).resolve()), f"--by={by}"] + ([] if scan else ["--no-scan"])
     try:
         subprocess.Popen([sys.executable, "-c", _CHILD, *argv],
@@ -236,7 +242,7 @@ def main(argv: list[str]) -> int:
     """The detached fill: wait for a fill already running, then fill what is still missing.
     `python -m pmem.fill DB [--by=WHO] [--no-scan]`: the same, in the foreground."""
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m pmem.fill DB [--by=import|join|sync|reindex|hand] [--no-scan]", file=sys.stderr)
+        print("usage: python -m pmem.fill DB [--by=import|join|sync|reindex|command|hand] [--no-scan]", file=sys.stderr)
         return 2
     db_path, flags = argv[0], argv[1:]
     by = next((f.split("=", 1)[1] for f in flags if f.startswith("--by=")), "hand")

@@ -63,9 +63,28 @@ def open_store(ctx: Optional[typer.Context] = None, *, read_only: bool = False):
         if not path.exists() and not path.parent.is_dir():
             raise NotFound(f"no database at {path} (the folder {path.parent} does not exist)")
     store = MemoryStore(override)
+    if not read_only:
+        _fill_after(ctx, store.path)
     if store.config.sync_auto == "on" and not read_only:
         _sync_after(ctx, store.path)
     return store
+
+
+def _fill_after(ctx: Optional[typer.Context], db: Path) -> None:
+    """When the command ends: if it stored vectors made in int8 (several texts at once: `pmem
+    extract` of a long text, an import's facts), start the fill that makes them float32
+    (pmem.store.refine; `pmem import` and `pmem sync join` start theirs themselves, and the fill
+    started second waits for the first, then finds nothing)."""
+    ctx = ctx or _current_context()
+    if ctx is not None:
+        def after() -> None:
+            from .. import fill
+            from ..store import refine
+
+            if str(db) in refine.MARKED:
+                fill.kick(db, scan=False, by="command")
+
+        ctx.find_root().call_on_close(after)
 
 
 def _sync_after(ctx: Optional[typer.Context], db: Path) -> None:

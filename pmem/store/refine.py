@@ -25,6 +25,7 @@ from .connection import Connection
 TABLE = "refine_vec"
 SIDES = ("main", "english")
 ROUGH_MAX = 50_000  # int8 vectors remembered until written and marked: an import's batch
+MARKED: set[str] = set()  # databases this process marked vectors in (a command then starts the fill)
 
 
 def int8_calls(model: Any) -> int | None:
@@ -63,6 +64,7 @@ def mark(db: Connection, side: str, rough: Iterable[int], exact: Iterable[int] =
     rough, exact = list(rough), list(exact)
     if rough:
         create_table(db)
+        MARKED.add(str(db.path))
         db.conn.executemany(f"INSERT OR IGNORE INTO {TABLE} (side, seq) VALUES (?, ?)", [(side, s) for s in rough])
     if exact and db.has_table(TABLE):
         db.conn.executemany(f"DELETE FROM {TABLE} WHERE side = ? AND seq = ?", [(side, s) for s in exact])

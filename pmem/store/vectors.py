@@ -515,7 +515,10 @@ class VectorIndex:
                     progress(min(done, total), total)
             with self.db.transaction():
                 refine.unmark_gone(self.db, "main", "memory_vec")
-            return done + self.english.refine(progress, batch)
+            done += self.english.refine(progress, batch)
+        if not refine.count(self.db):
+            refine.MARKED.discard(str(self.db.path))  # nothing left for a fill at the command's end
+        return done
 
     # -- rows -----------------------------------------------------------------------------
 

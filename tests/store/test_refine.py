@@ -167,3 +167,56 @@ def test_doctor_counts_them_until_the_fill_is_done(tmp_path, fake_config, int8is
         finally:
             s.close()
     assert finding() is None
+
+
+def spawned(monkeypatch) -> list[list[str]]:
+    """The detached fills started from now on (their argv; none is really started)."""
+    calls: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv, **kw):
+            calls.append(list(argv))
+
+    monkeypatch.setattr(fill.subprocess, "Popen", Popen)
+    return calls
+
+
+def test_pmem_import_starts_one_fill_for_its_int8_vectors(tmp_path, fake_config, int8ish, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pmem.cli.app import app
+
+    calls = spawned(monkeypatch)
+    data = tmp_path / "turns.jsonl"
+    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in TEXTS), encoding="utf-8")
+    result = CliRunner().invoke(app, ["import", str(data), "--json"])
+    assert result.exit_code == 0, result.output
+    assert [a for c in calls for a in c if a.startswith("--by=")] == ["--by=import"]  # not a second at its end
+    assert not [p for p in refine.MARKED if p.startswith(str(tmp_path))]
+
+
+def test_a_command_that_stored_int8_vectors_starts_the_fill_when_it_ends(tmp_path, fake_config, int8ish,
+                                                                          monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from pmem.cli.common import open_store
+
+    calls = spawned(monkeypatch)
+    app = typer.Typer()
+
+    @app.command()
+    def write(n: int = 8) -> None:  # a command that embeds several texts at once and starts no fill
+        with open_store() as s:
+            s.insert([s.new_memory(t) for t in TEXTS[:n]])
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    assert CliRunner().invoke(app, ["write", "--n", "1"]).exit_code == 0
+    assert calls == []  # one text: float32, nothing marked, no fill
+    assert CliRunner().invoke(app, ["write"]).exit_code == 0
+    assert len(calls) == 1 and "--by=command" in calls[0] and "--no-scan" in calls[0]
+    with MemoryStore(calls[0][3], config=fake_config) as s:
+        assert s.int8_vectors() == 8
