@@ -9,7 +9,8 @@ their meaning, side by side with another tree (main).
 `build` makes, under --cache (default /tmp/pmem-join-bench), a sending device holding N memories
 (LoCoMo's dialogue turns from ../shared/data/locomo_dev.json, cycled: a repeat ends with " (again K)"),
 embedded with the real default model (e5 and MiniLM's second vectors; at load 8 on 2 cores that is
-~15 minutes for 10,000; resumable), and from it two folder remotes with one key: `remote-<tree>` made
+~15 minutes for 10,000; resumable; int8 vectors made float32 after, as the sender's own background
+fill leaves them: pmem.store.refine), and from it two folder remotes with one key: `remote-<tree>` made
 by each tree's own `pmem sync init` (main's changesets carry no vectors; this tree's do). Also a
 1,000-memory sender (the first 1,000, their vectors copied) when N is larger.
 
@@ -76,6 +77,10 @@ def build(cache: Path, n: int, trees: list[Path]) -> None:
                 store.insert([store.new_memory(t, source="locomo") for t in chunk], kind="import")
             print(f"build: {start + len(chunk)}/{n} embedded ({time.monotonic() - t0:.0f} s for {len(chunk)}, "
                   f"load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+        if hasattr(store, "int8_vectors") and store.int8_vectors():  # as its background fill leaves it
+            t0 = time.monotonic()
+            store.fill_missing(scan=False)
+            print(f"build: int8 vectors made float32 ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
         print(f"build: {store.count()} memories, {store.vectors.english.count()} English second vectors",
               file=sys.stderr)
     make_remotes(cache / str(n), trees)
