@@ -220,3 +220,44 @@ def test_a_command_that_stored_int8_vectors_starts_the_fill_when_it_ends(tmp_pat
     assert len(calls) == 1 and "--by=command" in calls[0] and "--no-scan" in calls[0]
     with MemoryStore(calls[0][3], config=fake_config) as s:
         assert s.int8_vectors() == 8
+
+
+REFINE_KILLED = """
+import os, signal, sys
+from pmem.config import load
+from pmem.service import MemoryStore
+store = MemoryStore(sys.argv[1], config=load().with_values(embed_bulk="int8"))
+def die(done, total):
+    if done >= 16:
+        os.kill(os.getpid(), signal.SIGKILL)
+store.vectors.refine(progress=die, batch=8)
+"""
+
+
+def test_killed_midway_nothing_is_half_written_and_the_next_fill_finishes(tmp_path, fake_config, int8ish):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    s = open_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+    finally:
+        s.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the child's fake embeds in float32 only
+    p = subprocess.run([sys.executable, "-c", REFINE_KILLED, str(tmp_path / "r.db")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    s = open_store(tmp_path, fake_config)
+    try:
+        now = stored(s)
+        assert s.int8_vectors() == len(TEXTS) - 16  # two committed batches, the third died with it
+        assert sum(v == exact_of(t) for t, v in now.items()) == 16 and len(now) == len(TEXTS)
+        marked = refine.marked(s.db, "main", range(1, len(TEXTS) + 1))
+        seq_text = dict(s.conn.execute("SELECT seq, text FROM memories"))
+        assert all((now[seq_text[q]] == exact_of(seq_text[q])) == (q not in marked) for q in seq_text)
+        assert s.fill_missing() == len(TEXTS) - 16
+        assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in stored(s).items())
+    finally:
+        s.close()
