@@ -563,6 +563,8 @@ class Storage(DreamReads):
                 seq = self._insert_row(before)
             blob = before_vec if before_vec is not None else blobs.get(before.text)
             if blob is not None and (self.vector_model()[1] or 0) * 4 == len(blob):
+                if before_vec is not None:  # a kept vector may be an import's int8 one: made float32 again
+                    self.vectors.may_be_int8([blob])
                 self.vectors.put(seq, blob, before.tier, is_live(before))
             else:
                 self.vectors.sync(seq, before.tier, is_live(before))

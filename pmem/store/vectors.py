@@ -580,6 +580,12 @@ class VectorIndex:
                                  [{"seq": seq, "part": bit_part(TIERS.index(tier), seq), "v": blob,
                                    "live": int(live), **levels} for seq, blob, tier, live in rows])
 
+    def may_be_int8(self, blobs: Iterable[bytes]) -> None:
+        """Vectors about to be written whose origin is unknown (undo's kept ones): marked when
+        written, as int8 ones are, so the fill makes them float32 (a float32 one again: no harm)."""
+        if self.marks():
+            remember(self.rough, blobs)
+
     def _mark(self, rows: Sequence[tuple[int, bytes]]) -> None:
         """Mark the rows whose vectors came from int8 (pmem.store.refine); unmark the others."""
         rough = self.rough

@@ -261,3 +261,18 @@ def test_killed_midway_nothing_is_half_written_and_the_next_fill_finishes(tmp_pa
         assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in stored(s).items())
     finally:
         s.close()
+
+
+def test_undo_of_an_edit_puts_back_the_int8_vector_marked(tmp_path, fake_config, int8ish):
+    s = open_store(tmp_path, fake_config)
+    try:
+        ids = [m.id for m in s.insert([s.new_memory(t) for t in TEXTS[:8]])]
+        s.edit(ids[0], text="reworded by hand, then taken back")
+        assert s.int8_vectors() == 7  # the edit's new vector is float32's (one text)
+        s.undo()
+        assert s.int8_vectors() == 8  # the import's kept vector is back, and it was int8's
+        assert stored(s)[TEXTS[0]] != exact_of(TEXTS[0])
+        s.fill_missing(scan=False)
+        assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in stored(s).items())
+    finally:
+        s.close()
