@@ -189,7 +189,8 @@ def unless_busy(store: "MemoryStore", progress: Progress | None = None) -> dict[
         except PmemError as exc:
             out["error"] = str(exc)
         out["vectors_missing"] = store.missing_vectors()
-    if "error" not in out and store.int8_vectors():  # the float32 pass is no one's wait: in the background
+    if "error" not in out and store.config.embed_bulk != "int8-only" and store.int8_vectors():
+        # the float32 pass is no one's wait: in the background
         kick(store.path, scan=False, by="sync")
     return out
 

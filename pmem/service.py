@@ -96,7 +96,9 @@ class MemoryStore(Storage):
             at_once = self.vectors.exactly() if exact and self.vectors.marks() else nullcontext()
             with self.vectors.bulk(self.db.memory_count()), at_once:
                 n += self.vectors.english.fill(progress, batch)
-        return n + (self.vectors.refine(progress, batch) if exact else 0)  # int8's, again in float32
+        if exact and self.config.embed_bulk != "int8-only":  # int8's again in float32 (int8-only keeps them)
+            n += self.vectors.refine(progress, batch)
+        return n
 
     def int8_vectors(self) -> int:
         """Vectors made in int8 that fill_missing makes again in float32 (pmem.store.refine)."""

@@ -93,8 +93,15 @@ def retry_busy(fn: Callable[[], T], store: MemoryStore | None = None, *, read: b
 
 
 def after_write(store: MemoryStore) -> None:
-    """What follows an agent's write, as it follows a write command: under `sync_auto = on`, a
+    """What follows an agent's write, as it follows a write command: the fill, if the write stored
+    vectors made in int8 (`remember` with extract: pmem.store.refine); under `sync_auto = on`, a
     background `pmem sync` (pmem/autosync.py; it never raises)."""
+    from ..store import refine
+
+    if str(store.path) in refine.MARKED:
+        from .. import fill
+
+        fill.kick(store.path, scan=False, by="command")
     if store.config.sync_auto == "on":
         from .. import autosync
 

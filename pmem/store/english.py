@@ -135,6 +135,7 @@ class EnglishVectors:
         self._given: dict[str, bytes] = {}  # second vectors that came with their texts (arriving)
         self.later = False  # VectorIndex.english_later(): writes leave the second vectors to fill()
         self.rough: dict[bytes, None] = {}  # second vectors _embed made in int8, marked when written (refine)
+        self.keep = 0  # inside VectorIndex.arriving(): a vector written stays in `rough` (two rows may share it)
 
     def active(self) -> bool:
         """Whether this store keeps second vectors: `embed_english = minilm` and the main model is
@@ -183,7 +184,7 @@ class EnglishVectors:
                 model = model.local()  # type: ignore[attr-defined]  # bulk work runs here, as VectorIndex.embed's
             from ..models.embed import LlamaEmbedder
 
-            if isinstance(model, LlamaEmbedder):
+            if hasattr(model, "use_int8") and not getattr(model, "remote", False):
                 model.use_int8(int8)
             calls = refine.int8_calls(model)
             if not isinstance(model, LlamaEmbedder):  # served: the server decides
@@ -282,8 +283,9 @@ class EnglishVectors:
         rough = self.rough
         refine.mark(self.db, "english", [seq for seq, blob in rows if blob in rough],
                     [seq for seq, blob in rows if blob not in rough])
-        for _, blob in rows:
-            rough.pop(blob, None)
+        if not self.keep:
+            for _, blob in rows:
+                rough.pop(blob, None)
 
     def given(self, vectors: dict[str, bytes]) -> None:
         """Second vectors that came with their texts (VectorIndex.arriving), by text; {} forgets them."""
@@ -342,7 +344,11 @@ class EnglishVectors:
         """Embed again in float32 the second vectors marked as made in int8 (VectorIndex.refine,
         which holds the store in float32 meanwhile), a committed batch at a time. Returns how many."""
         total = refine.count(self.db, "english")
-        if not total or not self.active():
+        if not total:
+            return 0
+        if not self.active():  # second vectors off (or another main model): none to make, no fill to start
+            with self.db.transaction():
+                self.db.execute(f"DELETE FROM {refine.TABLE} WHERE side = 'english'")
             return 0
         done, last = 0, -1
         while True:

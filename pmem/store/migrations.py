@@ -295,6 +295,16 @@ def m012_english_vectors(conn) -> None:
     create_english_tables(conn)
 
 
+@migration
+def m013_recount_vectors(conn) -> None:
+    """The kept count of vectors again equal to the table's rows: a vector written over another
+    (an edit, an undo) counted one more (vectors._UPSERT now writes them), and `missing()`, which
+    trusts the count, then found none missing while some were (a sync's rows without vectors)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_vec'").fetchone():
+        conn.execute("INSERT INTO counts (key, n) SELECT 'vectors', count(*) FROM memory_vec WHERE true "
+                     "ON CONFLICT(key) DO UPDATE SET n = excluded.n")
+
+
 def applied(conn) -> list[str]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_pmem_migrations'").fetchone()

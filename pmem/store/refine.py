@@ -23,7 +23,7 @@ from typing import Any, Iterable
 from .connection import Connection
 
 TABLE = "refine_vec"
-ROUGH_MAX = 200_000  # int8 vectors remembered until written and marked (references to the caller's bytes;
+ROUGH_MAX = 50_000  # int8 vectors remembered until written and marked (references to the caller's bytes;
 # a store.insert of more at once leaves the oldest unmarked, in int8; pmem import writes 512 a batch)
 MARKED: set[str] = set()  # databases this process marked vectors in (a command then starts the fill)
 

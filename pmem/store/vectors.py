@@ -43,6 +43,11 @@ LEVEL_Z = 0.67  # thresholds at mean -/+ 0.67 standard deviations: a normal's te
 # the vec_ functions refuse a concatenation directly); vec_quantize_binary keeps a bit per value > 0.
 LEVELS_SQL = "vec_quantize_binary(CAST(vec_sub({v}, :lo) || vec_sub({v}, :hi) AS BLOB))"
 DIM_MAX = 4096  # dimensions a vector in a sync changeset may claim (float16 there: decisions/0057)
+# A vector written over another keeps the kept count: INSERT OR REPLACE fired the insert trigger
+# and not the delete one (recursive triggers are off), so each rewrite counted one vector more and
+# `missing` then saw none missing (m013_recount_vectors set the counts right).
+_UPSERT = ("INSERT INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?) "
+          "ON CONFLICT(seq) DO UPDATE SET embedding = excluded.embedding, live = excluded.live")
 
 
 def serialize(vector: Sequence[float]) -> bytes:
@@ -249,6 +254,7 @@ class VectorIndex:
         self._bulk = False  # inside bulk(): every batch embeds in this process, the last small one too
         self._exact = False  # inside exactly(): every call in float32, whatever embed_bulk says
         self.rough: dict[bytes, None] = {}  # vectors embed() made in int8, marked when written (refine)
+        self._keep = 0  # inside arriving(): a vector written stays in `rough` (two rows may share it)
         self.english = EnglishVectors(db, self)  # English memories' second vector (store/english.py)
 
     def __call__(self, ids: Iterable[str]) -> dict[str, bytes]:
@@ -391,6 +397,7 @@ class VectorIndex:
             self._bulk, self.english.bulk = outer
             if not outer[0]:  # what was never written (an import's duplicates) is not kept
                 self.rough.clear()
+                self.english.rough.clear()
 
     @contextmanager
     def exactly(self) -> Iterator[None]:
@@ -421,11 +428,14 @@ class VectorIndex:
         transaction, so other processes can write meanwhile."""
         todo = [t for t in dict.fromkeys(texts) if t]
         outer = self._prepared
-        self._prepared = {**(outer or {}), **dict(zip(todo, self.embed(todo)))} if todo else dict(outer or {})
+        mine = dict(zip(todo, self.embed(todo))) if todo else {}
+        self._prepared = {**(outer or {}), **mine}
         try:
             yield
         finally:
             self._prepared = outer
+            for blob in mine.values():  # those never written (extract's sources) are not kept
+                self.rough.pop(blob, None)
 
     @contextmanager
     def arriving(self, main: dict[str, bytes], english: dict[str, bytes],
@@ -439,13 +449,17 @@ class VectorIndex:
         self._prepared = {**(outer or {}), **main}
         self.english.lazy = True
         self.english.given(english)
-        if self.marks():
+        if self.config.embed_bulk != "int8-only":  # float32 too: its fill makes them float32
             remember(self.rough, rough)
             remember(self.english.rough, rough)
+        self._keep += 1
+        self.english.keep += 1
         try:
             yield
         finally:
             self._prepared, self.english.lazy = outer, lazy
+            self._keep -= 1
+            self.english.keep -= 1
             self.english.given({})
             for blob in rough:
                 self.rough.pop(blob, None)
@@ -483,6 +497,8 @@ class VectorIndex:
                 last = todo[-1][0]
                 blobs = dict(zip([t for _, t in todo], self.embed([t for _, t in todo])))
                 with self.db.transaction():
+                    if not self._still_model():  # a reindex swapped the vectors meanwhile
+                        return done
                     now = self.db.by_seq(seq for seq, _ in todo)
                     rows = [(seq, blobs[text], now[seq].tier, is_live(now[seq])) for seq, text in todo
                             if seq in now and now[seq].text == text and self.get(seq) is None]
@@ -506,6 +522,8 @@ class VectorIndex:
                 last = todo[-1][0]
                 blobs = dict(zip([t for _, t in todo], self.embed([t for _, t in todo])))
                 with self.db.transaction():
+                    if not self._still_model():  # a reindex swapped the vectors meanwhile: its fill's work now
+                        return done
                     now = self.db.by_seq(seq for seq, _ in todo)
                     still = refine.marked(self.db, "main", [seq for seq, _ in todo])
                     self.put_many([(seq, blobs[text], now[seq].tier, is_live(now[seq])) for seq, text in todo
@@ -550,8 +568,7 @@ class VectorIndex:
 
     def put(self, seq: int, blob: bytes, tier: str, live: bool) -> None:
         self.ensure_table()
-        self.db.execute("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
-                        (seq, blob, int(live)))
+        self.db.execute(_UPSERT, (seq, blob, int(live)))
         self._mark([(seq, blob)])
         self._put_bits(seq, blob, tier, live)
         if not self._reindex_target:  # a reindex fills the second vectors after its swap
@@ -564,8 +581,7 @@ class VectorIndex:
         if not rows:
             return
         self.ensure_table()
-        self.db.conn.executemany("INSERT OR REPLACE INTO memory_vec (seq, embedding, live) VALUES (?, ?, ?)",
-                                 [(seq, blob, int(live)) for seq, blob, _, live in rows])
+        self.db.conn.executemany(_UPSERT, [(seq, blob, int(live)) for seq, blob, _, live in rows])
         self._mark([(seq, blob) for seq, blob, *_ in rows])
         if english:
             self.english.put([seq for seq, *_ in rows])
@@ -580,6 +596,13 @@ class VectorIndex:
                                  [{"seq": seq, "part": bit_part(TIERS.index(tier), seq), "v": blob,
                                    "live": int(live), **levels} for seq, blob, tier, live in rows])
 
+    def _still_model(self) -> bool:
+        """Inside a write: whether the stored vectors still come from the model this process embeds
+        with (a `pmem reindex` in another process may have swapped them since it embedded)."""
+        name, dim = self.model()
+        e = self.embedder
+        return name is None or (name, dim) == (e.name, int(e.dim))
+
     def may_be_int8(self, blobs: Iterable[bytes]) -> None:
         """Vectors about to be written whose origin is unknown (undo's kept ones): marked when
         written, as int8 ones are, so the fill makes them float32 (a float32 one again: no harm)."""
@@ -591,8 +614,9 @@ class VectorIndex:
         rough = self.rough
         refine.mark(self.db, "main", [seq for seq, blob in rows if blob in rough],
                     [seq for seq, blob in rows if blob not in rough])
-        for _, blob in rows:
-            rough.pop(blob, None)
+        if not self._keep:
+            for _, blob in rows:
+                rough.pop(blob, None)
 
     def _put_bits(self, seq: int, blob: bytes, tier: str, live: bool) -> None:
         """The bit code of a vector, in the partition of the memory's tier."""
@@ -808,7 +832,7 @@ class VectorIndex:
             for seq, blob in rows:
                 m = by_seq[seq]
                 self.put(seq, blob, m.tier, is_live(m))
-            if self.marks():  # staged in calls of many texts, maybe over several runs: all made again
+            if self.marks() and db.setting("reindex_int8"):  # some batch (of any run) staged in int8
                 refine.mark(db, "main", [seq for seq, _ in rows])
             self._end_reindex()
         return len(rows)
@@ -845,8 +869,11 @@ class VectorIndex:
                 "(SELECT 1 FROM reindex_vec r WHERE r.seq = m.seq) ORDER BY m.seq LIMIT ?", (batch,)).fetchall()
             if not todo:
                 break
+            calls = int8_calls(e)
             vectors = e.embed([t for _, t in todo])
             with db.transaction():  # only where the text is still the one embedded
+                if self.marks() and made_int8(e, calls, len(todo)):
+                    db.set_setting("reindex_int8", "1")  # the swap marks them (pmem.store.refine)
                 db.conn.executemany(
                     "INSERT OR REPLACE INTO reindex_vec (seq, embedding) SELECT ?, ? "
                     "WHERE EXISTS (SELECT 1 FROM memories WHERE seq = ? AND text = ?)",
@@ -863,7 +890,7 @@ class VectorIndex:
         self.db.execute("DROP TRIGGER IF EXISTS reindex_vec_gone")
         self.db.execute("DROP TRIGGER IF EXISTS reindex_vec_text")
         self.db.execute("DROP TABLE IF EXISTS reindex_vec")
-        self.db.execute("DELETE FROM settings WHERE key IN ('reindex_model', 'reindex_dim')")
+        self.db.execute("DELETE FROM settings WHERE key IN ('reindex_model', 'reindex_dim', 'reindex_int8')")
 
     def reindex_progress(self) -> tuple[str, int, int] | None:
         """(target model, memories staged, memories) of an interrupted reindex, else None."""

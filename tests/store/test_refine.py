@@ -276,3 +276,121 @@ def test_undo_of_an_edit_puts_back_the_int8_vector_marked(tmp_path, fake_config,
         assert s.int8_vectors() == 0 and all(v == exact_of(t) for t, v in stored(s).items())
     finally:
         s.close()
+
+
+def test_made_again_the_kept_count_stays_true_and_missing_rows_are_filled(tmp_path, fake_config, int8ish):
+    """A vector written over another keeps counts['vectors'] (it counted one more each time, so
+    `missing` saw none missing); a store from before gets its count set right by m013."""
+    s = open_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+        s.fill_missing(scan=False)
+        first = s.list_memories(limit=1)[0]
+        s.edit(first.id, text="an edit writes its vector over the old one")
+        assert s.db.counter("vectors") == len(TEXTS)
+        s.insert([s.new_memory(f"a synced row without its vector {i}") for i in range(5)], vectors=[None] * 5)
+        assert s.missing_vectors() == 5
+        assert s.fill_missing(scan=False) == 10  # five embedded (in int8), then those five again
+        assert s.missing_vectors() == 0 and s.int8_vectors() == 0
+        s.conn.execute("UPDATE counts SET n = n + 40 WHERE key = 'vectors'")  # as the old writes left it
+        s.conn.execute("DELETE FROM _pmem_migrations WHERE name = 'm013_recount_vectors'")
+    finally:
+        s.close()
+    s = open_store(tmp_path, fake_config)
+    try:
+        assert s.db.counter("vectors") == len(TEXTS) + 5
+    finally:
+        s.close()
+
+
+def test_a_reindex_in_another_process_while_the_fill_runs_wins(tmp_path, fake_config, int8ish, monkeypatch):
+    """The fill embedded a batch with the old model; a reindex swapped every vector to a new one
+    meanwhile: the fill writes nothing of the old model's and stops (the reindex's own marks wait)."""
+    from pmem.config import load
+
+    s = open_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+        embed = s.vectors.embed
+
+        def meanwhile(texts, *a, **kw):
+            out = embed(texts, *a, **kw)
+            monkeypatch.setenv("PMEM_EMBED_MODEL", "fake-32")
+            with MemoryStore(tmp_path / "r.db", config=load().with_values(embed_bulk="int8")) as other:
+                other.reindex()
+            monkeypatch.setattr(s.vectors, "embed", embed)
+            return out
+
+        monkeypatch.setattr(s.vectors, "embed", meanwhile)
+        s.vectors.refine(batch=8)
+        dims = s.conn.execute("SELECT length(embedding) / 4, count(*) FROM memory_vec GROUP BY 1").fetchall()
+        assert dims == [(32, len(TEXTS))] and s.vectors.model() == ("fake-32", 32)
+        assert s.int8_vectors() == len(TEXTS)  # the reindex's, for the next fill (with the new model)
+    finally:
+        s.close()
+
+
+def test_a_reindex_with_no_int8_call_marks_nothing(tmp_path, fake_config):
+    s = open_store(tmp_path, fake_config)  # the plain fake: no int8 engine, as a GGUF model or no onnxruntime
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+        assert s.reindex() == len(TEXTS)
+        assert s.int8_vectors() == 0
+    finally:
+        s.close()
+
+
+def english_store(tmp_path, fake_config, **settings) -> MemoryStore:
+    """A store whose main vectors count as e5's (so English memories get second vectors), both
+    models fakes: MiniLM's a 384-d one."""
+    from pmem.store import english as en
+
+    main = FakeEmbedder(64)
+    main.name = en.MAIN
+    s = MemoryStore(tmp_path / "en.db", config=fake_config.with_values(embed_bulk="int8", **settings), embedder=main)
+    s.vectors.english.embedder = FakeEmbedder(384)
+    return s
+
+
+def test_english_second_vectors_are_marked_and_made_float32(tmp_path, fake_config, int8ish):
+    s = english_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+        assert refine.count(s.db, "english") == len(TEXTS) == refine.count(s.db, "main")
+        s.fill_missing(scan=False)
+        assert s.int8_vectors() == 0
+        second = dict(s.conn.execute("SELECT m.text, e.embedding FROM memories m JOIN memory_vec_en e USING (seq)"))
+        assert second == {t: blob(FakeEmbedder(384).embed([t])[0]) for t in TEXTS}
+    finally:
+        s.close()
+
+
+def test_english_marks_go_when_the_second_vectors_are_off(tmp_path, fake_config, int8ish):
+    s = english_store(tmp_path, fake_config)
+    try:
+        s.insert([s.new_memory(t) for t in TEXTS])
+    finally:
+        s.close()
+    s = english_store(tmp_path, fake_config, embed_english="none")
+    try:
+        s.fill_missing(scan=False)
+        assert refine.count(s.db, "english") == 0 and s.int8_vectors() == 0  # no fill left to start
+    finally:
+        s.close()
+
+
+def test_an_agents_write_that_stored_int8_vectors_starts_the_fill(tmp_path, fake_config, int8ish, monkeypatch):
+    from pmem.integrations import actions
+
+    calls = spawned(monkeypatch)
+    s = open_store(tmp_path, fake_config)
+    try:
+        actions.after_write(s)
+        assert calls == []
+        s.insert([s.new_memory(t) for t in TEXTS[:8]])  # as `remember` with extract stores its facts
+        actions.after_write(s)
+        assert len(calls) == 1 and "--by=command" in calls[0]
+        actions.after_write(s)
+        assert len(calls) == 1  # started once
+    finally:
+        s.close()

@@ -451,3 +451,23 @@ def test_a_hostile_int8_flag_marks_nothing_and_never_crashes(tmp_path, fake_conf
         assert b.int8_vectors() == 1  # the control only: no odd flag marks (a list of at most two parts)
     finally:
         net.close()
+
+
+@pytest.mark.parametrize("bulk,marked", [("float32", True), ("int8-only", False)])
+def test_a_receivers_setting_decides_what_it_does_with_int8_vectors(tmp_path, fake_config, int8ish, bulk, marked):
+    """float32 wants float32's vectors: the sender's int8 ones are marked and made float32 here;
+    int8-only keeps them as they came."""
+    net = Net(tmp_path, "folder", fake_config)
+    try:
+        a = net.store("a")
+        a.insert([a.new_memory(t) for t in TEXTS])
+        net.init("a")
+        (tmp_path / "b").mkdir()
+        net.stores["b"] = b = MemoryStore(tmp_path / "b" / "pmem.db", config=fake_config.with_values(embed_bulk=bulk))
+        sync.join(b, str(net.remote), key_file=str(net.key_file), fill=False)
+        assert b.int8_vectors() == (len(TEXTS) if marked else 0)
+        b.fill_missing(scan=False)
+        exact = {m.id: struct.pack("<64f", *FakeEmbedder(64).embed([m.text])[0]) for m in a.iter_all()}
+        assert (vectors_by_id(b) == exact) == marked
+    finally:
+        net.close()
