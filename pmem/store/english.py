@@ -280,12 +280,7 @@ class EnglishVectors:
 
     def _mark(self, rows: Sequence[tuple[int, bytes]]) -> None:
         """Mark the rows whose second vectors came from int8 (pmem.store.refine); unmark the others."""
-        rough = self.rough
-        refine.mark(self.db, "english", [seq for seq, blob in rows if blob in rough],
-                    [seq for seq, blob in rows if blob not in rough])
-        if not self.keep:
-            for _, blob in rows:
-                rough.pop(blob, None)
+        refine.written(self.db, "english", rows, self.rough, keep=bool(self.keep))
 
     def given(self, vectors: dict[str, bytes]) -> None:
         """Second vectors that came with their texts (VectorIndex.arriving), by text; {} forgets them."""

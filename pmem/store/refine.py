@@ -18,7 +18,7 @@ Figures: docs/decisions/0071-int8-then-exact.md.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .connection import Connection
 
@@ -68,6 +68,17 @@ def mark(db: Connection, side: str, rough: Iterable[int], exact: Iterable[int] =
         db.conn.executemany(f"INSERT OR IGNORE INTO {TABLE} (side, seq) VALUES (?, ?)", [(side, s) for s in rough])
     if exact and db.has_table(TABLE):
         db.conn.executemany(f"DELETE FROM {TABLE} WHERE side = ? AND seq = ?", [(side, s) for s in exact])
+
+
+def written(db: Connection, side: str, rows: Sequence[tuple[int, bytes]], rough: dict[bytes, None],
+            keep: bool = False) -> None:
+    """Inside the write that stored these (seq, vector) rows of `side`: mark those whose vector is
+    in `rough` (made in int8), unmark the others; forget the written ones unless `keep` (a sync's
+    vector may be written to two rows)."""
+    mark(db, side, [seq for seq, blob in rows if blob in rough], [seq for seq, blob in rows if blob not in rough])
+    if not keep:
+        for _, blob in rows:
+            rough.pop(blob, None)
 
 
 def todo(db: Connection, side: str, vectors: str, after: int, limit: int) -> list[tuple[int, str]]:

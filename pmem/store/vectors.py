@@ -611,12 +611,7 @@ class VectorIndex:
 
     def _mark(self, rows: Sequence[tuple[int, bytes]]) -> None:
         """Mark the rows whose vectors came from int8 (pmem.store.refine); unmark the others."""
-        rough = self.rough
-        refine.mark(self.db, "main", [seq for seq, blob in rows if blob in rough],
-                    [seq for seq, blob in rows if blob not in rough])
-        if not self._keep:
-            for _, blob in rows:
-                rough.pop(blob, None)
+        refine.written(self.db, "main", rows, self.rough, keep=bool(self._keep))
 
     def _put_bits(self, seq: int, blob: bytes, tier: str, live: bool) -> None:
         """The bit code of a vector, in the partition of the memory's tier."""
