@@ -78,10 +78,11 @@ def _fill_after(ctx: Optional[typer.Context], db: Path) -> None:
     ctx = ctx or _current_context()
     if ctx is not None:
         def after() -> None:
-            from .. import fill
-            from ..store import refine
+            from ..store import refine  # loaded with the store: no import on a command's way out
 
             if str(db) in refine.MARKED:
+                from .. import fill
+
                 fill.kick(db, scan=False, by="command")
 
         ctx.find_root().call_on_close(after)

@@ -401,7 +401,7 @@ class VectorIndex:
 
     @contextmanager
     def exactly(self) -> Iterator[None]:
-        """Every call in the block in float32, e5's and MiniLM's (refine_all)."""
+        """Every call in the block in float32, e5's and MiniLM's (refine)."""
         outer = self._exact
         self._exact = True
         try:
@@ -577,7 +577,7 @@ class VectorIndex:
     def put_many(self, rows: Sequence[tuple[int, bytes, str, bool]], english: bool = True) -> None:
         """`put` for many (seq, blob, tier, live) at once: a statement per table, not per row
         (a first sync join stores 2,000 at a time; docs/decisions/0046-sync-100k.md). `english`
-        False: the second vectors stay as they are (refine_all)."""
+        False: the second vectors stay as they are (refine)."""
         if not rows:
             return
         self.ensure_table()
